@@ -1,0 +1,155 @@
+"""Hypergradient of the bilevel attack: finite differences, jaxopt, unrolling, quasi-Newton."""
+
+import functools
+import warnings
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+import pytest
+
+with warnings.catch_warnings():
+  warnings.simplefilter("ignore", DeprecationWarning)
+  from jaxopt import implicit_diff, linear_solve
+
+from trdr import metrics, models, victim
+from trdr.attacks import bilevel
+
+WD = 0.1
+
+
+@pytest.fixture
+def x64():
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", True)
+  yield
+  jax.config.update("jax_enable_x64", previous)
+
+
+def _problem(n=6, shape=(4, 4, 1), seed=0, dtype=jnp.float64, tol=1e-12):
+  """A small affine victim: θ* trained on x_true; returns what the attack needs."""
+  rng = np.random.default_rng(seed)
+  x_true = jnp.asarray(rng.uniform(size=(n, *shape)), dtype)
+  labels = jnp.asarray(np.repeat([-1.0, 1.0], n // 2), dtype)
+  model = models.Affine()
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  energy_fn = functools.partial(victim.energy, apply_fn=apply_fn, weight_decay=WD)
+  theta0 = models.init_params(model, jax.random.key(seed), shape, dtype)
+  theta_star, info = victim.minimize_energy(lambda p: energy_fn(p, x_true, labels), theta0,
+                                            max_iter=500, tol=tol)
+  assert info.grad_norm < tol
+  x = jnp.asarray(rng.uniform(size=(n, *shape)), dtype)  # the attack's current iterate
+  return x, x_true, labels, theta_star, energy_fn
+
+
+def _hypergradient(solve, x, labels, theta_star, energy_fn, theta_init, **kw):
+  lower_level = bilevel.make_lower_level(energy_fn, max_iter=500, tol=1e-12, memory_size=10,
+                                         solve=solve, **kw)
+  loss = lambda x: metrics.param_distance(theta_star, lower_level(theta_init, x, labels)[0])
+  return jax.grad(loss)(x)
+
+
+def _upper_loss(x, labels, theta_star, energy_fn):
+  theta, _ = victim.minimize_energy(lambda p: energy_fn(p, x, labels), theta_star,
+                                    max_iter=500, tol=1e-13)
+  return metrics.param_distance(theta_star, theta)
+
+
+def _rel_err(a, b):
+  return float(jnp.linalg.norm((a - b).ravel()) / jnp.linalg.norm(b.ravel()))
+
+
+def _cosine(a, b):
+  return float(jnp.vdot(a, b) / (jnp.linalg.norm(a.ravel()) * jnp.linalg.norm(b.ravel())))
+
+
+def test_cg_hypergradient_matches_central_finite_differences(x64):
+  x, _, labels, theta_star, energy_fn = _problem()
+  grad = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
+  eps = 1e-5
+  flat = np.asarray(x).ravel()
+  fd = np.zeros_like(flat)
+  loss = jax.jit(lambda z: _upper_loss(z.reshape(x.shape), labels, theta_star, energy_fn))
+  for i in range(flat.size):
+    e = np.zeros_like(flat)
+    e[i] = eps
+    fd[i] = (loss(flat + e) - loss(flat - e)) / (2 * eps)
+  err = _rel_err(grad.ravel(), jnp.asarray(fd))
+  assert err < 1e-5, f"relative error to central differences {err:.2e}"
+
+
+def test_matches_jaxopt_custom_root(x64):
+  """Our custom_vjp is what jaxopt's custom_root(jax.grad(E), solve=solve_cg) computes."""
+  x, _, labels, theta_star, energy_fn = _problem(seed=1)
+
+  @implicit_diff.custom_root(jax.grad(energy_fn),
+                             solve=functools.partial(linear_solve.solve_cg, tol=1e-14))
+  def solver(theta_init, images, labels):
+    return victim.minimize_energy(lambda p: energy_fn(p, images, labels), theta_init,
+                                  max_iter=500, tol=1e-12)[0]
+
+  reference = jax.grad(lambda z: metrics.param_distance(theta_star, solver(theta_star, z, labels)))(x)
+  ours = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
+  assert _rel_err(ours, reference) < 1e-10
+
+
+def test_cg_hypergradient_matches_unrolled_lower_level_solver(x64):
+  """Forward-mode differentiation through the L-BFGS iterations themselves."""
+  x, _, labels, theta_star, energy_fn = _problem(seed=2)
+  unrolled = jax.jacfwd(lambda z: _upper_loss(z, labels, theta_star, energy_fn))(x)
+  implicit = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
+  err = _rel_err(implicit, unrolled)
+  assert err < 1e-6, f"relative error to unrolled differentiation {err:.2e}"
+
+
+def test_quasi_newton_inverse_hessian_satisfies_secant_equation(x64):
+  """L-BFGS's inverse-Hessian approximation maps the newest gradient change to the newest
+  step exactly (H⁻¹ y_k = s_k), whatever the older pairs."""
+  x, _, labels, theta_star, energy_fn = _problem(seed=3)
+  theta0 = jax.tree.map(jnp.zeros_like, theta_star)
+  _, info = victim.minimize_energy(lambda p: energy_fn(p, x, labels), theta0,
+                                   max_iter=7, tol=0.0, memory_size=4)
+  memory = info.memory
+  newest = (int(memory.count) - 2) % 4
+  pick = lambda tree: jax.tree.map(lambda leaf: leaf[newest], tree)
+  s, y = pick(memory.diff_params_memory), pick(memory.diff_updates_memory)
+  hy = bilevel.quasi_newton_inverse_hessian(memory, y)
+  assert optax.tree.norm(optax.tree.sub(hy, s)) < 1e-10 * optax.tree.norm(s)
+
+
+def test_quasi_newton_hypergradient_against_cg(x64):
+  """The quasi-Newton hypergradient is an approximation: report its cosine to CG's.
+
+  Started from θ* (as the attack's first step), the solve builds curvature pairs along the
+  path to θ(x); the approximation must point the same way as the exact hypergradient.
+  """
+  x, _, labels, theta_star, energy_fn = _problem(n=20, shape=(6, 6, 1), seed=4)
+  cg = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
+  qn = _hypergradient("quasi_newton", x, labels, theta_star, energy_fn, theta_star)
+  cosine = _cosine(qn, cg)
+  print(f"quasi-Newton vs CG hypergradient: cosine {cosine:.4f}, "
+        f"relative error {_rel_err(qn, cg):.3e}")
+  assert cosine > 0.9
+
+
+def test_ground_truth_is_a_fixed_point_of_the_attack():
+  """At x = x_true the lower level returns θ*, so l = 0 and the hypergradient vanishes."""
+  _, x_true, labels, theta_star, _ = _problem(seed=5, dtype=jnp.float32, tol=1e-5)
+  model = models.Affine()
+  config = ml_collections.ConfigDict({
+      "lower_level": {"start": "previous", "max_iter": 100, "tol": 1e-5, "memory_size": 10},
+      "hypergradient": {"solve": "cg", "cg_tol": 1e-6, "cg_maxiter": 100},
+      "optimizer": "adam", "lr": 1e-2, "project": True})
+  attack = bilevel.make_attack(lambda p, z: model.apply({"params": p}, z), theta_star, labels,
+                               ml_collections.ConfigDict({"weight_decay": WD}), config,
+                               jax.random.key(0))
+  state, step_metrics = bilevel.run_steps(attack.step, attack.init(x_true), 3)
+  np.testing.assert_allclose(step_metrics.upper_loss, 0.0, atol=1e-10)
+  np.testing.assert_allclose(state.images, x_true, atol=1e-6)
+
+
+def test_unknown_solve_is_rejected():
+  with pytest.raises(ValueError, match="unknown hypergradient solve 'lu'"):
+    bilevel.make_lower_level(lambda p, x, y: 0.0, max_iter=1, tol=0.0, memory_size=1, solve="lu")

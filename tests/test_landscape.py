@@ -1,0 +1,186 @@
+"""The landscape experiment end to end on its :smoke config: the numbers it writes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from trdr import data, io, landscape, models, victim
+from trdr.attacks import bilevel, init as inits
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "configs"))
+import bilevel_affine  # noqa: E402
+
+
+def smoke_config():
+  return bilevel_affine.get_config("smoke")
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("smoke"))
+  records = landscape.run(smoke_config(), workdir)
+  return workdir, records
+
+
+def _point(records, lambda1, lambda2):
+  (record,) = [r for r in records if r["lambda1"] == lambda1 and r["lambda2"] == lambda2]
+  return record
+
+
+def test_writes_every_artefact(smoke_run):
+  workdir, records = smoke_run
+  for name in ("config.json", "landscape.json", "results.npz", "metrics.jsonl",
+               "victim/theta_star.msgpack", "victim/victim.json"):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  for fig in ("fig10_heatmaps", "fig11_lambda2_eq_1", "fig12_lambda1_eq_1",
+              "reconstructions_noise", "reconstructions_ground_truth",
+              "reconstructions_partition", "reconstructions_partition_vs_partition"):
+    for ext in ("png", "pdf"):
+      assert os.path.getsize(os.path.join(workdir, f"{fig}.{ext}")) > 1000, (fig, ext)
+  assert records == io.read_json(os.path.join(workdir, "landscape.json"))
+  assert len(records) == 9
+  for record in records:
+    assert set(landscape.GRID_RECORD_KEYS) <= set(record)
+    assert all(np.isfinite(v) for v in record.values())
+  steps = [json.loads(line)["step"] for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  assert steps == [10, 20, 30]
+
+
+def test_ground_truth_initialisation_returns_the_training_images(smoke_run):
+  workdir, records = smoke_run
+  gt = _point(records, 1.0, 1.0)
+  assert gt["l2_to_train"] < 1e-2          # mean Euclidean distance over all pixels in [0,1]
+  assert gt["param_distance"] < 1e-8       # l ≈ 0
+  assert gt["ssim_to_train"] > 0.999
+  results = np.load(os.path.join(workdir, "results.npz"))
+  g = list(zip(results["lambda1"], results["lambda2"])).index((1.0, 1.0))
+  np.testing.assert_array_equal(results["train_index"][g], np.arange(40))
+
+
+def test_partition_initialisation_ends_closer_to_the_partition(smoke_run):
+  _, records = smoke_run
+  part = _point(records, 0.0, 1.0)
+  assert part["l2_to_partition"] < part["l2_to_train"]
+  assert part["ssim_to_partition"] > part["ssim_to_train"]
+  # ... while the attack did reduce l from its value at the partition itself.
+  noise = _point(records, 0.0, 0.0)
+  assert noise["l2_to_noise"] < noise["l2_to_train"]
+
+
+def test_attack_reduces_the_upper_loss(smoke_run):
+  workdir, _ = smoke_run
+  loss = np.load(os.path.join(workdir, "results.npz"))["history_upper_loss"]
+  moving = loss[:, 0] > 1e-8                      # every point but the ground truth
+  assert moving.sum() == 8
+  assert np.all(loss[moving, -1] < 0.7 * loss[moving, 0])
+
+
+def test_finished_run_is_not_overwritten(smoke_run):
+  workdir, _ = smoke_run
+  with pytest.raises(FileExistsError, match="finished run"):
+    landscape.run(smoke_config(), workdir)
+
+
+def test_resumes_after_a_crash_with_the_same_results(smoke_run, tmp_path, monkeypatch):
+  """A run that dies after its first chunk resumes from the checkpoint and ends with the
+  uninterrupted run's numbers; the saved θ* is reused rather than retrained."""
+  reference_dir, reference = smoke_run
+  workdir = str(tmp_path)
+  original = io.append_metrics
+
+  def crash_at_step_20(directory, record):
+    if record["step"] == 20:
+      raise KeyboardInterrupt("simulated crash")
+    original(directory, record)
+
+  monkeypatch.setattr(io, "append_metrics", crash_at_step_20)
+  with pytest.raises(KeyboardInterrupt):
+    landscape.run(smoke_config(), workdir)
+  assert not os.path.exists(os.path.join(workdir, "landscape.json"))
+  monkeypatch.setattr(io, "append_metrics", original)
+  monkeypatch.setattr(victim, "train", lambda *a, **k: pytest.fail("θ* was retrained"))
+  records = landscape.run(smoke_config(), workdir)
+  np.testing.assert_allclose([r["param_distance"] for r in records],
+                             [r["param_distance"] for r in reference], rtol=1e-5, atol=1e-9)
+  resumed = np.load(os.path.join(workdir, "results.npz"))
+  uninterrupted = np.load(os.path.join(reference_dir, "results.npz"))
+  np.testing.assert_allclose(resumed["final_images"], uninterrupted["final_images"], atol=1e-5)
+  steps = [json.loads(line)["step"] for line in open(os.path.join(workdir, "metrics.jsonl"))]
+  assert steps == [10, 20, 30]
+
+
+@pytest.fixture
+def x64():
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", True)
+  yield
+  jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.mark.parametrize("batch_size", [9, 4, 1])
+def test_vmapped_grid_equals_one_by_one(x64, batch_size):
+  """The eq. 10 grid as one computation, vmapped whole (9) or in batches (4 leaves a
+  remainder, 1 is a sequential map), gives the per-initialisation results.
+
+  In float64 with tight lower-level and CG tolerances, so that batching can only change
+  rounding: at float32 and tol 1e-5 the batched solver may stop one L-BFGS iteration
+  earlier or later than the unbatched one, and the results then differ at the ~1e-4 level.
+  """
+  config = smoke_config()
+  config.data.n_per_class = 5
+  config.attack.lower_level.tol = 1e-10
+  config.attack.hypergradient.cg_tol = 1e-12
+  config.victim.tol = 1e-10
+  task = data.make_binary_task(config.data)
+  model = models.build_model(config.victim)
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  theta0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:],
+                              jnp.float64)
+  theta_star, _ = victim.train(model, theta0, task, config.victim)
+  grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
+  x_rnd = inits.uniform(jax.random.key(1), task.train_images.shape, dtype=jnp.float64)
+  x0 = inits.grid_images(grid, jnp.asarray(task.train_images, jnp.float64),
+                         jnp.asarray(task.partition_images, jnp.float64), x_rnd)
+  attack = bilevel.make_attack(apply_fn, theta_star, jnp.asarray(task.train_labels, jnp.float64),
+                               config.victim, config.attack, jax.random.key(2))
+  states = jax.vmap(attack.init)(x0)
+  state_v, metrics_v = jax.jit(lambda s: bilevel.run_grid(attack.step, s, 4, batch_size))(states)
+  single = jax.jit(lambda x: bilevel.run_steps(attack.step, attack.init(x), 4))
+  assert float(metrics_v.upper_loss[:, -1].max()) > 0  # the attack is not a no-op here
+  for g in range(x0.shape[0]):
+    state_g, metrics_g = single(x0[g])
+    np.testing.assert_allclose(state_v.images[g], state_g.images, atol=1e-8)
+    np.testing.assert_allclose(metrics_v.upper_loss[g], metrics_g.upper_loss, rtol=1e-8,
+                               atol=1e-12)
+
+
+def test_command_line_with_user_npz_and_class_override(tmp_path):
+  """The README's override example on a user .npz of 28×28 grayscale images."""
+  rng = np.random.default_rng(0)
+  path = tmp_path / "my.npz"
+  np.savez(path, train_images=rng.integers(0, 256, (400, 28, 28), dtype=np.uint8),
+           train_labels=np.arange(400) % 10,
+           test_images=rng.integers(0, 256, (50, 28, 28), dtype=np.uint8),
+           test_labels=np.arange(50) % 10)
+  workdir = tmp_path / "run"
+  cmd = [sys.executable, os.path.join(REPO, "experiments", "landscape.py"),
+         f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
+         f"--workdir={workdir}", "--config.data.source=npz", f"--config.data.path={path}",
+         "--config.data.classes=((0,2,4,6,8),(1,3,5,7,9))", "--config.attack.steps=10"]
+  subprocess.run(cmd, check=True, capture_output=True, cwd=tmp_path, timeout=600)
+  saved = io.read_json(workdir / "config.json")
+  assert saved["data"]["classes"] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+  results = np.load(workdir / "results.npz")
+  assert results["final_images"].shape == (9, 40, 28, 28, 1)
+  gt = _point(io.read_json(workdir / "landscape.json"), 1.0, 1.0)
+  assert gt["l2_to_train"] < 1e-2
+  bad = cmd[:-1] + ["--config.attack.stepz=10"]
+  failed = subprocess.run(bad, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+  assert failed.returncode != 0 and "stepz" in failed.stderr

@@ -1,0 +1,411 @@
+"""Data sources and the binary classification task attacked by the reconstruction.
+
+Two steps:
+
+1. `load_source(source, path, name)` reads a labelled image data set (train and test
+   splits) as uint8 arrays. Sources, registered in `SOURCES`:
+
+   * ``"cifar10_sample"`` (default, offline): 1500 train + 500 test real CIFAR-10
+     images shipped inside the package (`trdr/assets/cifar10_sample.npz`; 150 train
+     and 50 test images per class).
+   * ``"npz"``: a user ``.npz`` file with keys train_images, train_labels,
+     test_images, test_labels.
+   * ``"cifar10_python"``: the official CIFAR-10 python-pickle release, either the
+     ``cifar-10-batches-py`` folder or the ``cifar-10-python.tar.gz`` tarball.
+   * ``"tfds"``: a tensorflow-datasets data set (optional extra
+     ``pip install -e ".[tfds]"``).
+
+2. `make_binary_task(data_config)` merges the classes into two groups (labels -1 and
+   +1), draws the victim's training set and a disjoint "distinct partition" of the
+   same size from the train split, and scales pixels to [0, 1] (optionally
+   subtracting the training set's per-pixel mean).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.resources
+import os
+import pickle
+import tarfile
+from typing import Any, Callable, NamedTuple, Optional
+
+from absl import logging
+import ml_collections
+from ml_collections import config_dict
+import numpy as np
+
+CIFAR10_VEHICLES_VS_ANIMALS = ((0, 1, 8, 9), (2, 3, 4, 5, 6, 7))
+MNIST_EVEN_VS_ODD = ((0, 2, 4, 6, 8), (1, 3, 5, 7, 9))
+
+_KEYS = ("train_images", "train_labels", "test_images", "test_labels")
+_CIFAR10_TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+_CIFAR10_TEST_BATCH = "test_batch"
+
+
+# ------------------------------------------------------------------------ sources --
+
+
+def _check(data: dict[str, Any], origin: str) -> dict[str, np.ndarray]:
+  """Validates and normalises a loaded data set (see `load_source` for the format)."""
+  out = {}
+  for split in ("train", "test"):
+    images = np.asarray(data[f"{split}_images"])
+    labels = np.asarray(data[f"{split}_labels"])
+    if images.dtype != np.uint8:
+      raise ValueError(f"{origin}: {split}_images must have dtype uint8 (pixel values "
+                       f"0..255), got {images.dtype}")
+    if images.ndim == 3:
+      images = images[..., None]
+    if images.ndim != 4:
+      raise ValueError(f"{origin}: {split}_images must have shape (N, H, W) or "
+                       f"(N, H, W, C), got {images.shape}")
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
+      raise ValueError(f"{origin}: {split}_labels must be a 1-D integer array, got "
+                       f"shape {labels.shape} and dtype {labels.dtype}")
+    if len(labels) != len(images):
+      raise ValueError(f"{origin}: {split}_labels has {len(labels)} entries but "
+                       f"{split}_images has {len(images)} images")
+    out[f"{split}_images"] = np.ascontiguousarray(images)
+    out[f"{split}_labels"] = labels.astype(np.int64)
+  if out["train_images"].shape[1:] != out["test_images"].shape[1:]:
+    raise ValueError(f"{origin}: train and test images differ in shape: (H, W, C) = "
+                     f"{out['train_images'].shape[1:]} vs "
+                     f"{out['test_images'].shape[1:]}")
+  return out
+
+
+def _require_path(path: Optional[str], source: str) -> str:
+  if path is None:
+    raise ValueError(f"source {source!r} needs a path (data_config.path)")
+  path = os.path.expanduser(os.fspath(path))
+  if not os.path.exists(path):
+    raise ValueError(f"source {source!r}: {path} does not exist")
+  return path
+
+
+def _read_npz(path: str, origin: str) -> dict[str, np.ndarray]:
+  try:
+    with np.load(path, allow_pickle=False) as f:
+      arrays = {k: f[k] for k in _KEYS if k in f.files}
+      files = sorted(f.files)
+  except (OSError, EOFError, ValueError, AttributeError) as e:
+    raise ValueError(f"{origin}: cannot read the file as .npz (uint8/integer "
+                     f"arrays, no pickled objects): {e}") from e
+  missing = [k for k in _KEYS if k not in arrays]
+  if missing:
+    raise ValueError(f"{origin}: missing key(s) {missing}; the file has {files} but "
+                     f"needs {list(_KEYS)}")
+  return arrays
+
+
+def _load_cifar10_sample(path: Optional[str], name: Optional[str]) -> dict:
+  del path, name  # The shipped file has a fixed location.
+  resource = importlib.resources.files("trdr") / "assets" / "cifar10_sample.npz"
+  with importlib.resources.as_file(resource) as file:
+    if not os.path.exists(file):
+      raise ValueError(f"the shipped data set {file} is missing; reinstall trdr or "
+                       "rebuild it with experiments/make_sample.py")
+    return _read_npz(str(file), f"cifar10_sample ({file})")
+
+
+def _load_npz(path: Optional[str], name: Optional[str]) -> dict:
+  del name
+  path = _require_path(path, "npz")
+  return _read_npz(path, path)
+
+
+def _cifar10_batch(raw: bytes, what: str) -> tuple[np.ndarray, np.ndarray]:
+  """Decodes one CIFAR-10 pickle batch into (N, 32, 32, 3) uint8 HWC images."""
+  batch = pickle.loads(raw, encoding="bytes")
+  if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+    raise ValueError(f"{what} is not a CIFAR-10 batch (a dict with b'data' and "
+                     "b'labels')")
+  data = np.asarray(batch[b"data"], dtype=np.uint8)
+  if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+    raise ValueError(f"{what}: b'data' must have shape (N, 3072), got {data.shape}")
+  images = data.reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)  # CHW planes -> HWC.
+  return images, np.asarray(batch[b"labels"], dtype=np.int64)
+
+
+def _load_cifar10_python(path: Optional[str], name: Optional[str]) -> dict:
+  del name
+  path = _require_path(path, "cifar10_python")
+  wanted = _CIFAR10_TRAIN_BATCHES + (_CIFAR10_TEST_BATCH,)
+  raw = {}
+  if os.path.isdir(path):
+    folder = path
+    nested = os.path.join(path, "cifar-10-batches-py")
+    if not os.path.exists(os.path.join(path, wanted[0])) and os.path.isdir(nested):
+      folder = nested
+    for b in wanted:
+      file = os.path.join(folder, b)
+      if not os.path.isfile(file):
+        raise ValueError(f"cifar10_python: {file} is missing (a cifar-10-batches-py "
+                         f"folder holds {', '.join(wanted)})")
+      with open(file, "rb") as f:
+        raw[b] = f.read()
+  else:
+    try:
+      with tarfile.open(path, "r:*") as tar:
+        members = {os.path.basename(m.name): m for m in tar.getmembers() if m.isfile()}
+        for b in wanted:
+          if b not in members:
+            raise ValueError(f"cifar10_python: tarball {path} has no member "
+                             f"cifar-10-batches-py/{b}")
+          raw[b] = tar.extractfile(members[b]).read()
+    except tarfile.TarError as e:
+      raise ValueError(f"cifar10_python: {path} is neither a folder nor a readable "
+                       f"tarball: {e}") from e
+  train = [_cifar10_batch(raw[b], f"{path}:{b}") for b in _CIFAR10_TRAIN_BATCHES]
+  test_images, test_labels = _cifar10_batch(raw[_CIFAR10_TEST_BATCH],
+                                            f"{path}:{_CIFAR10_TEST_BATCH}")
+  return {
+      "train_images": np.concatenate([x for x, _ in train]),
+      "train_labels": np.concatenate([y for _, y in train]),
+      "test_images": test_images,
+      "test_labels": test_labels,
+  }
+
+
+def _load_tfds(path: Optional[str], name: Optional[str]) -> dict:
+  if not name:
+    raise ValueError("source 'tfds' needs a data set name (data_config.name), e.g. "
+                     "'cifar10' or 'mnist'")
+  try:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError("source 'tfds' needs tensorflow-datasets; install the tfds "
+                      "extra: pip install -e \".[tfds]\"") from e
+  out = {}
+  for split in ("train", "test"):
+    ds = tfds.load(name, split=split, as_supervised=True, data_dir=path)
+    images, labels = [], []
+    # Batched iteration; batch_size=-1 aborts TF under tfds.testing.mock_data.
+    for x, y in tfds.as_numpy(ds.batch(1024)):
+      images.append(np.asarray(x))
+      labels.append(np.asarray(y))
+    if not images:
+      raise ValueError(f"tfds data set {name!r}: split {split!r} is empty")
+    out[f"{split}_images"] = np.concatenate(images)
+    out[f"{split}_labels"] = np.concatenate(labels)
+  return out
+
+
+SOURCES: dict[str, Callable[[Optional[str], Optional[str]], dict]] = {
+    "cifar10_sample": _load_cifar10_sample,
+    "npz": _load_npz,
+    "cifar10_python": _load_cifar10_python,
+    "tfds": _load_tfds,
+}
+
+
+def load_source(source: str, path: Optional[str] = None,
+                name: Optional[str] = None) -> dict[str, np.ndarray]:
+  """Loads a labelled image data set with a train and a test split.
+
+  Args:
+    source: one of `SOURCES`: "cifar10_sample" (shipped, offline), "npz" (a user
+      file with keys train_images, train_labels, test_images, test_labels; images
+      uint8 (N, H, W) or (N, H, W, C), labels integer (N,)), "cifar10_python" (the
+      official `cifar-10-batches-py` folder or `cifar-10-python.tar.gz`; read with
+      pickle, so only use files you trust) or "tfds" (tensorflow-datasets).
+    path: the file or folder for "npz" and "cifar10_python"; the tfds data_dir for
+      "tfds" (None: tfds's default); ignored for "cifar10_sample".
+    name: the tensorflow-datasets name for "tfds" (e.g. "cifar10", "mnist").
+
+  Returns:
+    A dict with "train_images" and "test_images", uint8 (N, H, W, C) in 0..255
+    (a channel axis C = 1 is added to grayscale (N, H, W) images), and
+    "train_labels" and "test_labels", int64 (N,).
+
+  Raises:
+    ValueError: unknown source; missing path, file, folder, key or batch; wrong
+      dtype or ndim; label count differing from image count; train and test images
+      differing in (H, W, C).
+    ImportError: source "tfds" without tensorflow-datasets installed.
+  """
+  if source not in SOURCES:
+    raise ValueError(f"unknown data source {source!r}; known sources: "
+                     f"{', '.join(sorted(SOURCES))}")
+  data = SOURCES[source](path, name)
+  origin = source if path is None else f"{source} ({path})"
+  return _check(data, origin)
+
+
+# ------------------------------------------------------------------- binary task --
+
+
+def to_pixels(images: np.ndarray, mean: Optional[np.ndarray]) -> np.ndarray:
+  """Undoes mean subtraction for display: `images + mean` (`images` if mean is None).
+
+  Args:
+    images: float [..., H, W, C], preprocessed as in `BinaryTask`.
+    mean: float32 [H, W, C] (`BinaryTask.mean`) or None.
+
+  Returns:
+    The images in [0, 1] pixel scale (reconstructions may lie outside).
+  """
+  return images if mean is None else images + mean
+
+
+class BinaryTask(NamedTuple):
+  """A two-group classification task: victim training set, distinct partition, test.
+
+  Attributes:
+    train_images: float32 [2n, H, W, C], pixels in [0, 1] (minus `mean` if mean
+      subtraction is on). The n images of the first class group, then the n of the
+      second.
+    train_labels: float32 [2n] in {-1, +1}: -1 for the first group, +1 for the second.
+    partition_images: float32 [2n, H, W, C], the attack's distinct partition, drawn
+      from the train split and disjoint from the training set; same layout.
+    partition_labels: float32 [2n] in {-1, +1}.
+    test_images: float32 [M, H, W, C], every test-split image of the two groups.
+    test_labels: float32 [M] in {-1, +1}.
+    mean: float32 [H, W, C], the training set's per-pixel mean that was subtracted
+      from all images, or None.
+    train_index: int64 [2n], indices of the training images in the source's train
+      split.
+    partition_index: int64 [2n], indices of the partition images in the train split.
+  """
+  train_images: np.ndarray
+  train_labels: np.ndarray
+  partition_images: np.ndarray
+  partition_labels: np.ndarray
+  test_images: np.ndarray
+  test_labels: np.ndarray
+  mean: Optional[np.ndarray]
+  train_index: np.ndarray
+  partition_index: np.ndarray
+
+  def to_pixels(self, images: np.ndarray) -> np.ndarray:
+    """`to_pixels(images, self.mean)`: undoes this task's mean subtraction."""
+    return to_pixels(images, self.mean)
+
+
+def parse_classes(classes: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+  """Normalises `classes` to two disjoint, non-empty tuples of int class ids.
+
+  Accepts tuples or lists (as ml_collections may deliver from the command line) or
+  their string form, e.g. "((0,2,4,6,8),(1,3,5,7,9))".
+
+  Raises:
+    ValueError: not two non-empty groups of integers, or the groups overlap.
+  """
+  if isinstance(classes, str):
+    try:
+      classes = ast.literal_eval(classes)
+    except (ValueError, SyntaxError) as e:
+      raise ValueError(f"classes {classes!r} is not a Python literal") from e
+  bad = ValueError(f"classes must be two non-empty tuples of class ids, e.g. "
+                   f"((0, 1, 8, 9), (2, 3, 4, 5, 6, 7)); got {classes!r}")
+  if not isinstance(classes, (tuple, list)) or len(classes) != 2:
+    raise bad
+  groups = []
+  for group in classes:
+    if not isinstance(group, (tuple, list)) or not group:
+      raise bad
+    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool)
+               for c in group):
+      raise bad
+    groups.append(tuple(int(c) for c in group))
+  shared = sorted(set(groups[0]) & set(groups[1]))
+  if shared:
+    raise ValueError(f"class groups {groups[0]} and {groups[1]} overlap in "
+                     f"{shared}; each class may belong to one group only")
+  return groups[0], groups[1]
+
+
+def make_binary_task(data_config: Any) -> BinaryTask:
+  """Builds the victim's binary task from a data config (see `default_data_config`).
+
+  For each class group, the group's train-split indices are permuted by
+  `np.random.default_rng(seed)` (one generator, first group first); the first
+  `n_per_class` go to the training set, the next `n_per_class` to the distinct
+  partition.
+
+  Args:
+    data_config: an `ml_collections.ConfigDict` (or any object with these
+      attributes): source, path, name, classes, n_per_class, seed, subtract_mean.
+
+  Returns:
+    A `BinaryTask`.
+
+  Raises:
+    ValueError: as `load_source`; malformed or overlapping `classes`; a class id
+      absent from the train split; a group with fewer than 2 * n_per_class train
+      images; n_per_class < 1.
+  """
+  groups = parse_classes(data_config.classes)
+  n = data_config.n_per_class
+  if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+    raise ValueError(f"n_per_class must be a positive integer, got {n!r}")
+  n = int(n)
+  data = load_source(data_config.source, getattr(data_config, "path", None),
+                     getattr(data_config, "name", None))
+  train_labels, test_labels = data["train_labels"], data["test_labels"]
+  present = np.unique(train_labels)
+  absent = [c for g in groups for c in g if c not in present]
+  if absent:
+    raise ValueError(f"class id(s) {absent} do not occur in the train split of "
+                     f"{data_config.source!r}; classes present: {present.tolist()}")
+
+  rng = np.random.default_rng(data_config.seed)
+  train_index, partition_index = [], []
+  for group in groups:
+    idx = np.flatnonzero(np.isin(train_labels, group))
+    if len(idx) < 2 * n:
+      raise ValueError(f"class group {group} has {len(idx)} images in the train "
+                       f"split; 2 × n_per_class = {2 * n} are needed (training set "
+                       "+ distinct partition)")
+    perm = rng.permutation(idx)
+    train_index.append(perm[:n])
+    partition_index.append(perm[n:2 * n])
+  train_index = np.concatenate(train_index).astype(np.int64)
+  partition_index = np.concatenate(partition_index).astype(np.int64)
+  pm = np.repeat(np.array([-1.0, 1.0], np.float32), n)
+  test_keep = np.flatnonzero(np.isin(test_labels, groups[0] + groups[1]))
+
+  def scale(images):
+    return images.astype(np.float32) / np.float32(255.0)
+
+  train = scale(data["train_images"][train_index])
+  partition = scale(data["train_images"][partition_index])
+  test = scale(data["test_images"][test_keep])
+  mean = None
+  if data_config.subtract_mean:
+    mean = train.mean(axis=0, dtype=np.float64).astype(np.float32)
+    train, partition, test = train - mean, partition - mean, test - mean
+  logging.info("binary task from %s: classes %s vs %s, %d train, %d partition, "
+               "%d test images of shape %s", data_config.source, groups[0],
+               groups[1], len(train), len(partition), len(test), train.shape[1:])
+  return BinaryTask(
+      train_images=train,
+      train_labels=pm,
+      partition_images=partition,
+      partition_labels=pm.copy(),
+      test_images=test,
+      test_labels=np.where(np.isin(test_labels[test_keep], groups[1]),
+                           np.float32(1.0), np.float32(-1.0)),
+      mean=mean,
+      train_index=train_index,
+      partition_index=partition_index,
+  )
+
+
+def default_data_config() -> ml_collections.ConfigDict:
+  """The default data config: CIFAR-10 vehicles vs animals from the shipped sample.
+
+  Fields: source "cifar10_sample"; path None and name None (string placeholders,
+  so `--config.data.path=...` works on a locked config); classes
+  ((0, 1, 8, 9), (2, 3, 4, 5, 6, 7)); n_per_class 250; seed 0; subtract_mean False.
+  """
+  return ml_collections.ConfigDict({
+      "source": "cifar10_sample",
+      "path": config_dict.placeholder(str),
+      "name": config_dict.placeholder(str),
+      "classes": CIFAR10_VEHICLES_VS_ANIMALS,
+      "n_per_class": 250,
+      "seed": 0,
+      "subtract_mean": False,
+  })
