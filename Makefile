@@ -1,8 +1,12 @@
 # trdr: one target per paper artefact. Results go to runs/<name>/ unless WORKDIR is set.
 PYTHON ?= python
 RUNS ?= runs
+# Size of the Figs. 1–4 / Table 1 runs: cpu (default, minutes on 2 cores), paper (one GPU) or smoke.
+SIZE ?= cpu
+PAPER_VARIANT = $(if $(filter paper,$(SIZE)),,$(SIZE))
+PAPER_FIGURES = $(PYTHON) experiments/paper_figures.py --config=configs/paper_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/paper_figures_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers fig1 fig2 fig3 fig4 table1
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -19,5 +23,23 @@ landscape-affine:  ## Fig. 10(a), 11(a), 12(a): bilevel energy landscape, affine
 landscape-affine-smoke:  ## The same path at toy size, in seconds.
 	$(PYTHON) experiments/landscape.py --config=configs/bilevel_affine.py:smoke --workdir=$(RUNS)/bilevel_affine_smoke --overwrite
 
-benchmark:  ## Vmapped grid vs a loop over initialisations; quasi-Newton vs CG hypergradient.
+benchmark:  ## Vmapped grid vs a loop over initialisations; CG vs quasi-Newton vs Neumann hypergradients.
 	$(PYTHON) experiments/benchmark.py
+
+benchmark-solvers:  ## Only the three hypergradient solves, affine and one-hidden (:cpu) victims.
+	$(PYTHON) experiments/benchmark.py --sections=solvers
+
+fig1:  ## Fig. 1: random initialisation, affine (a) and one-hidden (b); SIZE=cpu|paper|smoke.
+	$(PAPER_FIGURES) --artefacts=fig1
+
+fig2:  ## Fig. 2: ground-truth initialisation, affine (a) and one-hidden (b).
+	$(PAPER_FIGURES) --artefacts=fig2
+
+fig3:  ## Fig. 3: affine, partition initialisation vs training set (a) and partition (b).
+	$(PAPER_FIGURES) --artefacts=fig3
+
+fig4:  ## Fig. 4: one-hidden, partition initialisation vs training set (a) and partition (b).
+	$(PAPER_FIGURES) --artefacts=fig4
+
+table1:  ## Table 1: ||θ* − θ||² for {affine, one-hidden} x {random, ground truth, partition}.
+	$(PAPER_FIGURES) --artefacts=table1

@@ -20,14 +20,6 @@ from trdr.attacks import bilevel
 WD = 0.1
 
 
-@pytest.fixture
-def x64():
-  previous = jax.config.jax_enable_x64
-  jax.config.update("jax_enable_x64", True)
-  yield
-  jax.config.update("jax_enable_x64", previous)
-
-
 def _problem(n=6, shape=(4, 4, 1), seed=0, dtype=jnp.float64, tol=1e-12):
   """A small affine victim: θ* trained on x_true; returns what the attack needs."""
   rng = np.random.default_rng(seed)
@@ -141,7 +133,8 @@ def test_ground_truth_is_a_fixed_point_of_the_attack():
   config = ml_collections.ConfigDict({
       "lower_level": {"start": "previous", "max_iter": 100, "tol": 1e-5, "memory_size": 10},
       "hypergradient": {"solve": "cg", "cg_tol": 1e-6, "cg_maxiter": 100},
-      "optimizer": "adam", "lr": 1e-2, "project": True})
+      "optimizer": "adam", "lr": 1e-2, "lr_schedule": "constant", "steps": 3,
+      "project": True})
   attack = bilevel.make_attack(lambda p, z: model.apply({"params": p}, z), theta_star, labels,
                                ml_collections.ConfigDict({"weight_decay": WD}), config,
                                jax.random.key(0))

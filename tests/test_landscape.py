@@ -29,6 +29,11 @@ def smoke_run(tmp_path_factory):
   return workdir, records
 
 
+def _logged_steps(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line)["step"] for line in f]
+
+
 def _point(records, lambda1, lambda2):
   (record,) = [r for r in records if r["lambda1"] == lambda1 and r["lambda2"] == lambda2]
   return record
@@ -49,15 +54,19 @@ def test_writes_every_artefact(smoke_run):
   for record in records:
     assert set(landscape.GRID_RECORD_KEYS) <= set(record)
     assert all(np.isfinite(v) for v in record.values())
-  steps = [json.loads(line)["step"] for line in open(os.path.join(workdir, "metrics.jsonl"))]
-  assert steps == [10, 20, 30]
+  assert _logged_steps(workdir) == [10, 20, 30]
 
 
 def test_ground_truth_initialisation_returns_the_training_images(smoke_run):
   workdir, records = smoke_run
   gt = _point(records, 1.0, 1.0)
   assert gt["l2_to_train"] < 1e-2          # mean Euclidean distance over all pixels in [0,1]
-  assert gt["param_distance"] < 1e-8       # l ≈ 0
+  # l ≈ 0: θ* itself is only converged to ||∇E|| < victim.tol, so the re-solve at x_true
+  # may move it by up to tol / wd: ||θ* − θ||² ≤ (1e-5 / 1e-2)² = 1e-6.
+  config = smoke_config()
+  assert gt["param_distance"] < (config.victim.tol / config.victim.weight_decay) ** 2
+  others = [r["param_distance"] for r in records if (r["lambda1"], r["lambda2"]) != (1.0, 1.0)]
+  assert gt["param_distance"] < 1e-3 * min(others)
   assert gt["ssim_to_train"] > 0.999
   results = np.load(os.path.join(workdir, "results.npz"))
   g = list(zip(results["lambda1"], results["lambda2"])).index((1.0, 1.0))
@@ -112,16 +121,7 @@ def test_resumes_after_a_crash_with_the_same_results(smoke_run, tmp_path, monkey
   resumed = np.load(os.path.join(workdir, "results.npz"))
   uninterrupted = np.load(os.path.join(reference_dir, "results.npz"))
   np.testing.assert_allclose(resumed["final_images"], uninterrupted["final_images"], atol=1e-5)
-  steps = [json.loads(line)["step"] for line in open(os.path.join(workdir, "metrics.jsonl"))]
-  assert steps == [10, 20, 30]
-
-
-@pytest.fixture
-def x64():
-  previous = jax.config.jax_enable_x64
-  jax.config.update("jax_enable_x64", True)
-  yield
-  jax.config.update("jax_enable_x64", previous)
+  assert _logged_steps(workdir) == [10, 20, 30]
 
 
 @pytest.mark.parametrize("batch_size", [9, 4, 1])
@@ -184,3 +184,25 @@ def test_command_line_with_user_npz_and_class_override(tmp_path):
   bad = cmd[:-1] + ["--config.attack.stepz=10"]
   failed = subprocess.run(bad, capture_output=True, text=True, cwd=tmp_path, timeout=600)
   assert failed.returncode != 0 and "stepz" in failed.stderr
+
+
+def test_attack_converges_with_the_quasi_newton_hypergradient():
+  """Eq. 7's quasi-Newton hypergradient is an approximation, but the attack still drives
+  l down from noise and from the partition (smoke size, 40 outer steps)."""
+  config = smoke_config()
+  config.attack.hypergradient.solve = "quasi_newton"
+  task = data.make_binary_task(config.data)
+  model = models.build_model(config.victim)
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  theta0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:])
+  theta_star, _ = victim.train(model, theta0, task, config.victim)
+  x_rnd = inits.uniform(jax.random.key(1), task.train_images.shape)
+  starts = jnp.stack([x_rnd, jnp.asarray(task.partition_images)])
+  attack = bilevel.make_attack(apply_fn, theta_star, jnp.asarray(task.train_labels),
+                               config.victim, config.attack, jax.random.key(2))
+  _, step_metrics = jax.jit(lambda s: bilevel.run_grid(attack.step, s, 40, 1))(
+      jax.vmap(attack.init)(starts))
+  loss = np.asarray(step_metrics.upper_loss)
+  # Measured: noise 8.0 -> 1.9, partition 5.9 -> 0.84 (CG reaches lower, see the benchmark).
+  assert np.all(loss[:, -1] < 0.3 * loss[:, 0]), loss[:, [0, -1]]
+  assert np.all(np.diff(loss, axis=1).mean(axis=1) < 0)

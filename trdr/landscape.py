@@ -10,6 +10,8 @@ set, the distinct partition and the noise set x_rnd. `run` writes into a work di
   metrics.jsonl     one JSON line per logged chunk of outer steps
   checkpoint.msgpack the attack state after the latest chunk (resumed after a crash)
   landscape.json    one record per grid point (see `GRID_RECORD_KEYS`)
+  summary.json      the run's lower-level start, hypergradient settings, victim report
+                    and lower-level convergence over all outer steps (`lower_level_summary`)
   results.npz       initial and final images, nearest-neighbour indices, SSIM and L2
   fig10_heatmaps, fig11_lambda2_eq_1, fig12_lambda1_eq_1, reconstructions_{noise,
   ground_truth,partition} (beside the nearest training image) and
@@ -32,6 +34,7 @@ from trdr.attacks import bilevel, init as inits
 
 LANDSCAPE_FILE = "landscape.json"
 RESULTS_FILE = "results.npz"
+SUMMARY_FILE = "summary.json"
 GRID_RECORD_KEYS = (
     "lambda1", "lambda2", "param_distance", "upper_loss", "l2_to_train", "l2_to_partition",
     "l2_to_noise", "ssim_to_train", "ssim_to_partition", "ssim_to_noise",
@@ -42,8 +45,10 @@ PURE_INITS = {"noise": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0
 
 def victim_metadata(config: ml_collections.ConfigDict, image_shape) -> dict:
   """Everything that determines θ*: compared to decide whether a saved θ* is reusable."""
+  model_fields = {k: config.victim[k] for k in models.MODEL_FIELDS.get(config.victim.arch, ())}
   return io.to_jsonable({
-      "arch": config.victim.arch, "loss": "logistic", "weight_decay": config.victim.weight_decay,
+      "arch": config.victim.arch, **model_fields, "loss": "logistic",
+      "weight_decay": config.victim.weight_decay,
       "tol": config.victim.tol, "max_iter": config.victim.max_iter,
       "memory_size": config.victim.memory_size, "seed": config.victim.seed,
       "float64": config.float64, "data": config.data, "image_shape": list(image_shape)})
@@ -172,6 +177,26 @@ def grid_records(grid: inits.Grid, history, evaluation) -> list[dict]:
   return records
 
 
+def lower_level_summary(history, tol: float) -> dict:
+  """How well the lower level converged over the whole run, from the per-step history.
+
+  Args:
+    history: dict with grad_norm and num_iter, float[G, steps] each (||∇θE|| at θ(x^k) at
+      the end of every outer step k, and the L-BFGS iterations it took).
+    tol: the lower level's target ||∇θE||.
+  Returns:
+    Plain-number dict: grad_norm_{max, median, final_max}, fraction_converged (steps that
+    reached ``tol``), iters_mean, iters_max.
+  """
+  grad, iters = np.asarray(history["grad_norm"]), np.asarray(history["num_iter"])
+  if grad.size == 0:
+    return {}
+  return {"grad_norm_max": float(grad.max()), "grad_norm_median": float(np.median(grad)),
+          "grad_norm_final_max": float(grad[:, -1].max()),
+          "fraction_converged": float(np.mean(grad < tol)),
+          "iters_mean": float(iters.mean()), "iters_max": int(iters.max())}
+
+
 def run(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> list[dict]:
   """Runs the whole landscape experiment and writes its files into ``workdir``.
 
@@ -234,6 +259,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False
                                          title=f"{name.replace('_', ' ')} initialisation")
       suffix = "" if reference == "train" else f"_vs_{reference}"
       io.save_figure(fig, workdir, f"reconstructions_{name}{suffix}")
+  io.write_json(os.path.join(workdir, SUMMARY_FILE), {
+      "victim": victim_meta["report"], "lower_level_start": config.attack.lower_level.start,
+      "hypergradient": config.attack.hypergradient,
+      "lower_level": lower_level_summary(history, config.attack.lower_level.tol)})
   io.write_json(os.path.join(workdir, LANDSCAPE_FILE), records)
   logging.info("Victim: %s", victim_meta["report"])
   logging.info("Wrote %s", os.path.join(workdir, LANDSCAPE_FILE))

@@ -26,9 +26,55 @@ class Affine(nn.Module):
     return nn.Dense(1, name="dense", param_dtype=images.dtype)(x)[:, 0]
 
 
+# Activations σ of the one-hidden-layer network. ReLU is the paper's; eq. 7 assumes E twice
+# differentiable, which ReLU is only piecewise (its Hessian in θ ignores the kinks), so
+# the smooth softplus and GELU are offered too.
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "relu": jax.nn.relu,
+    "softplus": jax.nn.softplus,
+    "gelu": jax.nn.gelu,
+}
+
+
+class OneHidden(nn.Module):
+  """One-hidden-layer network Φ(x; θ) = σ(x θ_w1ᵀ + θ_b1) θ_w2ᵀ + θ_b2 (Runkel et al., eq. 9).
+
+  θ = {"hidden": {"kernel": float[D, width], "bias": float[width]},
+       "output": {"kernel": float[width, 1], "bias": float[1]}} with D = H·W·C; the paper
+  uses width 6144 = 2·3072 on CIFAR-10. Parameters take the dtype of the images.
+
+  Attributes:
+    width: number of hidden units, > 0.
+    activation: name in `ACTIVATIONS`.
+  """
+  width: int
+  activation: str = "relu"
+
+  @nn.compact
+  def __call__(self, images: jax.Array) -> jax.Array:
+    """Args: images float[N, H, W, C]. Returns: logits float[N].
+
+    Raises:
+      ValueError: unknown activation or non-positive width.
+    """
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f"unknown activation {self.activation!r}; known: {sorted(ACTIVATIONS)}")
+    if self.width <= 0:
+      raise ValueError(f"width must be positive, got {self.width}")
+    x = images.reshape((images.shape[0], -1))
+    h = ACTIVATIONS[self.activation](
+        nn.Dense(self.width, name="hidden", param_dtype=images.dtype)(x))
+    return nn.Dense(1, name="output", param_dtype=images.dtype)(h)[:, 0]
+
+
 MODELS: dict[str, Callable[[ml_collections.ConfigDict], nn.Module]] = {
     "affine": lambda cfg: Affine(),
+    # victim_config.width, victim_config.activation
+    "one_hidden": lambda cfg: OneHidden(width=cfg.width, activation=cfg.activation),
 }
+
+# Victim-config fields, beyond `arch`, that an architecture reads (they determine θ*).
+MODEL_FIELDS: dict[str, tuple[str, ...]] = {"affine": (), "one_hidden": ("width", "activation")}
 
 
 def build_model(victim_config: ml_collections.ConfigDict) -> nn.Module:

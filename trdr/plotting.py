@@ -85,7 +85,7 @@ def _framed(ax, image, color, title=None):
 
 
 def reconstruction_grid(results, grid_index: int, reference: str = "train", n_show: int = 16,
-                        title: str = "", per_row: int = 8) -> plt.Figure:
+                        title: str = "", per_row: int = 8, fig=None) -> plt.Figure:
   """Reconstructions (black frame) beside their SSIM-nearest image (grey frame), sorted by
   SSIM, best first — the layout of the paper's Figs. 1–9.
 
@@ -95,6 +95,10 @@ def reconstruction_grid(results, grid_index: int, reference: str = "train", n_sh
     grid_index: which grid point's reconstructions to show.
     reference: "train", "partition" or "noise": the set the neighbours come from.
     n_show: number of (reconstruction, neighbour) pairs.
+    fig: a Figure or SubFigure to draw into (a panel of a larger figure); default a new
+      Figure.
+  Returns:
+    ``fig``, or the new Figure.
   """
   mean = results["mean"] if results["mean"].size else 0.0
   recon = results["final_images"][grid_index] + mean
@@ -103,8 +107,9 @@ def reconstruction_grid(results, grid_index: int, reference: str = "train", n_sh
   ssim = results[f"{reference}_ssim"][grid_index]
   order = np.argsort(-ssim)[:n_show]
   rows = int(np.ceil(len(order) / per_row))
-  fig, axes = plt.subplots(rows, 2 * per_row, figsize=(2 * per_row * 0.9, rows * 1.05),
-                           squeeze=False)
+  if fig is None:
+    fig = plt.figure(figsize=(2 * per_row * 0.9, rows * 1.05))
+  axes = fig.subplots(rows, 2 * per_row, squeeze=False)
   for ax in axes.ravel():
     ax.axis("off")
   for k, i in enumerate(order):
@@ -115,5 +120,5 @@ def reconstruction_grid(results, grid_index: int, reference: str = "train", n_sh
       ax.axis("on")
       _framed(ax, image, color, label)
   fig.suptitle(f"{title}: reconstruction (black) | nearest {reference} image by SSIM (grey)",
-               fontsize=9, y=1.0 + 0.25 / rows)
+               fontsize=9, y=1.0 + 0.1 / rows)
   return fig

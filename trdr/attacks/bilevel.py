@@ -13,7 +13,14 @@ selectable linear solve for H⁻¹v:
   * ``"cg"``: conjugate gradient on exact Hessian-vector products (jaxopt.linear_solve);
   * ``"quasi_newton"``: the L-BFGS inverse-Hessian approximation built from the lower-level
     solver's own curvature pairs — the H^{k+1} of eq. 7 (Lorraine et al. 2020 use the
-    same idea) — at the cost of a two-loop recursion, no Hessian-vector product.
+    same idea) — at the cost of a two-loop recursion, no Hessian-vector product;
+  * ``"neumann"``: the truncated Neumann series H⁻¹b ≈ α Σ_{j<K} (I − αH)^j b of Lorraine
+    et al. 2020 (the paper's reference [15]), K Hessian-vector products.
+
+For a non-convex lower level (the one-hidden network, eq. 9) H need not be invertible;
+the weight decay in E keeps it so at a strict local minimum, and ``damping`` μ ≥ 0
+replaces H by H + μI in every solve (see `make_lower_level`; μ = 0 is the exact
+hypergradient).
 
 `jaxopt.implicit_diff.custom_root` hands its ``solve`` only ``(matvec, b)``, so it cannot
 reach the curvature pairs the solver produced; the small `jax.custom_vjp` below is what
@@ -75,8 +82,75 @@ def quasi_newton_inverse_hessian(memory: optax.ScaleByLBFGSState, v: Params) -> 
   return r
 
 
-def _solve_cg(matvec, b, memory, *, tol, maxiter):
-  del memory
+def damp_memory(memory: optax.ScaleByLBFGSState, damping) -> optax.ScaleByLBFGSState:
+  """Curvature pairs of H + μI: every y_i ← y_i + μ s_i and ρ_i = 1 / (s_iᵀ y_i).
+
+  The pairs (s_i, y_i) of the lower-level L-BFGS satisfy y_i ≈ H s_i, so (s_i, y_i + μ s_i)
+  are pairs of H + μI and the two-loop recursion over them approximates (H + μI)⁻¹ — the
+  quasi-Newton counterpart of damping the Hessian-vector product. Empty slots (ρ_i = 0)
+  stay empty. μ = 0 returns the pairs unchanged.
+
+  Args:
+    memory: optax ``ScaleByLBFGSState``.
+    damping: μ ≥ 0, float[].
+  Returns:
+    ``memory`` with ``diff_updates_memory`` and ``weights_memory`` replaced.
+  """
+  s_mem, y_mem, rho = memory.diff_params_memory, memory.diff_updates_memory, memory.weights_memory
+  y_mem = jax.tree.map(lambda y, s: y + damping * s, y_mem, s_mem)
+  sy = sum(jnp.sum(s * y, axis=tuple(range(1, s.ndim)))
+           for s, y in zip(jax.tree.leaves(s_mem), jax.tree.leaves(y_mem)))
+  rho = jnp.where(rho != 0, 1.0 / jnp.where(sy != 0, sy, 1.0), 0.0).astype(rho.dtype)
+  return memory._replace(diff_updates_memory=y_mem, weights_memory=rho)
+
+
+def neumann_inverse(matvec: Callable[[Params], Params], b: Params, *, alpha, steps: int
+                    ) -> Params:
+  """H⁻¹b ≈ α Σ_{j=0}^{K−1} (I − αH)^j b, the truncated Neumann series (Lorraine et al.
+  2020, eq. 9; Runkel et al.'s reference [15]).
+
+  The series converges to H⁻¹b for symmetric positive definite H when 0 < α < 2/λ_max(H);
+  after K terms the error is (I − αH)^K H⁻¹b, i.e. it shrinks like (1 − αλ_min)^K, so an
+  ill-conditioned H needs K ≫ λ_max/λ_min terms. Uses K − 1 products with H.
+
+  Args:
+    matvec: u -> Hu on pytrees like ``b``.
+    b: pytree.
+    alpha: step α > 0, float[].
+    steps: K ≥ 1 terms.
+  Returns:
+    Pytree like ``b``.
+  Raises:
+    ValueError: steps < 1.
+  """
+  if steps < 1:
+    raise ValueError(f"the Neumann series needs at least 1 term, got steps={steps}")
+
+  def term(_, carry):
+    power, total = carry  # (I − αH)^j b and the partial sum up to j
+    power = optax.tree.add_scale(power, -alpha, matvec(power))
+    return power, optax.tree.add(total, power)
+
+  _, total = jax.lax.fori_loop(1, steps, term, (b, b))
+  return optax.tree.scale(alpha, total)
+
+
+def largest_eigenvalue(matvec: Callable[[Params], Params], v0: Params, *, steps: int = 20):
+  """λ_max of a symmetric positive semi-definite operator by power iteration, float[].
+
+  The Rayleigh quotient after ``steps`` products from ``v0``; it approaches λ_max from
+  below, so callers wanting a safe step 1/λ_max should add a margin.
+  """
+  def body(_, v):
+    w = matvec(v)
+    return optax.tree.scale(1.0 / (optax.tree.norm(w) + 1e-30), w)
+
+  v = jax.lax.fori_loop(0, steps, body, optax.tree.scale(1.0 / optax.tree.norm(v0), v0))
+  return optax.tree.vdot(v, matvec(v))
+
+
+def _solve_cg(matvec, b, memory, *, tol, maxiter, **unused):
+  del memory, unused
   return linear_solve.solve_cg(matvec, b, tol=tol, maxiter=maxiter)
 
 
@@ -85,8 +159,21 @@ def _solve_quasi_newton(matvec, b, memory, **unused):
   return quasi_newton_inverse_hessian(memory, b)
 
 
-# solve(matvec, b, memory) -> H⁻¹ b, where matvec(u) = Hu and memory the L-BFGS pairs.
-LINEAR_SOLVES: dict[str, Callable] = {"cg": _solve_cg, "quasi_newton": _solve_quasi_newton}
+def _solve_neumann(matvec, b, memory, *, neumann_alpha, neumann_steps, **unused):
+  """``neumann_alpha`` > 0 is α; 0 sets α = 1 / (1.1 λ_max) from 20 power iterations."""
+  del memory, unused
+  if neumann_alpha > 0:
+    alpha = neumann_alpha
+  else:
+    alpha = 1.0 / (1.1 * largest_eigenvalue(matvec, b))
+  return neumann_inverse(matvec, b, alpha=alpha, steps=neumann_steps)
+
+
+# solve(matvec, b, memory, **settings) -> H⁻¹ b, where matvec(u) = Hu and memory the L-BFGS
+# pairs; settings are cg_tol -> tol, cg_maxiter -> maxiter, neumann_alpha, neumann_steps
+# (every solve ignores the settings of the others).
+LINEAR_SOLVES: dict[str, Callable] = {"cg": _solve_cg, "quasi_newton": _solve_quasi_newton,
+                                      "neumann": _solve_neumann}
 
 
 class LowerLevelInfo(NamedTuple):
@@ -96,24 +183,38 @@ class LowerLevelInfo(NamedTuple):
 
 
 def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_size: int,
-                     solve: str, cg_tol: float = 1e-10, cg_maxiter: int | None = None):
+                     solve: str, cg_tol: float = 1e-10, cg_maxiter: int | None = None,
+                     damping: float = 0.0, neumann_alpha: float = 0.0,
+                     neumann_steps: int = 100):
   """θ(x) = argmin_θ E(θ, x, y) as a function differentiable in (x, y) by implicit diff.
+
+  The backward pass solves (H + μI) v = ∇θ l with H = ∇²θθ E(θ(x), x) and returns
+  −(∂x ∇θE)ᵀ v. With μ = ``damping`` > 0 this is the damped (biased, better-conditioned)
+  hypergradient: CG and Neumann use the product (H + μI)u = Hu + μu, quasi-Newton the
+  damped curvature pairs of `damp_memory`.
 
   Args:
     energy_fn: E(params, images, labels) -> float[].
     max_iter, tol, memory_size: lower-level L-BFGS settings (`trdr.victim.minimize_energy`).
     solve: name in `LINEAR_SOLVES` for the hypergradient's linear system.
     cg_tol, cg_maxiter: conjugate-gradient settings (``solve="cg"``).
+    damping: μ ≥ 0 added to the Hessian in every solve.
+    neumann_alpha, neumann_steps: α (0: 1/(1.1 λ_max) by power iteration) and number of
+      terms K of the Neumann series (``solve="neumann"``).
   Returns:
     ``solution(theta_init, images, labels) -> (theta, LowerLevelInfo)``; differentiating
     ``theta`` with respect to images or labels applies the implicit function theorem
     (the result does not depend on theta_init, whose cotangent is zero).
   Raises:
-    ValueError: unknown ``solve``.
+    ValueError: unknown ``solve``, negative damping or neumann_alpha, neumann_steps < 1.
   """
   if solve not in LINEAR_SOLVES:
     raise ValueError(f"unknown hypergradient solve {solve!r}; known: {sorted(LINEAR_SOLVES)}")
-  solve_fn = functools.partial(LINEAR_SOLVES[solve], tol=cg_tol, maxiter=cg_maxiter)
+  if damping < 0 or neumann_alpha < 0 or neumann_steps < 1:
+    raise ValueError(f"need damping >= 0, neumann_alpha >= 0 and neumann_steps >= 1; got "
+                     f"{damping}, {neumann_alpha}, {neumann_steps}")
+  solve_fn = functools.partial(LINEAR_SOLVES[solve], tol=cg_tol, maxiter=cg_maxiter,
+                               neumann_alpha=neumann_alpha, neumann_steps=neumann_steps)
   optimality_fn = jax.grad(energy_fn)  # ∇θE(θ, x, y) = 0 at the lower-level solution
 
   def forward(theta_init, images, labels):
@@ -121,6 +222,14 @@ def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_s
     theta, info = victim.minimize_energy(fun, theta_init, max_iter=max_iter, tol=tol,
                                          memory_size=memory_size)
     return (theta, LowerLevelInfo(info.grad_norm, info.num_iter)), info.memory
+
+  def damped(matvec):
+    if damping == 0:
+      return matvec
+    return lambda u: optax.tree.add_scale(matvec(u), damping, u)
+
+  def damped_memory(memory):
+    return memory if damping == 0 else damp_memory(memory, damping)
 
   @jax.custom_vjp
   def solution(theta_init, images, labels):
@@ -135,7 +244,7 @@ def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_s
     d_theta = cotangent[0]
     d_images, d_labels = implicit_diff.root_vjp(
         optimality_fn, theta, (images, labels), d_theta,
-        solve=lambda matvec, b: solve_fn(matvec, b, memory))
+        solve=lambda matvec, b: solve_fn(damped(matvec), b, damped_memory(memory)))
     return optax.tree.zeros_like(theta), d_images, d_labels
 
   solution.defvjp(solution_fwd, solution_bwd)
@@ -167,9 +276,22 @@ class StepMetrics(NamedTuple):
 LOWER_LEVEL_STARTS = ("theta_star", "previous", "random")
 
 
+LR_SCHEDULES = ("constant", "cosine")
+
+
 def make_optimizer(attack_config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Outer optimiser: ``"sgd"`` is eq. 7's x ← x − η∇x l; ``"adam"`` is optax Adam."""
-  name, lr = attack_config.optimizer, attack_config.lr
+  """Outer optimiser: ``"sgd"`` is eq. 7's x ← x − η∇x l; ``"adam"`` is optax Adam.
+
+  The step size η is ``attack_config.lr``, constant or decayed by a cosine to 1% of it
+  over ``attack_config.steps`` outer steps (``lr_schedule``).
+  """
+  name, schedule = attack_config.optimizer, attack_config.lr_schedule
+  if schedule == "constant":
+    lr = attack_config.lr
+  elif schedule == "cosine":
+    lr = optax.cosine_decay_schedule(attack_config.lr, attack_config.steps, alpha=0.01)
+  else:
+    raise ValueError(f"unknown lr_schedule {schedule!r}; known: {list(LR_SCHEDULES)}")
   if name == "sgd":
     return optax.sgd(lr)
   if name == "adam":
@@ -197,7 +319,8 @@ def make_attack(apply_fn, theta_star: Params, labels: jax.Array,
     labels: float[n] in {−1, +1}, the known labels of the unknown images.
     victim_config: weight_decay (the E that θ* minimises).
     attack_config: lower_level.{start, max_iter, tol, memory_size},
-      hypergradient.{solve, cg_tol, cg_maxiter}, optimizer, lr, project.
+      hypergradient.{solve, cg_tol, cg_maxiter, and optionally damping (default 0),
+      neumann_alpha (0), neumann_steps (100)}, optimizer, lr, project.
     key: PRNG key for the ``"random"`` lower-level start (folded with the step number).
     box: (low, high) pixel bounds for the projection, broadcastable to the images.
   Raises:
@@ -211,7 +334,10 @@ def make_attack(apply_fn, theta_star: Params, labels: jax.Array,
                                 weight_decay=victim_config.weight_decay)
   lower_level = make_lower_level(energy_fn, max_iter=ll.max_iter, tol=ll.tol,
                                  memory_size=ll.memory_size, solve=hg.solve,
-                                 cg_tol=hg.cg_tol, cg_maxiter=hg.cg_maxiter)
+                                 cg_tol=hg.cg_tol, cg_maxiter=hg.cg_maxiter,
+                                 damping=hg.get("damping", 0.0),
+                                 neumann_alpha=hg.get("neumann_alpha", 0.0),
+                                 neumann_steps=hg.get("neumann_steps", 100))
   optimizer = make_optimizer(attack_config)
 
   def upper_loss(images, theta_init):
