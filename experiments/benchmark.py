@@ -63,8 +63,19 @@ SOLVER_ROWS = (  # (label, solve, settings overriding the config's hypergradient
 )
 
 
+def trained_victim(config, dtype):
+  """(task, apply_fn, θ*, training report) for the config's data and victim."""
+  task = data.make_binary_task(config.data)
+  model = models.build_model(config.victim)
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  theta0 = models.init_params(model, jax.random.key(config.victim.seed),
+                              task.train_images.shape[1:], dtype)
+  theta_star, report = victim.train(model, theta0, task, config.victim)
+  return task, apply_fn, theta_star, report
+
+
 def solver_table(config, repeats: int) -> list[tuple]:
-  """Section 3 for one victim config, in float64.
+  """Section 2 for one victim config, in float64.
 
   Returns rows (label, seconds per hypergradient, seconds of it beyond the lower-level
   solve — the backward pass with its linear solve —, cosines, relative errors).
@@ -73,12 +84,7 @@ def solver_table(config, repeats: int) -> list[tuple]:
   iterates are x_rnd, x_part and (x_rnd + x_part)/2.
   """
   dtype = jnp.float64
-  task = data.make_binary_task(config.data)
-  model = models.build_model(config.victim)
-  apply_fn = lambda p, x: model.apply({"params": p}, x)
-  theta0 = models.init_params(model, jax.random.key(config.victim.seed),
-                              task.train_images.shape[1:], dtype)
-  theta_star, _ = victim.train(model, theta0, task, config.victim)
+  task, apply_fn, theta_star, _ = trained_victim(config, dtype)
   labels = jnp.asarray(task.train_labels, dtype)
   x_rnd = inits.uniform(jax.random.key(config.seed), task.train_images.shape, task.mean, dtype)
   x_part = jnp.asarray(task.partition_images, dtype)
@@ -112,7 +118,7 @@ def solver_table(config, repeats: int) -> list[tuple]:
 
 
 def print_solver_tables(configs: dict, repeats: int) -> None:
-  """Section 3 as one Markdown table over the victims in ``configs`` (name -> config)."""
+  """Section 2 as one Markdown table over the victims in ``configs`` (name -> config)."""
   previous = jax.config.jax_enable_x64
   jax.config.update("jax_enable_x64", True)
   print("\n== hypergradient solves, float64, lower level started at θ*, iterates: noise, "
@@ -158,12 +164,7 @@ def grid_section(config):
   """Section 1, in the config's precision."""
   jax.config.update("jax_enable_x64", bool(config.float64))
   dtype = jnp.float64 if config.float64 else jnp.float32
-  task = data.make_binary_task(config.data)
-  model = models.build_model(config.victim)
-  apply_fn = lambda p, x: model.apply({"params": p}, x)
-  theta0 = models.init_params(model, jax.random.key(config.victim.seed),
-                              task.train_images.shape[1:], dtype)
-  theta_star, report = victim.train(model, theta0, task, config.victim)
+  task, apply_fn, theta_star, report = trained_victim(config, dtype)
   print(f"victim: {report}")
 
   grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
