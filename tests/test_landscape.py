@@ -206,3 +206,17 @@ def test_attack_converges_with_the_quasi_newton_hypergradient():
   # Measured: noise 8.0 -> 1.9, partition 5.9 -> 0.84 (CG reaches lower, see the benchmark).
   assert np.all(loss[:, -1] < 0.3 * loss[:, 0]), loss[:, [0, -1]]
   assert np.all(np.diff(loss, axis=1).mean(axis=1) < 0)
+
+
+def test_float64_switch_runs_the_whole_path_in_float64(x64, tmp_path):
+  """config.float64 trains θ*, attacks and saves results in float64, with the same findings."""
+  config = smoke_config()
+  config.float64 = True
+  config.attack.steps = 10
+  records = landscape.run(config, str(tmp_path))
+  results = np.load(tmp_path / "results.npz")
+  assert results["final_images"].dtype == np.float64
+  assert results["history_upper_loss"].dtype == np.float64
+  assert _point(records, 1.0, 1.0)["l2_to_train"] < 1e-2
+  part = _point(records, 0.0, 1.0)
+  assert part["l2_to_partition"] < part["l2_to_train"]

@@ -207,6 +207,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False
     overwrite: replace a finished run (otherwise FileExistsError).
   Returns:
     The records written to landscape.json.
+
+  Sets JAX's process-wide ``jax_enable_x64`` to ``config.float64`` (float64 needs it on
+  before any array is made).
+
   Raises:
     FileExistsError: ``workdir`` holds a finished run or another config's run.
     ValueError: bad data, model or attack settings (from the modules that check them).
