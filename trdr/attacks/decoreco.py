@@ -24,6 +24,7 @@ cotangent λ/m, never as m per-sample gradients. During the attack the victim's 
 replaced by `relu_sigmoid_backward` (forward ReLU, derivative sigmoid(αz)), so that ∇x of
 the residual, which involves the activation's second derivative, is informative.
 
+`init_candidates` draws the starting point (x ~ N(0, σ²), λ ~ U(0, 1), labels −1 then +1).
 `gradient_norm_loss` is Runkel et al.'s eq. 3 alternative, min_x ||∇θE(x, y; θ*)||².
 
 All functions are pure and jittable; bind settings with `functools.partial` outside jit.
@@ -161,6 +162,31 @@ def stationarity_loss(params: Params, images: jax.Array, lambdas: jax.Array,
                                    form=form, weight_decay=weight_decay)
   return residual + prior_penalty(images, lambdas, x_min=x_min, x_max=x_max,
                                   lambda_min=lambda_min, lambda_weight=lambda_weight)
+
+
+def init_candidates(key: jax.Array, m: int, image_shape, *, sigma: float,
+                    dtype=jnp.float32) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The attack's starting point (Haim et al. 2022): m candidates, half per class.
+
+  Args:
+    key: PRNG key.
+    m: number of candidates, even (2n for a training set of n per class in the reference).
+    image_shape: (H, W, C).
+    sigma: standard deviation σ of the initial pixels.
+    dtype: float dtype of images and multipliers.
+  Returns:
+    (images float[m, H, W, C] ~ N(0, σ²), lambdas float[m] ~ U(0, 1),
+     labels float[m]: −1 for the first m/2, +1 for the rest).
+  Raises:
+    ValueError: m not a positive even integer.
+  """
+  if m <= 0 or m % 2:
+    raise ValueError(f"m must be a positive even number of candidates, got {m}")
+  key_x, key_lambda = jax.random.split(key)
+  images = sigma * jax.random.normal(key_x, (m, *image_shape), dtype)
+  lambdas = jax.random.uniform(key_lambda, (m,), dtype)
+  labels = jnp.repeat(jnp.asarray([-1.0, 1.0], dtype), m // 2)
+  return images, lambdas, labels
 
 
 def gradient_norm_loss(params: Params, images: jax.Array, labels: jax.Array, *,
