@@ -1,7 +1,7 @@
 """Victim classifiers Φ(x; θ) as Flax Linen modules, and a registry keyed by name.
 
-Every model maps images float[N, H, W, C] to one logit per image, float[N]; the binary
-label convention is y ∈ {−1, +1} (see `trdr.data`). Parameters θ are the module's
+Every model maps images float[N, H, W, C] to one logit per image, float[N] (the Haim MLP
+with num_outputs C > 1 to float[N, C]); the binary label convention is y ∈ {−1, +1} (see `trdr.data`). Parameters θ are the module's
 ``params`` collection, a pytree of arrays.
 """
 
@@ -67,14 +67,82 @@ class OneHidden(nn.Module):
     return nn.Dense(1, name="output", param_dtype=images.dtype)(h)[:, 0]
 
 
+class HaimMLP(nn.Module):
+  """Multilayer perceptron of Haim et al. (NeurIPS 2022), the DecoReco victim.
+
+  Φ(x; θ) = W_L σ(… σ(W_1 x + b_1) …), x flattened to D = H·W·C. Hidden layers are
+  named ``dense_0``, ``dense_1``, …, the last ``output``. Only the first layer has a bias
+  unless ``all_biases``; the first layer's kernel and bias are drawn N(0, 1)·``first_scale``
+  (1e-4 in the reference code), later layers take Flax's default initialisation.
+  Parameters take the dtype of the images.
+
+  θ = {"dense_0": {"kernel": float[D, w_0], "bias": float[w_0]},
+       "dense_k": {"kernel": float[w_{k−1}, w_k]} (+ "bias" if all_biases),
+       "output": {"kernel": float[w_last, C]} (+ "bias" if all_biases)}.
+
+  Attributes:
+    widths: hidden widths, each > 0; Haim et al. use (1000, 1000).
+    activation: a name in `ACTIVATIONS`, or a callable float[...] -> float[...]; the
+      DecoReco attack swaps in `trdr.attacks.decoreco.relu_sigmoid_backward` via
+      ``model.clone(activation=...)``.
+    all_biases: give every layer a bias, not only the first.
+    num_outputs: C ≥ 1; with C = 1 the model returns float[N] (binary logit), otherwise
+      float[N, C] (one logit per class).
+    first_scale: standard deviation of the first layer's initial kernel and bias.
+  """
+  widths: tuple[int, ...] = (1000, 1000)
+  activation: str | Callable[[jax.Array], jax.Array] = "relu"
+  all_biases: bool = False
+  num_outputs: int = 1
+  first_scale: float = 1e-4
+
+  @nn.compact
+  def __call__(self, images: jax.Array) -> jax.Array:
+    """Args: images float[N, H, W, C]. Returns: logits float[N] (C = 1) or float[N, C].
+
+    Raises:
+      ValueError: unknown activation name, no or non-positive widths, num_outputs < 1.
+    """
+    if isinstance(self.activation, str):
+      if self.activation not in ACTIVATIONS:
+        raise ValueError(
+            f"unknown activation {self.activation!r}; known: {sorted(ACTIVATIONS)}")
+      act = ACTIVATIONS[self.activation]
+    else:
+      act = self.activation
+    if not self.widths or any(w <= 0 for w in self.widths):
+      raise ValueError(f"widths must be a non-empty tuple of positive ints, got {self.widths}")
+    if self.num_outputs < 1:
+      raise ValueError(f"num_outputs must be >= 1, got {self.num_outputs}")
+    first_init = nn.initializers.normal(stddev=self.first_scale)
+    h = images.reshape((images.shape[0], -1))
+    for k, width in enumerate(self.widths):
+      first = k == 0
+      h = act(nn.Dense(
+          width, use_bias=first or self.all_biases, name=f"dense_{k}",
+          param_dtype=images.dtype,
+          **(dict(kernel_init=first_init, bias_init=first_init) if first else {}))(h))
+    out = nn.Dense(self.num_outputs, use_bias=self.all_biases, name="output",
+                   param_dtype=images.dtype)(h)
+    return out[:, 0] if self.num_outputs == 1 else out
+
+
 MODELS: dict[str, Callable[[ml_collections.ConfigDict], nn.Module]] = {
     "affine": lambda cfg: Affine(),
     # victim_config.width, victim_config.activation
     "one_hidden": lambda cfg: OneHidden(width=cfg.width, activation=cfg.activation),
+    # victim_config.widths, .activation, .all_biases, .num_outputs
+    "haim_mlp": lambda cfg: HaimMLP(
+        widths=tuple(cfg.widths), activation=cfg.activation, all_biases=cfg.all_biases,
+        num_outputs=cfg.num_outputs),
 }
 
 # Victim-config fields, beyond `arch`, that an architecture reads (they determine θ*).
-MODEL_FIELDS: dict[str, tuple[str, ...]] = {"affine": (), "one_hidden": ("width", "activation")}
+MODEL_FIELDS: dict[str, tuple[str, ...]] = {
+    "affine": (),
+    "one_hidden": ("width", "activation"),
+    "haim_mlp": ("widths", "activation", "all_biases", "num_outputs"),
+}
 
 
 def build_model(victim_config: ml_collections.ConfigDict) -> nn.Module:

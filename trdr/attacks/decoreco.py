@@ -1,0 +1,209 @@
+"""DecoReco: reconstruction from the KKT stationarity of the trained victim.
+
+Haim et al. (NeurIPS 2022) observe that a homogeneous network trained to convergence on
+{(x_i, y_i)} satisfies, in direction (Lyu & Li 2020), θ* = Σ_i λ_i y_i ∇θΦ(θ*; x_i) with
+λ_i ≥ 0. The attack searches m candidate images x_j and multipliers λ_j minimising
+
+  L(x, λ) = Σ_tensors ||c θ − (1/m) Σ_j λ_j ∇θ s_j(θ; x_j)||²                (residual)
+            + Σ relu(x − x_max)² + Σ relu(x_min − x)²                         (pixel prior)
+            + w_λ Σ_j relu(λ_min − λ_j)²                                       (λ prior)
+
+where s_j and c depend on the form (`FORMS`):
+
+  * ``"binary"`` (Haim et al. 2022): c = 1, s_j = y_j Φ(x_j), y_j ∈ {−1, +1}.
+  * ``"weight_decay"`` (Buzaglo et al. 2023): c = wd, s_j = y_j Φ(x_j). For a victim
+    trained on E = (1/n) Σ softplus(−y_i Φ_i) + (wd/2)||θ||² (`trdr.victim.energy`) the
+    stationarity ∇θE = 0 reads wd θ = (1/n) Σ_i σ(−y_i Φ_i) y_i ∇θΦ_i, so with m = n the
+    true multipliers are exactly λ_i = σ(−y_i Φ_i) ∈ (0, 1) and the residual equals
+    ||∇θE||² (see `gradient_norm_loss`).
+  * ``"multiclass"`` (Buzaglo et al. 2023): c = 1, s_j = Φ_{y_j}(x_j) − max_{k≠y_j} Φ_k(x_j),
+    the margin, with integer labels y_j ∈ {0, …, C−1}.
+
+Σ_j λ_j ∇θ s_j is computed as ONE vector-Jacobian product of θ ↦ s(θ; x) ∈ R^m with the
+cotangent λ/m, never as m per-sample gradients. During the attack the victim's ReLU is
+replaced by `relu_sigmoid_backward` (forward ReLU, derivative sigmoid(αz)), so that ∇x of
+the residual, which involves the activation's second derivative, is informative.
+
+`init_candidates` draws the starting point (x ~ N(0, σ²), λ ~ U(0, 1), labels −1 then +1).
+`gradient_norm_loss` is Runkel et al.'s eq. 3 alternative, min_x ||∇θE(x, y; θ*)||².
+
+All functions are pure and jittable; bind settings with `functools.partial` outside jit.
+"""
+
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax.tree
+
+from trdr import victim
+
+Params = Any
+ApplyFn = Callable[[Params, jax.Array], jax.Array]
+
+
+def relu_sigmoid_backward(alpha: float) -> Callable[[jax.Array], jax.Array]:
+  """ReLU whose derivative is replaced by sigmoid(α z) (Haim et al. 2022, Sec. 4).
+
+  f(z) = max(z, 0) forward; every JVP (hence every gradient) uses f'(z) := sigmoid(α z),
+  a smooth surrogate of the step function, and second derivatives α σ'(α z).
+
+  Args:
+    alpha: sharpness α > 0 (about 20 in the reference code).
+  Returns:
+    Elementwise function float[...] -> float[...], a `jax.custom_jvp`.
+  Raises:
+    ValueError: alpha not positive.
+  """
+  if not alpha > 0:
+    raise ValueError(f"alpha must be positive, got {alpha!r}")
+
+  @jax.custom_jvp
+  def relu(z):
+    return jnp.maximum(z, 0.0)
+
+  @relu.defjvp
+  def _relu_jvp(primals, tangents):
+    (z,), (t,) = primals, tangents
+    return relu(z), jax.nn.sigmoid(alpha * z) * t
+
+  return relu
+
+
+def _signed_outputs(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """s_j = y_j Φ(x_j): logits float[m], labels float[m] in {−1, +1} -> float[m]."""
+  return labels * logits
+
+
+def _margins(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """s_j = Φ_{y_j}(x_j) − max_{k≠y_j} Φ_k(x_j): logits float[m, C], labels int[m] -> float[m]."""
+  true = jnp.take_along_axis(logits, labels[:, None], axis=1)[:, 0]
+  others = jnp.where(jax.nn.one_hot(labels, logits.shape[1], dtype=bool), -jnp.inf, logits)
+  return true - jnp.max(others, axis=1)
+
+
+# Each form: (s(logits, labels) -> float[m], c(weight_decay) -> scale of θ in the residual).
+FORMS: dict[str, tuple[Callable, Callable[[float], Any]]] = {
+    "binary": (_signed_outputs, lambda wd: 1.0),
+    "weight_decay": (_signed_outputs, lambda wd: wd),
+    "multiclass": (_margins, lambda wd: 1.0),
+}
+
+
+def _check(form, images, lambdas, labels):
+  if form not in FORMS:
+    raise ValueError(f"unknown stationarity form {form!r}; known: {sorted(FORMS)}")
+  m = images.shape[0]
+  if lambdas.shape != (m,) or labels.shape != (m,):
+    raise ValueError(f"expected lambdas and labels of shape ({m},) for {m} images, got "
+                     f"{lambdas.shape} and {labels.shape}")
+
+
+def stationarity_residual(params: Params, images: jax.Array, lambdas: jax.Array,
+                          labels: jax.Array, *, apply_fn: ApplyFn, form: str = "binary",
+                          weight_decay: float = 0.0) -> jax.Array:
+  """KKT residual Σ_tensors ||c θ − (1/m) Σ_j λ_j ∇θ s_j(θ; x_j)||² (module docstring).
+
+  Args:
+    params: θ*, pytree of float arrays.
+    images: float[m, H, W, C], the candidates x_j.
+    lambdas: float[m], multipliers λ_j (non-negative at a KKT point).
+    labels: float[m] in {−1, +1} for "binary" / "weight_decay"; int[m] in {0, …, C−1}
+      for "multiclass".
+    apply_fn: (params, images float[m, H, W, C]) -> logits float[m] (binary forms) or
+      float[m, C] (multiclass).
+    form: name in `FORMS`.
+    weight_decay: wd, the factor c of θ in the "weight_decay" form (ignored otherwise).
+  Returns:
+    float[] scalar.
+  Raises:
+    ValueError: unknown form, or lambdas / labels not of shape [m].
+  """
+  _check(form, images, lambdas, labels)
+  outputs, scale = FORMS[form]
+  _, vjp = jax.vjp(lambda p: outputs(apply_fn(p, images), labels), params)
+  (combination,) = vjp(lambdas / images.shape[0])       # (1/m) Σ_j λ_j ∇θ s_j
+  diff = optax.tree.sub(optax.tree.scale(scale(weight_decay), params), combination)
+  return optax.tree.norm(diff, squared=True)
+
+
+def prior_penalty(images: jax.Array, lambdas: jax.Array, *, x_min: float = -1.0,
+                  x_max: float = 1.0, lambda_min: float = 0.05,
+                  lambda_weight: float = 5.0) -> jax.Array:
+  """Σ relu(x − x_max)² + Σ relu(x_min − x)² + w_λ Σ_j relu(λ_min − λ_j)².
+
+  Args:
+    images: float[m, H, W, C].
+    lambdas: float[m].
+    x_min, x_max: the pixel box (Haim et al. use [−1, 1]).
+    lambda_min: λ_min, the margin below which multipliers are pushed up.
+    lambda_weight: w_λ (5 in the reference code).
+  Returns:
+    float[] scalar.
+  """
+  pixels = jnp.sum(jax.nn.relu(images - x_max) ** 2) + jnp.sum(jax.nn.relu(x_min - images) ** 2)
+  return pixels + lambda_weight * jnp.sum(jax.nn.relu(lambda_min - lambdas) ** 2)
+
+
+def stationarity_loss(params: Params, images: jax.Array, lambdas: jax.Array,
+                      labels: jax.Array, *, apply_fn: ApplyFn, form: str = "binary",
+                      weight_decay: float = 0.0, x_min: float = -1.0, x_max: float = 1.0,
+                      lambda_min: float = 0.05, lambda_weight: float = 5.0) -> jax.Array:
+  """DecoReco loss L(x, λ) = `stationarity_residual` + `prior_penalty` (module docstring).
+
+  Arguments as in those two functions. To jit, bind the keyword settings first:
+  ``jax.jit(functools.partial(stationarity_loss, apply_fn=f, form="binary"))``.
+
+  Returns:
+    float[] scalar.
+  """
+  residual = stationarity_residual(params, images, lambdas, labels, apply_fn=apply_fn,
+                                   form=form, weight_decay=weight_decay)
+  return residual + prior_penalty(images, lambdas, x_min=x_min, x_max=x_max,
+                                  lambda_min=lambda_min, lambda_weight=lambda_weight)
+
+
+def init_candidates(key: jax.Array, m: int, image_shape, *, sigma: float,
+                    dtype=jnp.float32) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """The attack's starting point (Haim et al. 2022): m candidates, half per class.
+
+  Args:
+    key: PRNG key.
+    m: number of candidates, even (2n for a training set of n per class in the reference).
+    image_shape: (H, W, C).
+    sigma: standard deviation σ of the initial pixels.
+    dtype: float dtype of images and multipliers.
+  Returns:
+    (images float[m, H, W, C] ~ N(0, σ²), lambdas float[m] ~ U(0, 1),
+     labels float[m]: −1 for the first m/2, +1 for the rest).
+  Raises:
+    ValueError: m not a positive even integer.
+  """
+  if m <= 0 or m % 2:
+    raise ValueError(f"m must be a positive even number of candidates, got {m}")
+  key_x, key_lambda = jax.random.split(key)
+  images = sigma * jax.random.normal(key_x, (m, *image_shape), dtype)
+  lambdas = jax.random.uniform(key_lambda, (m,), dtype)
+  labels = jnp.repeat(jnp.asarray([-1.0, 1.0], dtype), m // 2)
+  return images, lambdas, labels
+
+
+def gradient_norm_loss(params: Params, images: jax.Array, labels: jax.Array, *,
+                       apply_fn: ApplyFn, weight_decay: float) -> jax.Array:
+  """||∇θE(x, y; θ*)||² (Runkel et al. 2024, eq. 3), E = `trdr.victim.energy`.
+
+  Equals `stationarity_residual` of the "weight_decay" form at λ_i = σ(−y_i Φ_i), m = n.
+
+  Args:
+    params: θ*, pytree of float arrays.
+    images: float[n, H, W, C].
+    labels: float[n] in {−1, +1}.
+    apply_fn: (params, images) -> logits float[n].
+    weight_decay: wd ≥ 0 of the victim's objective.
+  Returns:
+    float[] scalar.
+  """
+  grad = jax.grad(functools.partial(victim.energy, apply_fn=apply_fn,
+                                    weight_decay=weight_decay))(params, images, labels)
+  return optax.tree.norm(grad, squared=True)
