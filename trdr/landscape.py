@@ -46,19 +46,27 @@ PURE_INITS = {"noise": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0
 def victim_metadata(config: ml_collections.ConfigDict, image_shape) -> dict:
   """Everything that determines θ*: compared to decide whether a saved θ* is reusable."""
   model_fields = {k: config.victim[k] for k in models.MODEL_FIELDS.get(config.victim.arch, ())}
+  if config.victim.get("training", "lbfgs") == "gd":
+    training = {"training": "gd", **{k: config.victim[k] for k in (
+        "loss", "lr", "weight_decay", "max_epochs", "loss_threshold")}}
+  else:
+    training = {"loss": "logistic", **{k: config.victim[k] for k in (
+        "weight_decay", "tol", "max_iter", "memory_size")}}
   return io.to_jsonable({
-      "arch": config.victim.arch, **model_fields, "loss": "logistic",
-      "weight_decay": config.victim.weight_decay,
-      "tol": config.victim.tol, "max_iter": config.victim.max_iter,
-      "memory_size": config.victim.memory_size, "seed": config.victim.seed,
+      "arch": config.victim.arch, **model_fields, **training, "seed": config.victim.seed,
       "float64": config.float64, "data": config.data, "image_shape": list(image_shape)})
 
 
 def load_or_train_victim(config, task, model, directory: str) -> tuple[Any, dict]:
   """θ* from ``directory`` if it was saved for this same victim config, else trained.
 
+  ``config.victim.training`` chooses the training: "lbfgs" (default; `victim.train`, to
+  ||∇θE|| < tol) or "gd" (`victim.train_gd`, Haim et al.'s full-batch gradient descent
+  to a train-loss threshold).
+
   Returns:
-    (θ*, metadata) where metadata["report"] holds train/test accuracy and ||∇θE(θ*)||.
+    (θ*, metadata) where metadata["report"] holds train/test accuracy and the final
+    gradient norm (and, for "gd", the loss and epochs).
   """
   dtype = jnp.float64 if config.float64 else jnp.float32
   meta = victim_metadata(config, task.train_images.shape[1:])
@@ -71,8 +79,18 @@ def load_or_train_victim(config, task, model, directory: str) -> tuple[Any, dict
   if saved is not None:
     logging.info("Victim config changed: retraining θ* into %s", directory)
   start = time.time()
-  theta_star, report = victim.train(model, template, task, config.victim)
-  metadata = {"config": meta, "report": io.to_jsonable(report.__dict__),
+  if config.victim.get("training", "lbfgs") == "gd":
+    task = task._replace(train_images=task.train_images.astype(dtype),
+                         test_images=task.test_images.astype(dtype))
+    theta_star, report = victim.train_gd(
+        model, template, task, config.victim,
+        log_fn=lambda r: logging.info("victim epoch %d: train loss %.3e, accuracy %.3f",
+                                      r["epoch"], r["train_loss"], r["train_accuracy"]))
+    report = report._asdict()
+  else:
+    theta_star, report = victim.train(model, template, task, config.victim)
+    report = report.__dict__
+  metadata = {"config": meta, "report": io.to_jsonable(report),
               "train_seconds": time.time() - start}
   victim.save(directory, theta_star, metadata)
   logging.info("Trained θ* in %.1fs: %s", metadata["train_seconds"], report)

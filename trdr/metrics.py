@@ -58,6 +58,10 @@ from jax import lax
 
 __all__ = [
     "NearestNeighbours",
+    "best_per_candidate",
+    "matched_score",
+    "minmax_scale",
+    "ncc_distances",
     "nearest_neighbours",
     "pairwise_l2",
     "pairwise_ssim",
@@ -530,3 +534,89 @@ def param_distance(theta_a: Any, theta_b: Any) -> jax.Array:
         d = a.astype(dtype) - b.astype(dtype)
         total = total + jnp.sum(d * d)
     return total
+
+
+# ------------------------------------------------------- DecoReco (Haim et al. 2022)
+
+
+def minmax_scale(images: Any) -> jax.Array:
+    """Each image scaled to span [0, 1]: (x − min x) / (max x − min x), per image.
+
+    Haim et al. 2022 show and score reconstructions this way after adding the mean back.
+
+    Args:
+      images: float[..., H, W, C].
+    Returns:
+      float[..., H, W, C] in [0, 1] (a constant image maps to 0).
+    """
+    x = jnp.asarray(images)
+    lo = jnp.min(x, axis=(-3, -2, -1), keepdims=True)
+    hi = jnp.max(x, axis=(-3, -2, -1), keepdims=True)
+    return (x - lo) / jnp.where(hi > lo, hi - lo, 1.0)
+
+
+@functools.partial(jax.jit, static_argnames="downsample")
+def ncc_distances(queries: Any, candidates: Any, downsample: int = 2) -> jax.Array:
+    """Haim et al.'s CIFAR distance: squared L2 between per-image, per-channel
+    standardised images after a bicubic downsample by ``downsample``.
+
+    Equivalent to 2·P·(1 − normalised cross-correlation) for P = pixels per channel
+    after downsampling, summed over channels.
+
+    Args:
+      queries: float[Q, H, W, C].
+      candidates: float[M, H, W, C].
+      downsample: integer factor (2 in the reference code: ½ resolution).
+    Returns:
+      float32[Q, M] ≥ 0.
+    """
+    def prepare(x):
+        x = jnp.asarray(x, jnp.float32)
+        n, h, w, c = x.shape
+        x = jax.image.resize(x, (n, h // downsample, w // downsample, c), "bicubic")
+        mean = jnp.mean(x, axis=(1, 2), keepdims=True)
+        std = jnp.std(x, axis=(1, 2), keepdims=True)
+        return ((x - mean) / jnp.where(std > 0, std, 1.0)).reshape(n, -1)
+
+    q, c = prepare(queries), prepare(candidates)
+    sq = (jnp.sum(q * q, axis=1)[:, None] + jnp.sum(c * c, axis=1)[None, :]
+          - 2 * jnp.matmul(q, c.T, precision=lax.Precision.HIGHEST))
+    return jnp.maximum(sq, 0.0)
+
+
+def best_per_candidate(similarity: Any, larger_is_better: bool = True
+                       ) -> tuple[jax.Array, jax.Array]:
+    """For every candidate (column), its best query (row): at most one match per candidate.
+
+    Args:
+      similarity: float[..., Q, M], e.g. SSIM of Q reconstructions against M training
+        images (leading batch dims allowed).
+      larger_is_better: True for similarities (SSIM), False for distances.
+    Returns:
+      (value float[..., M], index int32[..., Q-axis argmax/argmin]).
+    """
+    s = jnp.asarray(similarity)
+    if larger_is_better:
+        return jnp.max(s, axis=-2), jnp.argmax(s, axis=-2).astype(jnp.int32)
+    return jnp.min(s, axis=-2), jnp.argmin(s, axis=-2).astype(jnp.int32)
+
+
+def matched_score(distances: Any, k: int = 10) -> jax.Array:
+    """Haim et al.'s in-run score: mean of the k smallest per-training-image distances.
+
+    Each training image (column) is matched to its closest reconstruction (row), so a
+    reconstruction counts at most once per training image; lower is better.
+
+    Args:
+      distances: float[..., Q, M] (e.g. `ncc_distances`), leading batch dims allowed.
+      k: number of best-matched training images averaged (10 in the reference); at most M.
+    Returns:
+      float[...] score.
+    Raises:
+      ValueError: k < 1 or k > M.
+    """
+    d = jnp.asarray(distances)
+    if not 1 <= k <= d.shape[-1]:
+        raise ValueError(f"k must be in [1, {d.shape[-1]}] (training images), got {k}")
+    best = jnp.min(d, axis=-2)
+    return jnp.mean(jnp.sort(best, axis=-1)[..., :k], axis=-1)

@@ -122,3 +122,96 @@ def reconstruction_grid(results, grid_index: int, reference: str = "train", n_sh
   fig.suptitle(f"{title}: reconstruction (black) | nearest {reference} image by SSIM (grey)",
                fontsize=9, y=1.0 + 0.1 / rows)
   return fig
+
+
+def _display(images, mean) -> np.ndarray:
+  """DecoReco reconstructions as Haim et al. show them: mean added, min-max per image."""
+  x = np.asarray(images, np.float64) + (mean if np.size(mean) else 0.0)
+  x = np.where(np.isfinite(x), x, 0.0)
+  lo = x.min(axis=(-3, -2, -1), keepdims=True)
+  hi = x.max(axis=(-3, -2, -1), keepdims=True)
+  return (x - lo) / np.where(hi > lo, hi - lo, 1.0)
+
+
+def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
+  """Rows of (left image, black frame, label) | (right image, grey frame) pairs."""
+  rows = max(1, int(np.ceil(len(pairs) / per_row)))
+  if fig is None:
+    fig = plt.figure(figsize=(2 * per_row * 0.9, rows * 1.1))
+  axes = fig.subplots(rows, 2 * per_row, squeeze=False)
+  for ax in axes.ravel():
+    ax.axis("off")
+  for k, (left, right, label) in enumerate(pairs):
+    r, c = divmod(k, per_row)
+    for offset, (image, color, text) in enumerate(((left, "black", label), (right, "grey", None))):
+      ax = axes[r, 2 * c + offset]
+      ax.axis("on")
+      _framed(ax, image, color, text)
+  fig.suptitle(title, fontsize=9, y=1.0 + 0.1 / rows)
+  return fig
+
+
+def decoreco_grid(results, reference: str = "train", n_show: int = 32, order: str = "ssim",
+                  title: str = "", grid_index: int | None = None, fig=None) -> plt.Figure:
+  """DecoReco reconstructions (black) beside their SSIM-nearest ``reference`` image (grey).
+
+  Runkel et al. Figs. 5–9 (after Haim et al.): reconstructions are shown with the mean
+  added back and min-max scaled.
+
+  Args:
+    results: a DecoReco results.npz (final_images [m, …] or, with ``grid_index``,
+      [G, m, …]; mean; {reference}_images; {reference}_index / _ssim).
+    reference: "train", "partition" or "noise".
+    n_show: number of pairs.
+    order: "ssim" — best match first, labelled with its rank among all reconstructions
+      (Figs. 6, 7); "index" — the first reconstructions in candidate order (Fig. 8).
+    grid_index: which grid point, for landscape results.
+  Returns:
+    ``fig`` or a new Figure.
+  Raises:
+    ValueError: unknown order.
+  """
+  if order not in ("ssim", "index"):
+    raise ValueError(f"order must be 'ssim' or 'index', got {order!r}")
+  pick = (lambda a: a) if grid_index is None else (lambda a: a[grid_index])
+  recon = _display(pick(results["final_images"]), results["mean"])
+  candidates = np.clip(results[f"{reference}_images"] + (results["mean"] if results["mean"].size
+                                                           else 0.0), 0.0, 1.0)
+  index, ssim = pick(results[f"{reference}_index"]), pick(results[f"{reference}_ssim"])
+  ranking = np.argsort(-ssim, kind="stable")
+  rank = np.empty_like(ranking)
+  rank[ranking] = np.arange(1, len(ranking) + 1)
+  shown = ranking[:n_show] if order == "ssim" else np.arange(min(n_show, len(ssim)))
+  pairs = [(recon[i], candidates[index[i]], f"#{rank[i]} SSIM {ssim[i]:.2f}") for i in shown]
+  return _pairs_figure(pairs, f"{title}: reconstruction (black) | nearest {reference} image "
+                       "by SSIM (grey), #rank", fig=fig)
+
+
+def best_per_train_grid(results, n_show: int = 32, title: str = "", fig=None) -> plt.Figure:
+  """Training images (black) beside their best reconstruction (grey), best first, with the
+  training image's rank by that SSIM (Haim et al.'s per-training-image view)."""
+  recon = _display(results["final_images"], results["mean"])
+  train = np.clip(results["train_images"] + (results["mean"] if results["mean"].size else 0.0),
+                  0.0, 1.0)
+  best, index = results["best_ssim_per_train"], results["best_index_per_train"]
+  order = np.argsort(-best, kind="stable")[:n_show]
+  pairs = [(train[i], recon[index[i]], f"#{r + 1} SSIM {best[i]:.2f}")
+           for r, i in enumerate(order)]
+  return _pairs_figure(pairs, f"{title}: training image (black) | its best reconstruction "
+                       "(grey)", fig=fig)
+
+
+def ssim_vs_output(results, thresholds=(0.3, 0.4, 0.5)) -> plt.Figure:
+  """Best-reconstruction SSIM of each training image against the victim's output Φ(x_i)
+  (Haim et al. 2022, Fig. 4), coloured by label, with the SSIM thresholds as lines."""
+  fig, ax = plt.subplots(figsize=(5, 3.5), constrained_layout=True)
+  phi, best, labels = results["phi_train"], results["best_ssim_per_train"], results["train_labels"]
+  for value, name, color in ((-1.0, "y = −1", "tab:blue"), (1.0, "y = +1", "tab:orange")):
+    keep = labels == value
+    ax.scatter(phi[keep], best[keep], s=8, color=color, label=name)
+  for t in thresholds:
+    ax.axhline(t, color="grey", lw=0.6, ls="--")
+  ax.set_xlabel("victim output Φ(x_i)")
+  ax.set_ylabel("SSIM of the best reconstruction")
+  ax.legend(fontsize=7)
+  return fig

@@ -204,3 +204,106 @@ def load(directory: str, template: Params) -> Params:
           f"{name} has shape {np.shape(saved_flat[name])}, expected {np.shape(value)}")
   restored = flax.serialization.from_state_dict(template, saved)
   return jax.tree.map(lambda t, r: jnp.asarray(r, t.dtype), template, restored)
+
+
+# Losses of the gradient-descent victims (Haim et al. 2022; Buzaglo et al. 2023), each
+# (logits, labels y ∈ {−1, +1} float[n]) -> float[] mean over the training set.
+GD_LOSSES: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
+    # Binary cross-entropy on {0, 1} labels, i.e. the logistic loss on y ∈ {−1, +1}.
+    "bce": logistic_loss,
+    # Squared error to the ±1 target, (1/n) Σ (Φ_i − y_i)².
+    "mse": lambda logits, labels: jnp.mean((logits - labels) ** 2),
+    # Cross-entropy over C = 2 output logits, class index (y + 1)/2 (the multiclass
+    # victim of Buzaglo et al. on the binary task).
+    "ce": lambda logits, labels: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
+        logits, ((labels + 1) / 2).astype(jnp.int32))),
+}
+
+
+class GDReport(NamedTuple):
+  """Outcome of gradient-descent training (plain Python numbers after `train_gd`)."""
+  train_loss: float
+  train_accuracy: float
+  test_accuracy: float
+  epochs: int
+  grad_norm: float
+  reached_threshold: bool
+  n_train: int
+  n_test: int
+
+
+def predictions(logits: jax.Array) -> jax.Array:
+  """±1 predictions from logits float[n] (sign) or float[n, 2] (argmax)."""
+  if logits.ndim == 2:
+    return jnp.where(jnp.argmax(logits, axis=1) == 1, 1.0, -1.0)
+  return jnp.where(logits >= 0, 1.0, -1.0)
+
+
+def train_gd(model, params0: Params, task, victim_config: ml_collections.ConfigDict,
+             log_fn: Callable[[dict], None] | None = None) -> tuple[Params, GDReport]:
+  """Full-batch gradient descent as in Haim et al. 2022, stopped at a train-loss threshold.
+
+  θ ← θ − lr ∇θ [loss(Φ(x; θ), y) + (wd/2)||θ||²] for at most ``max_epochs`` epochs,
+  stopping at the first epoch whose training loss (without the weight-decay term) is below
+  ``loss_threshold``. The loop is a `lax.while_loop`, run from Python in jitted chunks of
+  ``log_every`` epochs so that progress is logged.
+
+  Args:
+    model: Flax module, images float[n, H, W, C] -> logits float[n] (or float[n, 2] for
+      the "ce" loss).
+    params0: initial θ (e.g. `models.init_params`, Haim's 1e-4 first layer).
+    task: a `trdr.data.BinaryTask` (training and test sets; labels ±1).
+    victim_config: fields loss (a `GD_LOSSES` name), lr > 0, weight_decay ≥ 0,
+      max_epochs ≥ 1, loss_threshold ≥ 0, log_every ≥ 1.
+    log_fn: called with a dict (epoch, train_loss, train_accuracy) after every chunk.
+  Returns:
+    (θ*, GDReport).
+  Raises:
+    ValueError: unknown loss, non-positive lr, max_epochs or log_every.
+  """
+  cfg = victim_config
+  if cfg.loss not in GD_LOSSES:
+    raise ValueError(f"unknown victim loss {cfg.loss!r}; known: {sorted(GD_LOSSES)}")
+  if not cfg.lr > 0 or cfg.max_epochs < 1 or cfg.log_every < 1:
+    raise ValueError(f"victim lr, max_epochs and log_every must be positive, got "
+                     f"{cfg.lr}, {cfg.max_epochs}, {cfg.log_every}")
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  x, y = jnp.asarray(task.train_images), jnp.asarray(task.train_labels)
+  data_loss = lambda p: GD_LOSSES[cfg.loss](apply_fn(p, x), y)
+  objective = lambda p: data_loss(p) + 0.5 * cfg.weight_decay * optax.tree.norm(
+      p, squared=True)
+
+  @jax.jit
+  def chunk(params, loss, epoch, until):
+    def body(carry):
+      params, _, epoch = carry
+      loss, grad = jax.value_and_grad(data_loss)(params)
+      grad = optax.tree.add_scale(grad, cfg.weight_decay, params)
+      # The loss is that of the parameters before the step; stop before stepping.
+      params = jax.tree.map(lambda p, g: jnp.where(loss < cfg.loss_threshold, p,
+                                                   p - cfg.lr * g), params, grad)
+      return params, loss, epoch + jnp.where(loss < cfg.loss_threshold, 0, 1)
+
+    def cond(carry):
+      _, loss, e = carry
+      return (loss >= cfg.loss_threshold) & (e < until)
+
+    return jax.lax.while_loop(cond, body, (params, loss, epoch))
+
+  params, loss, epoch = params0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(0, jnp.int32)
+  while int(epoch) < cfg.max_epochs and not float(loss) < cfg.loss_threshold:
+    until = min(int(epoch) + cfg.log_every, cfg.max_epochs)
+    params, loss, epoch = chunk(params, loss, epoch, jnp.asarray(until, jnp.int32))
+    if log_fn is not None:
+      log_fn({"epoch": int(epoch), "train_loss": float(loss),
+              "train_accuracy": float(jnp.mean(predictions(apply_fn(params, x)) == y))})
+  final_loss = float(data_loss(params))
+  report = GDReport(
+      train_loss=final_loss,
+      train_accuracy=float(jnp.mean(predictions(apply_fn(params, x)) == y)),
+      test_accuracy=float(jnp.mean(predictions(apply_fn(params, jnp.asarray(task.test_images)))
+                                   == jnp.asarray(task.test_labels))),
+      epochs=int(epoch), grad_norm=float(optax.tree.norm(jax.grad(objective)(params))),
+      reached_threshold=bool(final_loss < cfg.loss_threshold),
+      n_train=int(x.shape[0]), n_test=int(task.test_images.shape[0]))
+  return params, report

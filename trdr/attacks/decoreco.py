@@ -31,7 +31,7 @@ All functions are pure and jittable; bind settings with `functools.partial` outs
 """
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -43,32 +43,34 @@ Params = Any
 ApplyFn = Callable[[Params, jax.Array], jax.Array]
 
 
-def relu_sigmoid_backward(alpha: float) -> Callable[[jax.Array], jax.Array]:
+@jax.custom_jvp
+def _relu_sigmoid_backward(z: jax.Array, alpha: jax.Array) -> jax.Array:
+  return jnp.maximum(z, 0.0)
+
+
+@_relu_sigmoid_backward.defjvp
+def _relu_sigmoid_backward_jvp(primals, tangents):
+  (z, alpha), (t, _) = primals, tangents   # α is a setting: its tangent is ignored
+  return _relu_sigmoid_backward(z, alpha), jax.nn.sigmoid(alpha * z) * t
+
+
+def relu_sigmoid_backward(alpha) -> Callable[[jax.Array], jax.Array]:
   """ReLU whose derivative is replaced by sigmoid(α z) (Haim et al. 2022, Sec. 4).
 
   f(z) = max(z, 0) forward; every JVP (hence every gradient) uses f'(z) := sigmoid(α z),
   a smooth surrogate of the step function, and second derivatives α σ'(α z).
 
   Args:
-    alpha: sharpness α > 0 (about 20 in the reference code).
+    alpha: sharpness α > 0 (about 20 in the reference code): a Python number, or a
+      float[] array, which may be traced (a vmapped hyperparameter sweep over α).
   Returns:
     Elementwise function float[...] -> float[...], a `jax.custom_jvp`.
   Raises:
-    ValueError: alpha not positive.
+    ValueError: alpha concrete and not positive.
   """
-  if not alpha > 0:
+  if not isinstance(alpha, jax.core.Tracer) and not float(alpha) > 0:
     raise ValueError(f"alpha must be positive, got {alpha!r}")
-
-  @jax.custom_jvp
-  def relu(z):
-    return jnp.maximum(z, 0.0)
-
-  @relu.defjvp
-  def _relu_jvp(primals, tangents):
-    (z,), (t,) = primals, tangents
-    return relu(z), jax.nn.sigmoid(alpha * z) * t
-
-  return relu
+  return lambda z: _relu_sigmoid_backward(z, jnp.asarray(alpha, z.dtype))
 
 
 def _signed_outputs(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -207,3 +209,105 @@ def gradient_norm_loss(params: Params, images: jax.Array, labels: jax.Array, *,
   grad = jax.grad(functools.partial(victim.energy, apply_fn=apply_fn,
                                     weight_decay=weight_decay))(params, images, labels)
   return optax.tree.norm(grad, squared=True)
+
+
+# ---------------------------------------------------------------------------------------
+# The attack: SGD with momentum on (x, λ), one jitted step, run under `lax.scan`.
+
+
+class Hyperparameters(NamedTuple):
+  """The four settings Haim et al. tune per victim (float[] each, or float[S] for a sweep).
+
+  Attributes:
+    init_scale: σ, standard deviation of the Gaussian initial candidates (pixels, in the
+      mean-subtracted space).
+    lr: step size of SGD on the candidates x.
+    lambda_min: λ_min of the multiplier prior.
+    alpha: α of the sigmoid-backward ReLU.
+  """
+  init_scale: Any
+  lr: Any
+  lambda_min: Any
+  alpha: Any
+
+
+class AttackState(NamedTuple):
+  """Candidates, multipliers and their momentum buffers.
+
+  Attributes:
+    images: float[m, H, W, C] candidates x (mean-subtracted pixel space).
+    lambdas: float[m] multipliers λ.
+    images_velocity, lambdas_velocity: SGD momentum buffers, shapes as above.
+    step: int32[] iterations done.
+  """
+  images: jax.Array
+  lambdas: jax.Array
+  images_velocity: jax.Array
+  lambdas_velocity: jax.Array
+  step: jax.Array
+
+
+def init_state(images: jax.Array, lambdas: jax.Array) -> AttackState:
+  """AttackState at iteration 0 (zero momentum). images float[m, H, W, C], lambdas float[m]."""
+  return AttackState(images, lambdas, jnp.zeros_like(images), jnp.zeros_like(lambdas),
+                     jnp.zeros((), jnp.int32))
+
+
+LossAndGrad = Callable[..., tuple[jax.Array, tuple[jax.Array, jax.Array]]]
+
+
+def autodiff_loss_and_grad(model, params: Params, labels: jax.Array, *, form: str = "binary",
+                           weight_decay: float = 0.0, x_min: float = -1.0,
+                           x_max: float = 1.0, lambda_weight: float = 5.0) -> LossAndGrad:
+  """(images, lambdas, alpha, lambda_min) -> (L, (∂L/∂x, ∂L/∂λ)) by JAX autodiff.
+
+  `stationarity_loss` for the victim ``model`` (a `trdr.models.HaimMLP`, or any Flax
+  module with an ``activation`` attribute) with its activation replaced by
+  `relu_sigmoid_backward(alpha)`; α and λ_min may be traced (vmapped sweeps).
+
+  Args:
+    model: Flax module; ``model.clone(activation=...)`` must be valid.
+    params: θ*.
+    labels: float[m] (±1) or int[m] (multiclass), the candidates' labels.
+    form, weight_decay, x_min, x_max, lambda_weight: as in `stationarity_loss`.
+  Returns:
+    The function; L float[], gradients float[m, H, W, C] and float[m].
+  """
+  def loss(images, lambdas, alpha, lambda_min):
+    attack_model = model.clone(activation=relu_sigmoid_backward(alpha))
+    apply_fn = lambda p, x: attack_model.apply({"params": p}, x)
+    return stationarity_loss(params, images, lambdas, labels, apply_fn=apply_fn, form=form,
+                             weight_decay=weight_decay, x_min=x_min, x_max=x_max,
+                             lambda_min=lambda_min, lambda_weight=lambda_weight)
+
+  return jax.value_and_grad(loss, argnums=(0, 1))
+
+
+def attack_step(state: AttackState, hparams: Hyperparameters, *, loss_and_grad: LossAndGrad,
+                lambda_lr: float = 1e-4, momentum: float = 0.9
+                ) -> tuple[AttackState, jax.Array]:
+  """One DecoReco iteration: L and its gradients, then SGD with momentum (PyTorch's form
+  v ← μ v + g, p ← p − lr v) on x (step hparams.lr) and λ (step ``lambda_lr``).
+
+  Returns:
+    (new state, L float[] at the state before the step).
+  """
+  loss, (grad_x, grad_l) = loss_and_grad(state.images, state.lambdas, hparams.alpha,
+                                         hparams.lambda_min)
+  vx = momentum * state.images_velocity + grad_x
+  vl = momentum * state.lambdas_velocity + grad_l
+  return AttackState(state.images - hparams.lr * vx, state.lambdas - lambda_lr * vl,
+                     vx, vl, state.step + 1), loss
+
+
+def run_steps(state: AttackState, hparams: Hyperparameters, num_steps: int, *,
+              loss_and_grad: LossAndGrad, lambda_lr: float = 1e-4,
+              momentum: float = 0.9) -> tuple[AttackState, jax.Array]:
+  """``num_steps`` iterations of `attack_step` under `jax.lax.scan`.
+
+  Returns:
+    (state after the steps, L float[num_steps] before each step).
+  """
+  step = functools.partial(attack_step, hparams=hparams, loss_and_grad=loss_and_grad,
+                           lambda_lr=lambda_lr, momentum=momentum)
+  return jax.lax.scan(lambda s, _: step(s), state, None, length=num_steps)
