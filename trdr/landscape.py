@@ -218,6 +218,9 @@ def lower_level_summary(history, tol: float) -> dict:
 def run(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False) -> list[dict]:
   """Runs the whole landscape experiment and writes its files into ``workdir``.
 
+  With ``config.attack.name == "decoreco"`` this is the DecoReco landscape
+  (`trdr.reconstruct.landscape`, configs/decoreco_landscape.py).
+
   Args:
     config: see configs/bilevel_affine.py (sections seed, float64, data, victim, attack,
       init, eval).
@@ -233,6 +236,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False
     FileExistsError: ``workdir`` holds a finished run or another config's run.
     ValueError: bad data, model or attack settings (from the modules that check them).
   """
+  if config.attack.name == "decoreco":
+    from trdr import reconstruct  # imports this module
+    return reconstruct.landscape(config, workdir, overwrite)
   resume = io.prepare_workdir(workdir, config, LANDSCAPE_FILE, overwrite)
   jax.config.update("jax_enable_x64", bool(config.float64))
   dtype = jnp.float64 if config.float64 else jnp.float32

@@ -458,3 +458,81 @@ def sweep(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = Fal
   io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
   logging.info("Best setting: %s", rows[0])
   return summary
+
+
+def landscape(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False
+              ) -> list[dict]:
+  """The DecoReco energy landscape (Runkel et al. Figs. 10(b)–12(b)): one attack per eq. 10
+  initialisation of the (λ1, λ2) grid, all as ONE computation (`attack_grid`).
+
+  Each attack has m = n candidates, candidate i starting at the mixture of training image
+  i, partition image i (same label) and noise image i, with the training labels; λ starts
+  at one U(0, 1) draw shared by all grid points. Writes the bilevel landscape's files
+  (`trdr.landscape`): landscape.json (records with λ1, λ2, the final KKT loss as
+  upper_loss, mean L2 / SSIM to the SSIM-nearest image of the training set, the partition
+  and the noise set, and the count of training images reconstructed with SSIM ≥ 0.4),
+  results.npz, summary.json and the Fig. 10–12 panels.
+
+  Returns:
+    The records.
+  """
+  from trdr import landscape as bilevel_landscape, plotting
+
+  resume = io.prepare_workdir(workdir, config, bilevel_landscape.LANDSCAPE_FILE, overwrite)
+  task, model, theta_star, victim_meta, dtype = setup(config, workdir)
+  hp = hyperparameters(config)
+  grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
+  key_noise, key_lambda = jax.random.split(jax.random.key(config.seed))
+  x_gt = jnp.asarray(task.train_images, dtype)
+  x_part = jnp.asarray(task.partition_images, dtype)
+  labels = jnp.asarray(task.train_labels, dtype)
+  x_rnd = inits.uniform(key_noise, x_gt.shape, task.mean, dtype)
+  x0 = inits.grid_images(grid, x_gt, x_part, x_rnd)
+  size = x0.shape[0]
+  lambda0 = jnp.broadcast_to(jax.random.uniform(key_lambda, labels.shape, dtype),
+                             (size, *labels.shape))
+  states = jax.vmap(decoreco.init_state)(x0, lambda0)
+  hparams = jax.tree.map(lambda v: jnp.full((size,), v, dtype), hp)
+  loss_and_grad = make_loss_and_grad(config, model, theta_star, labels)
+  logging.info("DecoReco landscape: %d initialisations × %d candidates", size, x_gt.shape[0])
+  start = time.time()
+  states, losses = attack_grid(config, loss_and_grad, states, hparams, workdir, resume)
+  attack_seconds = time.time() - start
+
+  sets = pixel_sets(task, x_rnd)
+  evaluation = evaluate(states.images, task, sets, thresholds=(0.4,),
+                        chunk_size=config.eval.ssim_chunk_size)
+  records = []
+  for g in range(size):
+    records.append({
+        "lambda1": float(grid.lambda1[g]), "lambda2": float(grid.lambda2[g]),
+        "upper_loss": float(losses[g, -1]),
+        **{f"l2_to_{s}": float(evaluation[f"{s}_l2"][g].mean()) for s in sets},
+        **{f"ssim_to_{s}": float(evaluation[f"{s}_ssim"][g].mean()) for s in sets},
+        "train_ssim_ge_0.4": int(evaluation["count_ssim_ge"][g, 0]),
+    })
+  io.save_npz(os.path.join(workdir, RESULTS_FILE),
+              lambda1=grid.lambda1, lambda2=grid.lambda2, grid_shape=np.asarray(grid.shape),
+              initial_images=np.asarray(x0), final_images=np.asarray(states.images),
+              final_lambdas=np.asarray(states.lambdas), labels=np.asarray(labels),
+              train_images=task.train_images, partition_images=task.partition_images,
+              noise_images=np.asarray(x_rnd),
+              mean=np.zeros(0) if task.mean is None else task.mean,
+              history_upper_loss=losses, **evaluation)
+  for name, fig in plotting.landscape_figures(records, grid.shape).items():
+    io.save_figure(fig, workdir, name)
+  results = np.load(os.path.join(workdir, RESULTS_FILE))
+  for name, (l1, l2) in bilevel_landscape.PURE_INITS.items():
+    if np.any(np.isclose(grid.lambda1, l1) & np.isclose(grid.lambda2, l2)):
+      for reference in ("train", "partition"):
+        fig = plotting.decoreco_grid(results, reference, n_show=config.eval.n_show,
+                                     grid_index=grid.index(l1, l2),
+                                     title=f"DecoReco, {name.replace('_', ' ')} initialisation")
+        suffix = "" if reference == "train" else f"_vs_{reference}"
+        io.save_figure(fig, workdir, f"reconstructions_{name}{suffix}")
+  io.write_json(os.path.join(workdir, bilevel_landscape.SUMMARY_FILE), {
+      "victim": victim_meta["report"], "attack": "decoreco",
+      "hyperparameters": dict(zip(HPARAM_NAMES, map(float, hp))),
+      "attack_seconds": attack_seconds})
+  io.write_json(os.path.join(workdir, bilevel_landscape.LANDSCAPE_FILE), records)
+  return records
