@@ -1,0 +1,245 @@
+"""DecoReco attack loop, GD victim, sweep, single run and landscape on the :smoke configs:
+the numbers they write."""
+
+import functools
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from trdr import data, io, landscape, metrics, models, reconstruct, victim
+from trdr.attacks import decoreco
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "configs"))
+import decoreco_cifar  # noqa: E402
+import decoreco_landscape  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def x64_module():
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", True)
+  yield
+  jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture(scope="module")
+def victim_dir(tmp_path_factory):
+  """One θ* shared by the smoke runs of this module (all use the same victim config)."""
+  return str(tmp_path_factory.mktemp("victim"))
+
+
+def smoke_config(victim_dir, **init):
+  config = decoreco_cifar.get_config("smoke")
+  config.victim.checkpoint_dir = victim_dir
+  for key, value in init.items():
+    config.init[key] = value
+  return config
+
+
+# ----------------------------------------------------------------------- the victim
+
+
+def test_gd_victim_stops_at_the_loss_threshold(x64_module):
+  config = decoreco_cifar.get_config("smoke")
+  task = data.make_binary_task(config.data)
+  model = models.build_model(config.victim)
+  params0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:],
+                               jnp.float64)
+  task64 = task._replace(train_images=task.train_images.astype(np.float64),
+                         test_images=task.test_images.astype(np.float64))
+  logged = []
+  params, report = victim.train_gd(model, params0, task64, config.victim, log_fn=logged.append)
+  assert report.reached_threshold and report.train_accuracy == 1.0
+  assert report.train_loss < config.victim.loss_threshold
+  assert 1 < report.epochs < config.victim.max_epochs
+  assert [r["epoch"] for r in logged][-1] == report.epochs
+  # One epoch fewer must still be above the threshold: it stopped at the first epoch below.
+  short = config.victim.copy_and_resolve_references()
+  short.max_epochs = report.epochs - 1
+  _, early = victim.train_gd(model, params0, task64, short)
+  assert not early.reached_threshold and early.train_loss >= config.victim.loss_threshold
+  assert early.epochs == report.epochs - 1
+
+
+def test_gd_victim_rejects_unknown_loss():
+  config = decoreco_cifar.get_config("smoke").victim
+  config.loss = "hinge"
+  with pytest.raises(ValueError, match="unknown victim loss 'hinge'"):
+    victim.train_gd(None, None, None, config)
+
+
+# ------------------------------------------------------------------- the attack loop
+
+
+def test_attack_step_is_pytorch_sgd_with_momentum(x64_module):
+  target_x, target_l = jnp.arange(6.0).reshape(3, 2, 1, 1), jnp.asarray([0.3, 0.5, 0.7])
+
+  def loss_and_grad(x, lam, alpha, lambda_min):
+    return (jnp.sum((x - target_x) ** 2) + jnp.sum((lam - target_l) ** 2),
+            (2 * (x - target_x), 2 * (lam - target_l)))
+
+  hp = decoreco.Hyperparameters(0.0, 0.1, 0.05, 20.0)
+  state = decoreco.init_state(jnp.zeros((3, 2, 1, 1)), jnp.zeros(3))
+  x, lam, vx, vl = (np.zeros((3, 2, 1, 1)), np.zeros(3), np.zeros((3, 2, 1, 1)), np.zeros(3))
+  final, losses = decoreco.run_steps(state, hp, 3, loss_and_grad=loss_and_grad,
+                                     lambda_lr=0.01, momentum=0.9)
+  for _ in range(3):
+    vx = 0.9 * vx + 2 * (x - np.asarray(target_x))
+    vl = 0.9 * vl + 2 * (lam - np.asarray(target_l))
+    x, lam = x - 0.1 * vx, lam - 0.01 * vl
+  np.testing.assert_allclose(final.images, x, rtol=1e-12)
+  np.testing.assert_allclose(final.lambdas, lam, rtol=1e-12)
+  assert int(final.step) == 3 and losses.shape == (3,)
+  assert losses[0] == pytest.approx(float(jnp.sum(target_x ** 2) + jnp.sum(target_l ** 2)))
+
+
+def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
+  """Acceptance 3: S settings vmapped as one computation == each run alone."""
+  model = models.HaimMLP(widths=(8, 6), all_biases=True, first_scale=0.3)
+  params = models.init_params(model, jax.random.key(0), (12, 12, 1), jnp.float64)
+  m = 6
+  _, _, labels = decoreco.init_candidates(jax.random.key(1), m, (12, 12, 1), sigma=1.0,
+                                          dtype=jnp.float64)
+  settings = reconstruct.sample_settings(
+      jax.random.key(2), 4, ml_collections.ConfigDict({
+          "init_scale": (0.05, 0.5), "lr": (1e-3, 1e-2), "lambda_min": (0.01, 0.5),
+          "alpha": (10.0, 50.0)}), jnp.float64)
+  keys = jax.random.split(jax.random.key(3), 4)
+  starts = jax.vmap(lambda k, s: decoreco.init_state(*decoreco.init_candidates(
+      k, m, (12, 12, 1), sigma=s, dtype=jnp.float64)[:2]))(keys, settings.init_scale)
+  run = functools.partial(decoreco.run_steps, num_steps=15,
+                          loss_and_grad=decoreco.autodiff_loss_and_grad(model, params, labels))
+  together, losses = jax.jit(lambda s, h: reconstruct._grid_map(
+      lambda sh: run(sh[0], sh[1]), (s, h), 4))(starts, settings)
+  batched, _ = jax.jit(lambda s, h: reconstruct._grid_map(
+      lambda sh: run(sh[0], sh[1]), (s, h), 3))(starts, settings)
+  for i in range(4):
+    alone, alone_losses = jax.jit(run)(jax.tree.map(lambda t: t[i], starts),
+                                       jax.tree.map(lambda t: t[i], settings))
+    np.testing.assert_allclose(together.images[i], alone.images, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(together.lambdas[i], alone.lambdas, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(losses[i], alone_losses, rtol=1e-9)
+    np.testing.assert_allclose(batched.images[i], alone.images, rtol=1e-9, atol=1e-12)
+  # The settings differ, so the runs must differ (the comparison above is not vacuous).
+  assert not np.allclose(together.images[0], together.images[1])
+
+
+def test_sample_settings_ranges(x64_module):
+  ranges = decoreco_cifar.get_config("").sweep.ranges
+  s = reconstruct.sample_settings(jax.random.key(0), 2000, ranges, jnp.float64)
+  for name in reconstruct.HPARAM_NAMES:
+    low, high = ranges[name]
+    values = np.asarray(getattr(s, name))
+    assert values.min() >= low and values.max() <= high, name
+  # log-uniform: the median of σ is near the geometric mean of its range.
+  assert np.median(np.log10(s.init_scale)) == pytest.approx(np.mean(np.log10(ranges.init_scale)),
+                                                            abs=0.2)
+  bad = ranges.copy_and_resolve_references()
+  bad.lr = (0.0, 1.0)
+  with pytest.raises(ValueError, match="log-uniform"):
+    reconstruct.sample_settings(jax.random.key(0), 2, bad, jnp.float64)
+
+
+# --------------------------------------------------------------------------- scores
+
+
+def test_ncc_distance_is_invariant_to_per_channel_affine_changes():
+  rng = np.random.default_rng(0)
+  x = rng.uniform(size=(3, 32, 32, 3)).astype(np.float32)
+  y = x * np.asarray([2.0, 0.5, 3.0], np.float32) + np.asarray([0.1, -0.3, 1.0], np.float32)
+  d = np.asarray(metrics.ncc_distances(y, x))
+  assert np.allclose(np.diag(d), 0.0, atol=1e-3)
+  assert np.all(d[~np.eye(3, dtype=bool)] > 100.0)
+
+
+def test_matched_score_counts_a_reconstruction_once_per_training_image():
+  train = np.random.default_rng(1).uniform(size=(6, 32, 32, 3)).astype(np.float32)
+  # Three exact copies of training image 0: only one training image is matched at 0.
+  recon = np.stack([train[0]] * 3)
+  d = metrics.ncc_distances(recon, train)
+  assert float(metrics.matched_score(d, k=1)) == pytest.approx(0.0, abs=1e-3)
+  assert float(metrics.matched_score(d, k=2)) > 100.0
+  with pytest.raises(ValueError, match="k must be in"):
+    metrics.matched_score(d, k=7)
+
+
+# ---------------------------------------------------------------- end-to-end, :smoke
+
+
+@pytest.fixture(scope="module")
+def gaussian_run(victim_dir, tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp("gaussian"))
+  return workdir, reconstruct.run(smoke_config(victim_dir), workdir)
+
+
+def test_smoke_run_writes_consistent_numbers(gaussian_run):
+  workdir, summary = gaussian_run
+  for name in ("results.npz", "summary.json", "metrics.jsonl", "overview.png",
+               "reconstructions_vs_train.png", "reconstructions_vs_partition.png",
+               "best_per_train.png", "ssim_vs_output.png"):
+    assert os.path.exists(os.path.join(workdir, name)), name
+  results = np.load(os.path.join(workdir, "results.npz"))
+  n = results["train_images"].shape[0]
+  assert summary["candidates"] == 2 * n == results["final_images"].shape[0]
+  assert results["losses"].shape == (40,) and np.all(np.isfinite(results["losses"]))
+  assert results["losses"][-1] < results["losses"][0]
+  # Per-training-image best SSIM recomputed from scratch.
+  shown = reconstruct.to_display(results["final_images"], results["mean"])
+  train = np.clip(results["train_images"] + results["mean"], 0, 1)
+  ssim = np.asarray(metrics.pairwise_ssim(shown, train))
+  np.testing.assert_allclose(results["best_ssim_per_train"], ssim.max(axis=0), atol=1e-6)
+  for t in (0.3, 0.4, 0.5):
+    assert summary["reconstructed"][f"ssim_ge_{t:g}"] == int(np.sum(ssim.max(axis=0) >= t))
+  assert np.isfinite(summary["score"]) and summary["victim"]["train_accuracy"] == 1.0
+  with pytest.raises(FileExistsError, match="--overwrite"):
+    reconstruct.run(smoke_config(os.path.join(workdir, "victim_unused")), workdir)
+
+
+def test_ground_truth_initialisation_keeps_the_training_images(victim_dir, tmp_path):
+  summary = reconstruct.run(smoke_config(victim_dir, kind="ground_truth"), str(tmp_path))
+  results = np.load(os.path.join(tmp_path, "results.npz"))
+  assert summary["candidates"] == results["train_images"].shape[0]
+  # Most candidates' SSIM-nearest training image is still their own starting image (at
+  # lr 0.4 a few drift to another training image within 40 iterations: measured 8 of 10).
+  assert np.mean(results["train_index"] == np.arange(summary["candidates"])) >= 0.7
+  assert summary["reconstructed"]["ssim_ge_0.5"] >= 0.7 * summary["n_train"]
+
+
+def test_sweep_ranks_settings_and_feeds_the_run(victim_dir, tmp_path):
+  config = smoke_config(victim_dir)
+  summary = reconstruct.sweep(config, str(tmp_path / "sweep"))
+  rows = io.read_json(str(tmp_path / "sweep" / "sweep.json"))
+  assert len(rows) == config.sweep.num_settings
+  scores = [r["score"] for r in rows]
+  assert scores == sorted(scores) and [r["rank"] for r in rows] == [1, 2, 3]
+  best = io.read_json(str(tmp_path / "sweep" / "best.json"))
+  assert best == rows[0] == summary["best"]
+  config.attack.hparams_file = str(tmp_path / "sweep" / "best.json")
+  run_summary = reconstruct.run(config, str(tmp_path / "run"))
+  for name in reconstruct.HPARAM_NAMES:
+    assert run_summary["hyperparameters"][name] == pytest.approx(best[name])
+  config.attack.hparams_file = str(tmp_path / "missing.json")
+  with pytest.raises(FileNotFoundError, match="run the sweep"):
+    reconstruct.hyperparameters(config)
+
+
+def test_decoreco_landscape_stays_near_its_initialisation(victim_dir, tmp_path):
+  config = decoreco_landscape.get_config("smoke")
+  config.victim.checkpoint_dir = victim_dir
+  records = landscape.run(config, str(tmp_path))
+  assert len(records) == 9
+  point = {(r["lambda1"], r["lambda2"]): r for r in records}
+  gt, part, noise = point[1.0, 1.0], point[0.0, 1.0], point[0.0, 0.0]
+  assert gt["l2_to_train"] < part["l2_to_train"] and gt["l2_to_train"] < noise["l2_to_train"]
+  assert part["l2_to_partition"] < part["l2_to_train"]
+  assert noise["ssim_to_noise"] > max(noise["ssim_to_train"], noise["ssim_to_partition"])
+  assert gt["train_ssim_ge_0.4"] == 10
+  for fig in ("fig10_heatmaps", "fig11_lambda2_eq_1", "fig12_lambda1_eq_1",
+              "reconstructions_partition_vs_partition"):
+    assert os.path.getsize(os.path.join(tmp_path, f"{fig}.png")) > 1000
