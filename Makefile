@@ -6,7 +6,9 @@ SIZE ?= cpu
 PAPER_VARIANT = $(if $(filter paper,$(SIZE)),,$(SIZE))
 PAPER_FIGURES = $(PYTHON) experiments/paper_figures.py --config=configs/paper_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/paper_figures_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers fig1 fig2 fig3 fig4 table1
+DECORECO_FIGURES = $(PYTHON) experiments/decoreco_figures.py --config=configs/decoreco_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/decoreco_figures_$(SIZE)
+
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -43,3 +45,30 @@ fig4:  ## Fig. 4: one-hidden, partition initialisation vs training set (a) and p
 
 table1:  ## Table 1: ||θ* − θ||² for {affine, one-hidden} x {random, ground truth, partition}.
 	$(PAPER_FIGURES) --artefacts=table1
+
+sweep:  ## DecoReco vmapped hyperparameter sweep (σ, lr, λ_min, α); its best.json feeds Figs. 6–12.
+	$(PYTHON) experiments/sweep.py --config=configs/decoreco_cifar.py:$(PAPER_VARIANT) --workdir=$(RUNS)/decoreco_figures_$(SIZE)/sweep --config.victim.checkpoint_dir=$(RUNS)/decoreco_figures_$(SIZE)/victim
+
+fig5:  ## Fig. 5: DecoReco from U(0,1) without variance tuning; SIZE=cpu|paper|smoke.
+	$(DECORECO_FIGURES) --artefacts=fig5
+
+fig6:  ## Fig. 6: DecoReco, tuned σ (runs the sweep first), reconstructions ranked by SSIM.
+	$(DECORECO_FIGURES) --artefacts=fig6
+
+fig7:  ## Fig. 7: tuned σ, each training image beside its best reconstruction; SSIM vs Φ(x_i).
+	$(DECORECO_FIGURES) --artefacts=fig7
+
+fig8:  ## Fig. 8: overview of the first reconstructions beside their nearest neighbours.
+	$(DECORECO_FIGURES) --artefacts=fig8
+
+fig9:  ## Fig. 9: DecoReco from the partition, vs training set (a) and partition (b).
+	$(DECORECO_FIGURES) --artefacts=fig9
+
+fig10:  ## Fig. 10: landscape heatmaps, bilevel (a) and DecoReco (b).
+	$(DECORECO_FIGURES) --artefacts=fig10
+
+fig11:  ## Fig. 11: λ2 = 1 line of both landscapes.
+	$(DECORECO_FIGURES) --artefacts=fig11
+
+fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
+	$(DECORECO_FIGURES) --artefacts=fig12

@@ -23,22 +23,11 @@ def _axis_values(records, key, grid_shape):
   return values[:, 0] if key == "lambda1" else values[0, :]
 
 
-def landscape_figures(records: list[dict], grid_shape) -> dict[str, plt.Figure]:
-  """Fig. 10 (heatmaps of the mean L2 distance to the SSIM-nearest image of each set over
-  the (λ1, λ2) grid), Fig. 11 (the λ2 = 1 row against λ1) and Fig. 12 (the λ1 = 1 column
-  against λ2), for one attack.
-
-  Args:
-    records: landscape.json records (keys lambda1, lambda2, l2_to_{train,partition,noise}).
-    grid_shape: (len(λ1), len(λ2)).
-  Returns:
-    {"fig10_heatmaps", "fig11_lambda2_eq_1", "fig12_lambda1_eq_1"} -> Figure; a curve
-    figure is left out when its line (λ2 = 1 or λ1 = 1) is not on the grid.
-  """
+def _heatmaps(fig, records, grid_shape) -> None:
+  """Fig. 10: mean L2 to the SSIM-nearest image of each set over the (λ1, λ2) grid."""
   l1 = _axis_values(records, "lambda1", grid_shape)
   l2 = _axis_values(records, "lambda2", grid_shape)
-  figs = {}
-  fig, axes = plt.subplots(1, 3, figsize=(13, 4), constrained_layout=True)
+  axes = fig.subplots(1, 3)
   for ax, (key, label) in zip(axes, _SETS):
     values = _grid_values(records, f"l2_to_{key}", grid_shape)
     im = ax.imshow(values.T, origin="lower", cmap="viridis", aspect="auto")
@@ -52,23 +41,77 @@ def landscape_figures(records: list[dict], grid_shape) -> dict[str, plt.Figure]:
         ax.text(i, j, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
                 color="white" if values[i, j] < values.mean() else "black")
     fig.colorbar(im, ax=ax)
-  figs["fig10_heatmaps"] = fig
 
-  for name, fixed_key, fixed, free_key, free in (
-      ("fig11_lambda2_eq_1", "lambda2", 1.0, "lambda1", l1),
-      ("fig12_lambda1_eq_1", "lambda1", 1.0, "lambda2", l2)):
-    line = sorted((r for r in records if np.isclose(r[fixed_key], fixed)),
-                  key=lambda r: r[free_key])
-    if not line:
-      continue
+
+# Fig. 11 and 12: (name, fixed key, fixed value, free key).
+CURVES = (("fig11_lambda2_eq_1", "lambda2", 1.0, "lambda1"),
+          ("fig12_lambda1_eq_1", "lambda1", 1.0, "lambda2"))
+
+
+def _curve(ax, records, fixed_key, fixed, free_key) -> bool:
+  """Mean L2 to the SSIM-nearest image of each set along one grid line; False if the
+  line is not on the grid."""
+  line = sorted((r for r in records if np.isclose(r[fixed_key], fixed)),
+                key=lambda r: r[free_key])
+  if not line:
+    return False
+  for key, label in _SETS:
+    ax.plot([r[free_key] for r in line], [r[f"l2_to_{key}"] for r in line], "o-", label=label)
+  ax.set_xlabel(f"{'λ1' if free_key == 'lambda1' else 'λ2'}  "
+                f"({fixed_key.replace('lambda', 'λ')} = {fixed:g})")
+  ax.set_ylabel("mean L2 to SSIM-nearest image")
+  ax.legend(fontsize=7)
+  return True
+
+
+def landscape_figures(records: list[dict], grid_shape) -> dict[str, plt.Figure]:
+  """Fig. 10 (heatmaps of the mean L2 distance to the SSIM-nearest image of each set over
+  the (λ1, λ2) grid), Fig. 11 (the λ2 = 1 row against λ1) and Fig. 12 (the λ1 = 1 column
+  against λ2), for one attack.
+
+  Args:
+    records: landscape.json records (keys lambda1, lambda2, l2_to_{train,partition,noise}).
+    grid_shape: (len(λ1), len(λ2)).
+  Returns:
+    {"fig10_heatmaps", "fig11_lambda2_eq_1", "fig12_lambda1_eq_1"} -> Figure; a curve
+    figure is left out when its line (λ2 = 1 or λ1 = 1) is not on the grid.
+  """
+  figs = {}
+  fig = plt.figure(figsize=(13, 4), layout="constrained")
+  _heatmaps(fig, records, grid_shape)
+  figs["fig10_heatmaps"] = fig
+  for name, fixed_key, fixed, free_key in CURVES:
     fig, ax = plt.subplots(figsize=(5, 3.5), constrained_layout=True)
-    for key, label in _SETS:
-      ax.plot([r[free_key] for r in line], [r[f"l2_to_{key}"] for r in line], "o-",
-              label=label)
-    ax.set_xlabel(f"{'λ1' if free_key == 'lambda1' else 'λ2'}  ({fixed_key.replace('lambda', 'λ')} = 1)")
-    ax.set_ylabel("mean L2 to SSIM-nearest image")
-    ax.legend()
-    figs[name] = fig
+    if _curve(ax, records, fixed_key, fixed, free_key):
+      figs[name] = fig
+    else:
+      plt.close(fig)
+  return figs
+
+
+def combined_landscape_figures(panels: dict[str, tuple[list[dict], tuple]]
+                               ) -> dict[str, plt.Figure]:
+  """Figs. 10–12 with one panel per attack, e.g. (a) bilevel and (b) DecoReco.
+
+  Args:
+    panels: label -> (landscape.json records, grid shape), in panel order.
+  Returns:
+    {"fig10", "fig11", "fig12"} -> Figure.
+  """
+  figs = {}
+  fig = plt.figure(figsize=(13, 4 * len(panels)), layout="constrained")
+  for sub, (label, (records, shape)) in zip(np.atleast_1d(fig.subfigures(len(panels), 1)),
+                                           panels.items()):
+    _heatmaps(sub, records, shape)
+    sub.suptitle(label)
+  figs["fig10"] = fig
+  for (name, fixed_key, fixed, free_key), short in zip(CURVES, ("fig11", "fig12")):
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5),
+                             constrained_layout=True, squeeze=False)
+    for ax, (label, (records, _)) in zip(axes[0], panels.items()):
+      _curve(ax, records, fixed_key, fixed, free_key)
+      ax.set_title(label)
+    figs[short] = fig
   return figs
 
 
