@@ -64,7 +64,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.attack = ml_collections.ConfigDict()
   config.attack.name = "decoreco"
-  config.attack.form = "binary"       # "binary" | "weight_decay" (Buzaglo et al.)
+  config.attack.form = "binary"  # "binary" | "weight_decay" (Buzaglo) | "gradient_norm" (eq. 3)
   config.attack.candidates_per_image = 2   # m = 2n
   config.attack.steps = 50_000
   config.attack.log_every = 1000

@@ -243,3 +243,23 @@ def test_decoreco_landscape_stays_near_its_initialisation(victim_dir, tmp_path):
   for fig in ("fig10_heatmaps", "fig11_lambda2_eq_1", "fig12_lambda1_eq_1",
               "reconstructions_partition_vs_partition"):
     assert os.path.getsize(os.path.join(tmp_path, f"{fig}.png")) > 1000
+
+
+def test_gradient_norm_form_decreases_the_victims_gradient(x64_module):
+  """Runkel et al. eq. 3 as an attack: ||∇θE(x, y; θ*)||² falls; λ is left alone."""
+  model = models.HaimMLP(widths=(8, 6), all_biases=True, first_scale=0.3)
+  params = models.init_params(model, jax.random.key(0), (12, 12, 1), jnp.float64)
+  x, lam, labels = decoreco.init_candidates(jax.random.key(1), 6, (12, 12, 1), sigma=0.3,
+                                            dtype=jnp.float64)
+  config = decoreco_cifar.get_config("smoke")
+  config.attack.form = "gradient_norm"
+  config.victim.weight_decay = 1e-3
+  loss_and_grad = reconstruct.make_loss_and_grad(config, model, params, labels)
+  hp = decoreco.Hyperparameters(0.3, 0.05, 0.05, 20.0)
+  state, losses = jax.jit(lambda s: decoreco.run_steps(s, hp, 50, loss_and_grad=loss_and_grad))(
+      decoreco.init_state(x, lam))
+  assert losses[-1] < 0.5 * losses[0]
+  np.testing.assert_array_equal(state.lambdas, lam)
+  config.attack.form = "multiclass"
+  with pytest.raises(ValueError, match="unknown attack.form 'multiclass'"):
+    reconstruct.make_loss_and_grad(config, model, params, labels)

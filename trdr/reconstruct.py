@@ -96,8 +96,24 @@ def hyperparameters(config: ml_collections.ConfigDict) -> decoreco.Hyperparamete
 
 
 def make_loss_and_grad(config, model, theta_star, labels) -> decoreco.LossAndGrad:
-  """The jitted-ready (images, λ, α, λ_min) -> (L, grads) for ``config.attack``."""
+  """The jitted-ready (images, λ, α, λ_min) -> (L, grads) for ``config.attack``.
+
+  ``attack.form``: "binary" / "weight_decay" (`decoreco.stationarity_loss`), or
+  "gradient_norm", Runkel et al.'s eq. 3, ||∇θE(x, y; θ*)||² with E the victim's
+  objective (its loss — BCE — and weight decay) plus the pixel box prior; λ is unused
+  there (its gradient is zero).
+
+  Raises:
+    ValueError: unknown form.
+  """
   a = config.attack
+  if a.form == "gradient_norm":
+    return decoreco.gradient_norm_loss_and_grad(
+        model, theta_star, labels, weight_decay=config.victim.weight_decay, x_min=a.x_min,
+        x_max=a.x_max)
+  if a.form not in decoreco.FORMS or a.form == "multiclass":
+    raise ValueError(f"unknown attack.form {a.form!r} for a binary victim; known: "
+                     "'binary', 'weight_decay', 'gradient_norm'")
   weight_decay = config.victim.weight_decay if a.form == "weight_decay" else 0.0
   return decoreco.autodiff_loss_and_grad(
       model, theta_star, labels, form=a.form, weight_decay=weight_decay, x_min=a.x_min,

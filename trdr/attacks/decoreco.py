@@ -283,6 +283,32 @@ def autodiff_loss_and_grad(model, params: Params, labels: jax.Array, *, form: st
   return jax.value_and_grad(loss, argnums=(0, 1))
 
 
+def gradient_norm_loss_and_grad(model, params: Params, labels: jax.Array, *,
+                                weight_decay: float, x_min: float = -1.0,
+                                x_max: float = 1.0) -> LossAndGrad:
+  """Eq. 3 of Runkel et al. as an attack: (images, lambdas, alpha, lambda_min) ->
+  (||∇θE(x, y; θ*)||² + pixel prior, (∂/∂x, zeros for λ)).
+
+  E is `trdr.victim.energy` (mean logistic loss + (wd/2)||θ||²) of ``model`` with its ReLU
+  replaced by `relu_sigmoid_backward(alpha)`; λ and λ_min are ignored (kept for the
+  common signature of `attack_step`).
+  """
+  def loss(images, alpha):
+    attack_model = model.clone(activation=relu_sigmoid_backward(alpha))
+    apply_fn = lambda p, x: attack_model.apply({"params": p}, x)
+    pixels = (jnp.sum(jax.nn.relu(images - x_max) ** 2)
+              + jnp.sum(jax.nn.relu(x_min - images) ** 2))
+    return gradient_norm_loss(params, images, labels, apply_fn=apply_fn,
+                              weight_decay=weight_decay) + pixels
+
+  def loss_and_grad(images, lambdas, alpha, lambda_min):
+    del lambda_min
+    value, grad = jax.value_and_grad(loss)(images, alpha)
+    return value, (grad, jnp.zeros_like(lambdas))
+
+  return loss_and_grad
+
+
 def attack_step(state: AttackState, hparams: Hyperparameters, *, loss_and_grad: LossAndGrad,
                 lambda_lr: float = 1e-4, momentum: float = 0.9
                 ) -> tuple[AttackState, jax.Array]:
