@@ -120,6 +120,27 @@ def supports(params: Params) -> bool:
   return True
 
 
+_FUSE_V = False
+_HALF_GRAM = True
+_TRANSPOSE = True
+_CONCAT_HIDDEN = False
+_HALF_M = True
+
+
+def _transposed(a):
+  """aᵀ materialised (a copy), so that a product over samples is NN, not TN."""
+  return jax.lax.optimization_barrier(a.T)
+
+
+def _gram(x):
+  """X Xᵀ with 3/4 of the work: the diagonal blocks of the lower half once."""
+  h = x.shape[0] // 2
+  xa, xb = x[:h], x[h:]
+  left = jax.lax.dot_general(x, xa, (((1,), (1,)), ((), ())))    # [m, h] = X X_aᵀ
+  bb = jax.lax.dot_general(xb, xb, (((1,), (1,)), ((), ())))     # [m − h, m − h]
+  return jnp.concatenate([left, jnp.concatenate([left[h:].T, bb], axis=0)], axis=1)
+
+
 def _bias(layer, dtype):
   return layer["bias"].astype(dtype) if "bias" in layer else None
 
@@ -182,9 +203,13 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
 
   # Forward. First layer: X [K_0ᵀ; X]ᵀ = [Z_0 − b_0, Γ] in one matmul.
   w0 = kernels[0].shape[1]
-  v = jnp.concatenate([kernels[0].T, x], axis=0)                           # [w0 + m, D]
-  xv = dot_nt(x, v)
-  z0_nobias, gram = xv[:, :w0], xv[:, w0:]
+  if _FUSE_V:
+    v = jnp.concatenate([kernels[0].T, x], axis=0)                           # [w0 + m, D]
+    xv = dot_nt(x, v)
+    z0_nobias, gram = xv[:, :w0], xv[:, w0:]
+  else:
+    z0_nobias = dot(x, kernels[0])
+    gram = _gram(x) if _HALF_GRAM else dot_nt(x, x)
   zs = [z0_nobias if biases[0] is None else z0_nobias + biases[0]]
   for kernel, bias in zip(kernels[1:], biases[1:]):
     z = dot(jax.nn.relu(zs[-1]), kernel)
@@ -212,10 +237,10 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
       loss += jnp.sum(rb * rb)
   rs = [None]
   for k in range(1, len(zs)):
-    r = c * kernels[k] - dot_tn(hs[k], ys[k])
+    r = c * kernels[k] - (dot(_transposed(hs[k]), ys[k]) if _TRANSPOSE else dot_tn(hs[k], ys[k]))
     rs.append(r)
     loss += jnp.sum(r * r)
-  r_out = c * k_out - hs[-1].T @ a
+  r_out = c * k_out - a @ hs[-1]
   loss += jnp.sum(r_out * r_out)
   f = hs[-1] @ r_out
   if b_out is not None:
@@ -223,7 +248,7 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
     loss += rb_out * rb_out
     f += rb_out
   # First layer through the Gram matrix.
-  m_mat = dot_nt(ys[0], ys[0])                                             # M = Y_0 Y_0ᵀ
+  m_mat = _gram(ys[0]) if _HALF_M else dot_nt(ys[0], ys[0])             # M = Y_0 Y_0ᵀ
   loss += (c * c * jnp.sum(kernels[0] * kernels[0]) - 2 * c * jnp.sum(ys[0] * z0_nobias)
            + jnp.sum(gram * m_mat))
   ps = [c * z0_nobias - dot(gram, ys[0])]
@@ -245,15 +270,22 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
     s = ss[k]
     z_bar = h_bar * s + u_bar[k] * bs[k] * (alpha * s * (1 - s))
     if k == 0:
-      x_bar = dot(jnp.concatenate([z_bar + c * ys[0], -m_mat], axis=1), v)
+      if _FUSE_V:
+        x_bar = dot(jnp.concatenate([z_bar + c * ys[0], -m_mat], axis=1), v)
+      else:
+        x_bar = dot_nt(z_bar + c * ys[0], kernels[0]) - dot(m_mat, x)
     else:
-      h_bar = dot_nt(jnp.concatenate([ys[k], z_bar], axis=1),
-                     jnp.concatenate([rs[k], kernels[k]], axis=1))
+      if _CONCAT_HIDDEN:
+        h_bar = dot_nt(jnp.concatenate([ys[k], z_bar], axis=1),
+                       jnp.concatenate([rs[k], kernels[k]], axis=1))
+      else:
+        h_bar = dot_nt(ys[k], rs[k]) + dot_nt(z_bar, kernels[k])
 
-  # Priors.
-  over, under = jax.nn.relu(x - x_max), jax.nn.relu(x_min - x)
+  # Priors. The two expressions of x − clip(x) differ on purpose: XLA then fuses each into
+  # its consumer (the sum, the gradient) instead of writing an [m, D] temporary.
+  excess = x - jnp.clip(x, x_min, x_max)
   short = jax.nn.relu(lambda_min - lambdas).astype(dtype)
-  loss += jnp.sum(over * over) + jnp.sum(under * under) + lambda_weight * jnp.sum(short * short)
-  grad_x = -2 * x_bar + 2 * (over - under)
+  loss += jnp.sum(excess * excess) + lambda_weight * jnp.sum(short * short)
+  grad_x = 2 * (jnp.maximum(x - x_max, 0) - jnp.maximum(x_min - x, 0)) - 2 * x_bar
   grad_lambdas = -2 * (labels / m).astype(dtype) * f - 2 * lambda_weight * short
   return loss, (grad_x.reshape(images.shape), grad_lambdas)
