@@ -27,7 +27,7 @@ r"""Benchmarks, measured side by side in one run (ratios, not absolute promises)
    ``jax.value_and_grad(decoreco.stationarity_loss)``, and (b) the hand-derived fused
    `trdr.attacks.kkt_mlp.value_and_grad`; jitted, median of --decoreco_repeats after a
    warm-up, the two timed alternately. Printed as a Markdown table: ms / iteration, GFLOP/s
-   on the matmul FLOP count of each (autodiff 44.7, fused 42.6 GFLOP; XLA's own count is
+   on the matmul FLOP count of each (autodiff 44.7, fused 40.5 GFLOP; XLA's own count is
    printed too), fused / autodiff in this run, and the ratio to the reference PyTorch
    implementation's times QUOTED from /work/shared/ANCHORS.md (405–430 ms float64,
    191–197 ms float32; not measured here), plus the largest relative difference of the
@@ -245,14 +245,18 @@ def decoreco_flops(m: int, d: int, widths) -> dict[str, float]:
   """Matmul FLOPs (2 × multiply-adds) of one loss + ∇(x, λ) evaluation.
 
   Autodiff: first layer X K_0, G_0 = Xᵀ Y_0, X R_0, Z̄_0 K_0ᵀ, Y_0 R_0ᵀ (5 × 2 m D w_0);
-  each later hidden layer 7 × 2 m w_{k−1} w_k (Z_k, B_{k−1}, G_k, X R_k-like P_k, its
-  transpose through Δ, and two products into H̄_{k−1}). Fused (`trdr.attacks.kkt_mlp`):
-  first layer 2·2 m D (w_0 + m) + 2·2 m² w_0 (Gram trick), later layers as autodiff.
-  Products with the one-column output layer are O(m w) and left out.
+  each later layer 7 × 2 m w_{k−1} w_k. Fused (`trdr.attacks.kkt_mlp`, module docstring):
+  first layer X K_0 and (…) K_0ᵀ (2 × 2 m D w_0), M X (2 m² D), Γ Y_0 (2 m² w_0), and the
+  symmetric Γ = X Xᵀ and M = Y_0 Y_0ᵀ in blocks at 3/4 of 2 m² D and 2 m² w_0; later layers
+  as autodiff. Products with the one-column output layer are O(m w) and left out.
   """
+  h = m // 2
+  gram = lambda n: 2 * m * h * n + 2 * (m - h) ** 2 * n      # `kkt_mlp._gram`
   hidden = sum(7 * 2 * m * a * b for a, b in zip(widths[:-1], widths[1:]))
-  return {"autodiff": 5 * 2 * m * d * widths[0] + hidden,
-          "fused": 2 * 2 * m * d * (widths[0] + m) + 2 * 2 * m * m * widths[0] + hidden}
+  w0 = widths[0]
+  return {"autodiff": 5 * 2 * m * d * w0 + hidden,
+          "fused": 2 * 2 * m * d * w0 + 2 * m * m * d + 2 * m * m * w0 + gram(d) + gram(w0)
+                   + hidden}
 
 
 def _momentum_step(value_and_grad, labels):

@@ -30,7 +30,7 @@ def _problem(widths, all_biases, m=6, seed=0):
   rng = np.random.default_rng(seed)
   images = jnp.asarray(0.8 * rng.normal(size=(m, *SHAPE)))
   lambdas = jnp.asarray(rng.uniform(-0.1, 1.0, size=m)).at[:2].set([-0.05, 0.02])
-  labels = jnp.asarray(np.repeat([-1.0, 1.0], m // 2))
+  labels = jnp.asarray(np.where(np.arange(m) < m // 2, -1.0, 1.0))
   return model, params, images, lambdas, labels
 
 
@@ -57,6 +57,16 @@ def test_value_and_grad_match_autodiff(x64, widths, all_biases, form):
   assert abs(float(value - ref_value)) < 1e-10 * abs(float(ref_value))
   assert _rel_err(grad_x, ref_x) < 1e-10
   assert _rel_err(grad_lambdas, ref_lambdas) < 1e-10
+
+
+def test_odd_number_of_candidates(x64):
+  """m odd: the blocked Gram matrices (`kkt_mlp._gram`) split rows unevenly."""
+  model, params, images, lambdas, labels = _problem((7, 5), False, m=5)
+  value, (grad_x, grad_lambdas) = kkt_mlp.value_and_grad(params, images, lambdas, labels,
+                                                         alpha=ALPHA)
+  ref_value, (ref_x, ref_lambdas) = _autodiff(model, "binary")(params, images, lambdas, labels)
+  assert abs(float(value - ref_value)) < 1e-10 * abs(float(ref_value))
+  assert _rel_err(grad_x, ref_x) < 1e-10 and _rel_err(grad_lambdas, ref_lambdas) < 1e-10
 
 
 def test_gradients_are_sensitive_to_alpha_and_the_residual(x64):

@@ -29,38 +29,40 @@ One hand-written reverse pass of F (U_k = diag(a) P_k = ∂F/∂Δ_k):
 
   Ū_0 = U_0,  Ū_k = U_k + (Ū_{k−1} ∘ S_{k−1}) K_k                 (adjoint of Δ_k)
   H̄_{H−1} = a r_outᵀ,  Z̄_k = H̄_k ∘ S_k + Ū_k ∘ B_k ∘ α S_k (1 − S_k)
-  H̄_{k−1} = Y_k R_kᵀ + Z̄_k K_kᵀ = [Y_k, Z̄_k] [R_k, K_k]ᵀ        (one matmul, k ≥ 1)
+  H̄_{k−1} = Y_k R_kᵀ + Z̄_k K_kᵀ                                  (k ≥ 1)
   X̄ = Z̄_0 K_0ᵀ + Y_0 R_0ᵀ.
 
 Gram trick for the first layer, where D is large: G_0 = Xᵀ Y_0 (D × w_0) is never formed.
 With the Gram matrix Γ = X Xᵀ (m × m) and M = Y_0 Y_0ᵀ,
 
   P_0 = X R_0 + Rb_0 = c (Z_0 − b_0) − Γ Y_0 + Rb_0,
-  X̄ = (Z̄_0 + c Y_0) K_0ᵀ − M X = [Z̄_0 + c Y_0, −M] [K_0ᵀ; X],
+  X̄ = (Z̄_0 + c Y_0) K_0ᵀ − M X,
   ||R_0||² = c² ||K_0||² − 2c Σ_i a_i Δ_{0,i}·(z_{0,i} − b_0) + Σ_ij Γ_ij M_ij,
 
-so the first layer touches X in two matmuls that share the operand V = [K_0ᵀ; X]
-(float[w_0 + m, D]): X Vᵀ = [Z_0 − b_0, Γ] forward and [Z̄_0 + c Y_0, −M] V backward.
-(The value ||R_0||² is a difference of large terms: its relative accuracy degrades where
-R_0 ≪ c K_0, i.e. near an exact KKT point; the gradients do not use it.)
+so X enters four products (X K_0, Γ, (…) K_0ᵀ, M X) instead of autodiff's five (X K_0,
+Xᵀ Y_0, X R_0, Z̄_0 K_0ᵀ, Y_0 R_0ᵀ), and the symmetric Γ and M are computed as blocks
+with 3/4 of the multiply-adds (`_gram`). (The value ||R_0||² is a difference of large
+terms: its relative accuracy degrades where R_0 ≪ c K_0, i.e. near an exact KKT point; the
+gradients do not use it.)
 
-Work (multiply-adds × 2), m candidates, D inputs, hidden widths w_0 … w_{H−1}:
+Work (2 × multiply-adds), m candidates, D inputs, hidden widths w_0 … w_{H−1}:
 
-  first layer  2·m·D·(w_0 + m) [X Vᵀ] + 2·m²·w_0 [Γ Y_0] + 2·m²·w_0 [M]
-               + 2·m·(w_0 + m)·D [X̄]
-  layer k ≥ 1  6 matmuls of 2·m·w_{k−1}·w_k: Z_k, B_{k−1}, G_k, P_k, Ū_k, and H̄_{k−1}
-               (counted twice, inner dimension 2 w_k).
+  first layer  2 m D w_0 [X K_0] + (3/4)·2 m² D [Γ] + 2 m² w_0 [Γ Y_0] + (3/4)·2 m² w_0 [M]
+               + 2 m w_0 D + 2 m² D [X̄]
+  layer k ≥ 1  7 × 2 m w_{k−1} w_k: Z_k, B_{k−1}, G_k, P_k, Ū_k and the two products of
+               H̄_{k−1} (the same as autodiff).
 
-At paper size (m = 1000, D = 3072, widths (1000, 1000)) that is 24.6 + 4.0 + 12.0 =
-40.6 GFLOP per iteration against 44.7 GFLOP for autodiff's x and λ gradients (54.9 GFLOP
-for the reference PyTorch code, which also computes unused parameter gradients); the
-output layer and elementwise work are O(m·(D + Σ w)). No parameter gradient is formed.
+At paper size (m = 1000, D = 3072, widths (1000, 1000)) that is 26.5 + 14.0 = 40.5 GFLOP
+per iteration against 44.7 GFLOP for autodiff's ∇(x, λ) (30.7 + 14.0) and 54.9 GFLOP for
+the reference PyTorch code, which also computes parameter gradients it never uses. The
+output layer and the elementwise work are O(m (D + Σ_k w_k)). Beyond the FLOPs, every
+product runs as an NN or NT matmul (`_transposed`), and the [m, D] prior terms are fused
+into their consumers.
 
 All functions are pure; `value_and_grad` is jittable with its keywords bound through
 `functools.partial`. `supports` tells a caller whether to fall back to autodiff.
 """
 
-import functools
 from typing import Any, Mapping
 
 import jax
@@ -120,25 +122,29 @@ def supports(params: Params) -> bool:
   return True
 
 
-_FUSE_V = False
-_HALF_GRAM = True
-_TRANSPOSE = True
-_CONCAT_HIDDEN = False
-_HALF_M = True
+def _dot_nt(u: jax.Array, v: jax.Array) -> jax.Array:
+  """u vᵀ for u float[p, k], v float[q, k] -> float[p, q], without transposing v."""
+  return jax.lax.dot_general(u, v, (((1,), (1,)), ((), ())))
 
 
-def _transposed(a):
-  """aᵀ materialised (a copy), so that a product over samples is NN, not TN."""
+def _transposed(a: jax.Array) -> jax.Array:
+  """aᵀ as a materialised copy, so that a product over samples, aᵀ b, runs as an NN matmul:
+  XLA:CPU sends uᵀ v (TN) to a generic GEMM about twice as slow as its NN / NT kernels,
+  and the barrier stops the transpose from being folded back into the product."""
   return jax.lax.optimization_barrier(a.T)
 
 
-def _gram(x):
-  """X Xᵀ with 3/4 of the work: the diagonal blocks of the lower half once."""
+def _gram(x: jax.Array) -> jax.Array:
+  """Symmetric X Xᵀ, float[m, n] -> float[m, m], with 3/4 of the multiply-adds.
+
+  With X = [X_a; X_b] split in halves of rows: [X X_aᵀ | (X_b X_aᵀ)ᵀ over X_b X_bᵀ], so the
+  block X_a X_bᵀ is computed once, not twice.
+  """
   h = x.shape[0] // 2
-  xa, xb = x[:h], x[h:]
-  left = jax.lax.dot_general(x, xa, (((1,), (1,)), ((), ())))    # [m, h] = X X_aᵀ
-  bb = jax.lax.dot_general(xb, xb, (((1,), (1,)), ((), ())))     # [m − h, m − h]
-  return jnp.concatenate([left, jnp.concatenate([left[h:].T, bb], axis=0)], axis=1)
+  left = _dot_nt(x, x[:h])                                      # [m, h]: X X_aᵀ
+  bottom_right = _dot_nt(x[h:], x[h:])                          # [m − h, m − h]
+  right = jnp.concatenate([left[h:].T, bottom_right], axis=0)   # [m, m − h]
+  return jnp.concatenate([left, right], axis=1)
 
 
 def _bias(layer, dtype):
@@ -197,19 +203,11 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
   a = (lambdas * labels / m).astype(dtype)                                  # [m]
   ac = a[:, None]
   act = lambda z: jax.nn.sigmoid(alpha * z)
-  dot = jnp.matmul
-  dot_nt = lambda u, v: jax.lax.dot_general(u, v, (((1,), (1,)), ((), ())))  # u vᵀ
-  dot_tn = lambda u, v: jax.lax.dot_general(u, v, (((0,), (0,)), ((), ())))  # uᵀ v
+  dot, dot_nt = jnp.matmul, _dot_nt
 
-  # Forward. First layer: X [K_0ᵀ; X]ᵀ = [Z_0 − b_0, Γ] in one matmul.
-  w0 = kernels[0].shape[1]
-  if _FUSE_V:
-    v = jnp.concatenate([kernels[0].T, x], axis=0)                           # [w0 + m, D]
-    xv = dot_nt(x, v)
-    z0_nobias, gram = xv[:, :w0], xv[:, w0:]
-  else:
-    z0_nobias = dot(x, kernels[0])
-    gram = _gram(x) if _HALF_GRAM else dot_nt(x, x)
+  # Forward; the first layer's Z_0 − b_0 = X K_0 and the Gram matrix Γ = X Xᵀ.
+  z0_nobias = dot(x, kernels[0])
+  gram = _gram(x)
   zs = [z0_nobias if biases[0] is None else z0_nobias + biases[0]]
   for kernel, bias in zip(kernels[1:], biases[1:]):
     z = dot(jax.nn.relu(zs[-1]), kernel)
@@ -237,7 +235,7 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
       loss += jnp.sum(rb * rb)
   rs = [None]
   for k in range(1, len(zs)):
-    r = c * kernels[k] - (dot(_transposed(hs[k]), ys[k]) if _TRANSPOSE else dot_tn(hs[k], ys[k]))
+    r = c * kernels[k] - dot(_transposed(hs[k]), ys[k])
     rs.append(r)
     loss += jnp.sum(r * r)
   r_out = c * k_out - a @ hs[-1]
@@ -248,7 +246,7 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
     loss += rb_out * rb_out
     f += rb_out
   # First layer through the Gram matrix.
-  m_mat = _gram(ys[0]) if _HALF_M else dot_nt(ys[0], ys[0])             # M = Y_0 Y_0ᵀ
+  m_mat = _gram(ys[0])                                                     # M = Y_0 Y_0ᵀ
   loss += (c * c * jnp.sum(kernels[0] * kernels[0]) - 2 * c * jnp.sum(ys[0] * z0_nobias)
            + jnp.sum(gram * m_mat))
   ps = [c * z0_nobias - dot(gram, ys[0])]
@@ -270,16 +268,9 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
     s = ss[k]
     z_bar = h_bar * s + u_bar[k] * bs[k] * (alpha * s * (1 - s))
     if k == 0:
-      if _FUSE_V:
-        x_bar = dot(jnp.concatenate([z_bar + c * ys[0], -m_mat], axis=1), v)
-      else:
-        x_bar = dot_nt(z_bar + c * ys[0], kernels[0]) - dot(m_mat, x)
+      x_bar = dot_nt(z_bar + c * ys[0], kernels[0]) - dot(m_mat, x)
     else:
-      if _CONCAT_HIDDEN:
-        h_bar = dot_nt(jnp.concatenate([ys[k], z_bar], axis=1),
-                       jnp.concatenate([rs[k], kernels[k]], axis=1))
-      else:
-        h_bar = dot_nt(ys[k], rs[k]) + dot_nt(z_bar, kernels[k])
+      h_bar = dot_nt(ys[k], rs[k]) + dot_nt(z_bar, kernels[k])
 
   # Priors. The two expressions of x − clip(x) differ on purpose: XLA then fuses each into
   # its consumer (the sum, the gradient) instead of writing an [m, D] temporary.
