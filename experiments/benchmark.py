@@ -364,6 +364,7 @@ def decoreco_section(repeats: int) -> None:
         jax.block_until_ready(step(params, *state))
         times[k].append(time.perf_counter() - start)
     ms = {k: 1e3 * float(np.median(t)) for k, t in times.items()}
+    fastest = {k: 1e3 * float(np.min(t)) for k, t in times.items()}
     ref_value, (ref_x, ref_lambdas) = jax.jit(autodiff)(params, images, lambdas, labels)
     value, (grad_x, grad_lambdas) = jax.jit(fused)(params, images, lambdas, labels)
     rel = lambda a, b: float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
@@ -373,25 +374,29 @@ def decoreco_section(repeats: int) -> None:
                  f"{xla_flops['autodiff'] / 1e9:.1f}, fused {xla_flops['fused'] / 1e9:.1f} GFLOP")
     low, high = REFERENCE_MS[name]
     for k in steps:
-      rows.append((name, k, ms[k], flops[k] / ms[k] / 1e6, ms[k] / ms["autodiff"],
+      rows.append((name, k, ms[k], fastest[k], flops[k] / ms[k] / 1e6, ms[k] / ms["autodiff"],
                    f"{ms[k] / high:.2f}–{ms[k] / low:.2f}"))
     torch_iteration = _torch_iteration(params, images, lambdas, labels)
     if torch_iteration is None:
       notes.append(f"{name}: PyTorch transcription skipped (import torch failed)")
     else:
       seconds = _median_time(torch_iteration, repeats)
-      rows.append((name, "PyTorch transcription (this run)", 1e3 * seconds,
+      rows.append((name, "PyTorch transcription (this run)", 1e3 * seconds, float("nan"),
                    54.9 / seconds, 1e3 * seconds / ms["autodiff"],
                    f"{1e3 * seconds / high:.2f}–{1e3 * seconds / low:.2f}"))
   jax.config.update("jax_enable_x64", previous)
+  load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
   print(f"\n== DecoReco iteration, MLP {d}-{'-'.join(map(str, PAPER_WIDTHS))}-1 (first-layer "
         f"bias only), m = {PAPER_M}, α = {PAPER_ALPHA:g}, loss + ∇(x, λ) + SGD momentum; "
-        f"median of {repeats} (backend {jax.default_backend()}) ==\n")
-  print("| dtype | method | ms / iteration | GFLOP/s | / autodiff (this run) | "
-        "/ reference PyTorch (ANCHORS.md, quoted) |")
-  print("|---|---|---:|---:|---:|---:|")
-  for name, method, ms, gflops, ratio, reference in rows:
-    print(f"| {name} | {method} | {ms:.0f} | {gflops:.0f} | {ratio:.2f} | {reference} |")
+        f"median of {repeats} (backend {jax.default_backend()}, {os.cpu_count()} CPUs, load "
+        f"average {load} at the end: other processes share the CPUs if it exceeds their "
+        "number) ==\n")
+  print("| dtype | method | ms / iteration, median | fastest | GFLOP/s (median) | "
+        "/ autodiff (this run) | / reference PyTorch (ANCHORS.md, quoted) |")
+  print("|---|---|---:|---:|---:|---:|---:|")
+  for name, method, ms, fastest, gflops, ratio, reference in rows:
+    print(f"| {name} | {method} | {ms:.0f} | {fastest:.0f} | {gflops:.0f} | {ratio:.2f} | "
+          f"{reference} |")
   print(f"\nMatmul FLOPs per iteration: autodiff {flops['autodiff'] / 1e9:.1f} GFLOP, fused "
         f"{flops['fused'] / 1e9:.1f} GFLOP (PyTorch reference 54.9, with unused parameter "
         "gradients). Reference PyTorch times are quoted from ANCHORS.md (405–430 ms float64, "
