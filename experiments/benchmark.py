@@ -18,6 +18,24 @@ r"""Benchmarks, measured side by side in one run (ratios, not absolute promises)
    as a Markdown table.
 
   python experiments/benchmark.py --sections=solvers   # section 2 only
+
+3. ``--sections=decoreco`` (not run by default; ~3 minutes on 2 cores): one DecoReco attack
+   iteration at the size of Haim et al. (2022) — MLP 3072-1000-1000-1 with only the first
+   layer's bias, Haim initialisation (first layer N(0, 1e-4²)), m = 1000 candidates
+   x ~ N(0, 10⁻⁶), α = 20, loss + ∇(x, λ) + SGD-momentum (0.9) steps with learning rates
+   0.4 (x) and 1e-4 (λ) as in the reference code — in float64 and float32, by (a) autodiff,
+   ``jax.value_and_grad(decoreco.stationarity_loss)``, and (b) the hand-derived fused
+   `trdr.attacks.kkt_mlp.value_and_grad`; jitted, median of --decoreco_repeats after a
+   warm-up, the two timed alternately. Printed as a Markdown table: ms / iteration, GFLOP/s
+   on the matmul FLOP count of each (autodiff 44.7, fused 40.5 GFLOP; XLA's own count is
+   printed too), fused / autodiff in this run, and the ratio to the reference PyTorch
+   implementation's times QUOTED from /work/shared/ANCHORS.md (405–430 ms float64,
+   191–197 ms float32; not measured here), plus the largest relative difference of the
+   fused loss and gradients from autodiff's. If ``import torch`` works, a PyTorch
+   transcription of the reference iteration (create-graph backward + double backward) is
+   timed alongside; otherwise that row is skipped.
+
+  python experiments/benchmark.py --sections=decoreco
 """
 
 import functools
@@ -32,14 +50,16 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from trdr import data, metrics, models, victim
-from trdr.attacks import bilevel, init as inits
+from trdr.attacks import bilevel, decoreco, kkt_mlp, init as inits
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/bilevel_affine.py",
                                           "Experiment config.", lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 3, "Outer steps timed per initialisation.")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (median reported).")
 _SECTIONS = flags.DEFINE_list("sections", ["grid", "solvers"],
-                              "grid: section 1; solvers: section 2.")
+                              "grid: section 1; solvers: section 2; decoreco: section 3.")
+_DECORECO_REPEATS = flags.DEFINE_integer(
+    "decoreco_repeats", 7, "Timed DecoReco iterations per method and dtype (median, >= 5).")
 _ONE_HIDDEN_CONFIG = flags.DEFINE_string(
     "one_hidden_config", "configs/bilevel_one_hidden.py:cpu",
     "Config (path[:variant]) of the one-hidden victim for section 2.")
@@ -158,6 +178,11 @@ def main(argv):
   if "solvers" in _SECTIONS.value:
     print_solver_tables({"affine": _CONFIG.value,
                          "one_hidden": load_config(_ONE_HIDDEN_CONFIG.value)}, _REPEATS.value)
+  if "decoreco" in _SECTIONS.value:
+    decoreco_section(_DECORECO_REPEATS.value)
+  unknown = set(_SECTIONS.value) - {"grid", "solvers", "decoreco"}
+  if unknown:
+    raise app.UsageError(f"unknown --sections {sorted(unknown)}; known: grid, solvers, decoreco")
 
 
 def grid_section(config):
@@ -208,6 +233,177 @@ def grid_section(config):
       ("Python loop over grid points", t_loop, None)):
     print(f"{name:44s} {seconds:9.3f} {t_loop / seconds:11.2f}x "
           f"{'(reference)' if result is None else difference(result):>36s}")
+
+# Section 3: one DecoReco iteration at the size of Haim et al. (2022).
+PAPER_M, PAPER_SHAPE, PAPER_WIDTHS, PAPER_ALPHA = 1000, (32, 32, 3), (1000, 1000), 20.0
+LR_IMAGES, LR_LAMBDAS, MOMENTUM = 0.4, 1e-4, 0.9
+# The reference PyTorch implementation, quoted from /work/shared/ANCHORS.md (ms, 2 threads).
+REFERENCE_MS = {"float64": (405.0, 430.0), "float32": (191.0, 197.0)}
+
+
+def decoreco_flops(m: int, d: int, widths) -> dict[str, float]:
+  """Matmul FLOPs (2 × multiply-adds) of one loss + ∇(x, λ) evaluation.
+
+  Autodiff: first layer X K_0, G_0 = Xᵀ Y_0, X R_0, Z̄_0 K_0ᵀ, Y_0 R_0ᵀ (5 × 2 m D w_0);
+  each later layer 7 × 2 m w_{k−1} w_k. Fused (`trdr.attacks.kkt_mlp`, module docstring):
+  first layer X K_0 and (…) K_0ᵀ (2 × 2 m D w_0), M X (2 m² D), Γ Y_0 (2 m² w_0), and the
+  symmetric Γ = X Xᵀ and M = Y_0 Y_0ᵀ in blocks at 3/4 of 2 m² D and 2 m² w_0; later layers
+  as autodiff. Products with the one-column output layer are O(m w) and left out.
+  """
+  h = m // 2
+  gram = lambda n: 2 * m * h * n + 2 * (m - h) ** 2 * n      # `kkt_mlp._gram`
+  hidden = sum(7 * 2 * m * a * b for a, b in zip(widths[:-1], widths[1:]))
+  w0 = widths[0]
+  return {"autodiff": 5 * 2 * m * d * w0 + hidden,
+          "fused": 2 * 2 * m * d * w0 + 2 * m * m * d + 2 * m * m * w0 + gram(d) + gram(w0)
+                   + hidden}
+
+
+def _momentum_step(value_and_grad, labels):
+  """(θ, x, λ, v_x, v_λ) -> (loss, x', λ', v_x', v_λ'): SGD with momentum as torch.optim.SGD
+  (v ← μ v + g, p ← p − lr v), jitted."""
+
+  @jax.jit
+  def step(params, images, lambdas, velocity_images, velocity_lambdas):
+    loss, (grad_images, grad_lambdas) = value_and_grad(params, images, lambdas, labels)
+    velocity_images = MOMENTUM * velocity_images + grad_images
+    velocity_lambdas = MOMENTUM * velocity_lambdas + grad_lambdas
+    return (loss, images - LR_IMAGES * velocity_images, lambdas - LR_LAMBDAS * velocity_lambdas,
+            velocity_images, velocity_lambdas)
+
+  return step
+
+
+def _torch_iteration(params, images, lambdas, labels, threads=None):
+  """A PyTorch transcription of the reference iteration, or None without torch.
+
+  Returns a function running one iteration (forward, KKT loss with a create-graph
+  backward, double backward, SGD-momentum steps) on copies of the inputs.
+  """
+  try:
+    import torch  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return None
+  if threads:
+    torch.set_num_threads(threads)
+  dtype = torch.float64 if images.dtype == jnp.float64 else torch.float32
+
+  class ReluSigmoidBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z):
+      ctx.save_for_backward(z)
+      return z.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad):
+      (z,) = ctx.saved_tensors
+      return grad * torch.sigmoid(PAPER_ALPHA * z)   # differentiable: double backward works
+
+  tensor = lambda a: torch.tensor(np.asarray(a), dtype=dtype)
+  # Flax kernels are [in, out]; torch.nn.functional.linear takes [out, in].
+  weights = [tensor(params[n]["kernel"]).T.contiguous().requires_grad_()
+             for n in sorted(params, key=lambda n: (n == "output", n))]
+  bias = tensor(params["dense_0"]["bias"]).requires_grad_()
+  x = tensor(images).reshape(images.shape[0], -1).requires_grad_()
+  lam = tensor(lambdas).requires_grad_()
+  y = tensor(labels)
+  optimizer = torch.optim.SGD([{"params": [x], "lr": LR_IMAGES},
+                               {"params": [lam], "lr": LR_LAMBDAS}], momentum=MOMENTUM)
+  theta = [weights[0], bias, *weights[1:]]
+
+  def iteration():
+    optimizer.zero_grad()
+    h = torch.nn.functional.linear(x, weights[0], bias)
+    for w in weights[1:]:
+      h = torch.nn.functional.linear(ReluSigmoidBackward.apply(h), w)
+    outputs = h[:, 0] * y
+    grads = torch.autograd.grad(outputs, theta, grad_outputs=lam / x.shape[0],
+                                create_graph=True)
+    loss = sum(((t - g) ** 2).sum() for t, g in zip(theta, grads))
+    loss = loss + (torch.relu(x - 1) ** 2).sum() + (torch.relu(-1 - x) ** 2).sum()
+    loss = loss + 5.0 * (torch.relu(0.05 - lam) ** 2).sum()
+    loss.backward()
+    optimizer.step()
+    return float(loss)
+
+  return iteration
+
+
+def decoreco_section(repeats: int) -> None:
+  """Section 3: the Markdown table of one DecoReco iteration, float64 and float32."""
+  if repeats < 5:
+    raise app.UsageError(f"--decoreco_repeats must be >= 5, got {repeats}")
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", True)
+  d = int(np.prod(PAPER_SHAPE))
+  flops = decoreco_flops(PAPER_M, d, PAPER_WIDTHS)
+  model = models.HaimMLP(widths=PAPER_WIDTHS,
+                         activation=decoreco.relu_sigmoid_backward(PAPER_ALPHA))
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  autodiff = jax.value_and_grad(functools.partial(decoreco.stationarity_loss, apply_fn=apply_fn),
+                                argnums=(1, 2))
+  fused = functools.partial(kkt_mlp.value_and_grad, alpha=PAPER_ALPHA)
+  rows, notes = [], []
+  for dtype in (jnp.float64, jnp.float32):
+    name = jnp.dtype(dtype).name
+    key_params, key_candidates = jax.random.split(jax.random.key(0))
+    params = models.init_params(model, key_params, PAPER_SHAPE, dtype)
+    images, lambdas, labels = decoreco.init_candidates(key_candidates, PAPER_M, PAPER_SHAPE,
+                                                       sigma=1e-3, dtype=dtype)
+    state = (images, lambdas, jnp.zeros_like(images), jnp.zeros_like(lambdas))
+    steps = {"autodiff": _momentum_step(autodiff, labels), "fused": _momentum_step(fused, labels)}
+    xla_flops = {k: jax.jit(f).lower(params, images, lambdas, labels).compile()
+                 .cost_analysis().get("flops", float("nan"))
+                 for k, f in (("autodiff", autodiff), ("fused", fused))}
+    times = {k: [] for k in steps}
+    for step in steps.values():
+      jax.block_until_ready(step(params, *state))     # compile and warm up
+    for _ in range(repeats):                           # alternate, so load hits both alike
+      for k, step in steps.items():
+        start = time.perf_counter()
+        jax.block_until_ready(step(params, *state))
+        times[k].append(time.perf_counter() - start)
+    ms = {k: 1e3 * float(np.median(t)) for k, t in times.items()}
+    fastest = {k: 1e3 * float(np.min(t)) for k, t in times.items()}
+    ref_value, (ref_x, ref_lambdas) = jax.jit(autodiff)(params, images, lambdas, labels)
+    value, (grad_x, grad_lambdas) = jax.jit(fused)(params, images, lambdas, labels)
+    rel = lambda a, b: float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
+    notes.append(f"{name}: fused vs autodiff, max |Δ| / max |autodiff|: loss "
+                 f"{rel(value, ref_value):.1e}, ∇x {rel(grad_x, ref_x):.1e}, "
+                 f"∇λ {rel(grad_lambdas, ref_lambdas):.1e}; XLA cost analysis: autodiff "
+                 f"{xla_flops['autodiff'] / 1e9:.1f}, fused {xla_flops['fused'] / 1e9:.1f} GFLOP")
+    low, high = REFERENCE_MS[name]
+    for k in steps:
+      rows.append((name, k, ms[k], fastest[k], flops[k] / ms[k] / 1e6, ms[k] / ms["autodiff"],
+                   f"{ms[k] / high:.2f}–{ms[k] / low:.2f}"))
+    torch_iteration = _torch_iteration(params, images, lambdas, labels)
+    if torch_iteration is None:
+      notes.append(f"{name}: PyTorch transcription skipped (import torch failed)")
+    else:
+      seconds = _median_time(torch_iteration, repeats)
+      rows.append((name, "PyTorch transcription (this run)", 1e3 * seconds, float("nan"),
+                   54.9 / seconds, 1e3 * seconds / ms["autodiff"],
+                   f"{1e3 * seconds / high:.2f}–{1e3 * seconds / low:.2f}"))
+  jax.config.update("jax_enable_x64", previous)
+  load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+  print(f"\n== DecoReco iteration, MLP {d}-{'-'.join(map(str, PAPER_WIDTHS))}-1 (first-layer "
+        f"bias only), m = {PAPER_M}, α = {PAPER_ALPHA:g}, loss + ∇(x, λ) + SGD momentum; "
+        f"median of {repeats} (backend {jax.default_backend()}, {os.cpu_count()} CPUs, load "
+        f"average {load} at the end: other processes share the CPUs if it exceeds their "
+        "number) ==\n")
+  print("| dtype | method | ms / iteration, median | fastest | GFLOP/s (median) | "
+        "/ autodiff (this run) | / reference PyTorch (ANCHORS.md, quoted) |")
+  print("|---|---|---:|---:|---:|---:|---:|")
+  for name, method, ms, fastest, gflops, ratio, reference in rows:
+    print(f"| {name} | {method} | {ms:.0f} | {fastest:.0f} | {gflops:.0f} | {ratio:.2f} | "
+          f"{reference} |")
+  print(f"\nMatmul FLOPs per iteration: autodiff {flops['autodiff'] / 1e9:.1f} GFLOP, fused "
+        f"{flops['fused'] / 1e9:.1f} GFLOP (PyTorch reference 54.9, with unused parameter "
+        "gradients). Reference PyTorch times are quoted from ANCHORS.md (405–430 ms float64, "
+        "191–197 ms float32), not measured in this run.")
+  for note in notes:
+    print(f"- {note}")
+
 
 if __name__ == "__main__":
   app.run(main)
