@@ -46,7 +46,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.lr = 1e-2
   config.attack.lr_schedule = "cosine"  # "constant" | "cosine" (to 1% over the steps)
   config.attack.project = True      # onto the pixel box [0, 1]
-  # Grid points per vmapped batch; 0: the whole grid on GPU/TPU, 1 on CPU (faster there).
+  # Grid points per vmapped batch on each device (the grid is sharded over all local
+  # devices); 0: a device's whole share on GPU/TPU, 1 on CPU (faster there).
   config.attack.grid_batch_size = 0
   config.attack.lower_level = ml_collections.ConfigDict()
   config.attack.lower_level.start = "previous"  # "theta_star" | "previous" | "random"

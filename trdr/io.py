@@ -86,10 +86,43 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_fi
   return resume
 
 
+def _metrics_line(record: dict) -> str:
+  return json.dumps(to_jsonable(record), sort_keys=True) + "\n"
+
+
 def append_metrics(workdir: str, record: dict) -> None:
-  """Appends one JSON object as a line to metrics.jsonl."""
+  """Appends one JSON object as a line to metrics.jsonl.
+
+  Not atomic: a process killed while appending may leave a truncated last line, which
+  `read_metrics` skips and a resumed run replaces (`write_metrics`).
+  """
   with open(os.path.join(workdir, METRICS_FILE), "a") as f:
-    f.write(json.dumps(to_jsonable(record), sort_keys=True) + "\n")
+    f.write(_metrics_line(record))
+
+
+def write_metrics(workdir: str, records: list[dict]) -> None:
+  """Replaces metrics.jsonl by ``records``, one JSON object per line, atomically."""
+  _atomic_write(os.path.join(workdir, METRICS_FILE),
+                "".join(_metrics_line(r) for r in records).encode())
+
+
+def read_metrics(workdir: str) -> list[dict]:
+  """The records of metrics.jsonl ([] if there is none); a truncated last line is skipped."""
+  path = os.path.join(workdir, METRICS_FILE)
+  if not os.path.exists(path):
+    return []
+  records = []
+  with open(path) as f:
+    lines = f.read().split("\n")
+  for i, line in enumerate(lines):
+    if not line.strip():
+      continue
+    try:
+      records.append(json.loads(line))
+    except json.JSONDecodeError:
+      if i < len(lines) - 1 and any(rest.strip() for rest in lines[i + 1:]):
+        raise
+  return records
 
 
 def save_checkpoint(workdir: str, tree: Any) -> None:

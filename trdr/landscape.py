@@ -1,9 +1,10 @@
 """The energy-landscape experiment (Runkel et al. 2024, Sec. 4.3 and 4.5; Fig. 10–12).
 
 Train (or reload) the victim, attack it from every eq. 10 initialisation of the (λ1, λ2)
-grid as ONE jitted computation, vmapped over the grid (in batches of
-``attack.grid_batch_size``: the whole grid on GPU/TPU, see `bilevel.grid_batch_size`), then evaluate each reconstruction against the training
-set, the distinct partition and the noise set x_rnd. `run` writes into a work directory:
+grid as ONE jitted computation, sharded over all local devices and vmapped over each
+device's share of the grid (in batches of ``attack.grid_batch_size``: the whole share on
+GPU/TPU, see `bilevel.grid_batch_size` and `trdr.sharding.grid_map`), then evaluate each
+reconstruction against the training set, the distinct partition and the noise set x_rnd. `run` writes into a work directory:
 
   config.json       the full config
   victim/           θ* and its metadata (reused when the victim config is unchanged)
@@ -18,6 +19,7 @@ set, the distinct partition and the noise set x_rnd. `run` writes into a work di
   reconstructions_partition_vs_partition: PNG and PDF.
 """
 
+import json
 import os
 import time
 from typing import Any
@@ -29,7 +31,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import data, io, metrics, models, plotting, victim
+from trdr import data, io, metrics, models, plotting, sharding, victim
 from trdr.attacks import bilevel, init as inits
 
 LANDSCAPE_FILE = "landscape.json"
@@ -100,21 +102,36 @@ def load_or_train_victim(config, task, model, directory: str) -> tuple[Any, dict
 def _run_attack(attack, x0, config, workdir: str, resume: bool):
   """The outer loop over the whole grid, in jitted chunks of `lax.scan`; checkpointed.
 
+  After every chunk the checkpoint (state, history and the metrics records so far) is
+  written first, atomically, and only then the chunk's line appended to metrics.jsonl.
+  A resumed run continues from the checkpoint and rewrites metrics.jsonl from the records
+  in it, so a run killed at any moment (even between the two writes, or half-way through
+  the append) ends with one line per chunk, and with the uninterrupted run's numbers:
+  the chunks are the same jitted computations on the same inputs.
+
   Returns:
     (final AttackState with leading grid axis, history dict of float[G, steps] arrays).
   """
   steps, chunk = config.attack.steps, config.attack.log_every
   state = jax.vmap(attack.init)(x0)
   history = {name: np.zeros((x0.shape[0], 0)) for name in bilevel.StepMetrics._fields}
+  records = []
   if resume:
     saved = io.load_checkpoint(workdir)
     state = flax.serialization.from_state_dict(state, saved["state"])
     history = {k: np.asarray(v) for k, v in saved["history"].items()}
-    logging.info("Resuming from step %d", int(np.max(state.step)))
+    done = int(np.max(state.step))
+    if "metrics" in saved:
+      records = json.loads(saved["metrics"])
+    else:  # a checkpoint written before the records were kept in it
+      records = [r for r in io.read_metrics(workdir) if r["step"] <= done]
+    logging.info("Resuming from step %d", done)
+  io.write_metrics(workdir, records)  # no line for a chunk that is not in the checkpoint
   batch = bilevel.grid_batch_size(config.attack.grid_batch_size, x0.shape[0])
-  logging.info("Grid of %d initialisations, vmapped in batches of %d", x0.shape[0], batch)
+  logging.info("Attack: %s", sharding.describe(x0.shape[0], batch))
   run_chunk = jax.jit(lambda s, n: bilevel.run_grid(attack.step, s, n, batch),
                       static_argnums=1)
+  state = sharding.replicate(state)  # as run_chunk returns it: one compilation, not two
   done = int(np.max(state.step))
   while done < steps:
     n = min(chunk, steps - done)
@@ -130,8 +147,10 @@ def _run_attack(attack, x0, config, workdir: str, resume: bool):
               "upper_loss_min": float(loss.min()), "upper_loss_max": float(loss.max()),
               "lower_level_grad_norm_max": float(history["grad_norm"][:, -n:].max()),
               "seconds_per_step": seconds}
+    records.append(record)
+    io.save_checkpoint(workdir, {"state": state, "history": history,
+                                 "metrics": json.dumps(io.to_jsonable(records))})
     io.append_metrics(workdir, record)
-    io.save_checkpoint(workdir, {"state": state, "history": history})
     logging.info("outer step %d/%d  l: mean %.4e  min %.4e  max %.4e  (%.3fs/step)",
                  done, steps, record["upper_loss_mean"], record["upper_loss_min"],
                  record["upper_loss_max"], seconds)
@@ -160,8 +179,8 @@ def evaluate(theta_star, final_images, task, x_rnd, energy_fn, config) -> dict[s
                                   memory_size=config.victim.memory_size)[0]
 
   batch = bilevel.grid_batch_size(config.attack.grid_batch_size, final_images.shape[0])
-  distance = jax.jit(lambda xs: jax.lax.map(
-      lambda x: metrics.param_distance(theta_star, theta_of(x)), xs, batch_size=batch))
+  distance = jax.jit(lambda xs: sharding.grid_map(
+      lambda x: metrics.param_distance(theta_star, theta_of(x)), xs, batch))
   out = {"param_distance": np.asarray(distance(final_images))}
   recon = np.asarray(data.to_pixels(np.asarray(final_images), task.mean))
   sets = {"train": data.to_pixels(task.train_images, task.mean),

@@ -38,7 +38,7 @@ import optax
 import optax.tree
 from jaxopt import implicit_diff, linear_solve
 
-from trdr import metrics, models, victim
+from trdr import metrics, models, sharding, victim
 
 Params = Any
 
@@ -374,13 +374,20 @@ def run_steps(step_fn, state: AttackState, num_steps: int):
 
 
 def grid_batch_size(requested: int, grid_size: int) -> int:
-  """How many grid points one vmapped batch holds.
+  """How many grid points one vmapped batch holds, on each device.
+
+  The grid is sharded over all local devices first (`trdr.sharding.grid_map`: ⌈G/k⌉
+  points on each of k devices), and every device maps over its share in batches of this
+  size; a batch size ≥ a device's share vmaps that share at once.
 
   ``requested`` > 0 is used as given (capped at the grid size). 0 chooses by backend: the
-  whole grid in one vmap on GPU/TPU; one point at a time on CPU, where the vmapped
+  whole share in one vmap on GPU/TPU; one point at a time on CPU, where the vmapped
   lower-level L-BFGS (its line search's nested loops and branches run for every member,
   and the grid's data leaves the cache) is slower than a sequential map — see
   experiments/benchmark.py for the measured ratio.
+
+  Raises:
+    ValueError: ``requested`` < 0.
   """
   if requested < 0:
     raise ValueError(f"grid_batch_size must be >= 0 (0: by backend), got {requested}")
@@ -389,13 +396,24 @@ def grid_batch_size(requested: int, grid_size: int) -> int:
   return min(requested, grid_size)
 
 
-def run_grid(step_fn, states: AttackState, num_steps: int, batch_size: int):
+def run_grid(step_fn, states: AttackState, num_steps: int, batch_size: int,
+             devices=None):
   """`run_steps` for every grid point of ``states`` (leading axis G) in ONE computation.
 
-  The grid is vmapped in batches of ``batch_size`` (``jax.lax.map``); ``batch_size = G``
-  is a single `jax.vmap` over the whole grid. Results do not depend on the batching.
+  The grid is sharded over ``devices`` (default: all local devices) and, on each device,
+  vmapped in batches of ``batch_size`` (``jax.lax.map``); see `trdr.sharding.grid_map`.
+  On one device ``batch_size >= G`` is a single `jax.vmap` over the whole grid. Grid
+  points are independent, so results do not depend on the sharding, and on the batching
+  only through the solvers' tolerances.
+
+  Args:
+    step_fn: one outer step, `AttackState` -> (AttackState, StepMetrics), unbatched.
+    states: `AttackState` with a leading grid axis G on every leaf.
+    num_steps: outer steps per grid point (static).
+    batch_size: grid points per vmapped batch on each device, ≥ 1.
+    devices: sequence of `jax.Device`; None: `jax.local_devices()`.
+  Returns:
+    (AttackState [G, ...], StepMetrics [G, num_steps]).
   """
   run = lambda s: run_steps(step_fn, s, num_steps)
-  if batch_size >= states.step.shape[0]:
-    return jax.vmap(run)(states)
-  return jax.lax.map(run, states, batch_size=batch_size)
+  return sharding.grid_map(run, states, batch_size, devices)

@@ -1,0 +1,164 @@
+"""Mapping a function over a grid axis, sharded over all local devices.
+
+The energy-landscape grid (and any sweep over initialisations or hyperparameters) is a
+function applied to every slice of a leading "grid" axis. `grid_map` does it as ONE
+jittable computation:
+
+  * on one device, `jax.vmap` over the whole grid when ``batch_size >= G``, else
+    `jax.lax.map` in vmapped batches of ``batch_size``;
+  * on k > 1 devices, the grid is padded to a multiple of k (the last point repeated),
+    split into k equal shards over a 1-D mesh of the devices (`jax.shard_map`), each
+    shard mapped as on one device with the same ``batch_size``, and the padding dropped.
+
+The grid points do not communicate, so every point's result is the single-device one up
+to the batching of its own shard (which the solvers' tolerances may feel in float32; see
+README, *Performance*). On CPU, ``XLA_FLAGS=--xla_force_host_platform_device_count=8``
+(set before JAX is imported) emulates 8 devices; tests/test_sharding.py checks the
+sharded grid against the single-device one that way.
+"""
+
+import math
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+GRID_AXIS = "grid"
+
+PyTree = Any
+
+
+def grid_size(xs: PyTree) -> int:
+  """G, the common leading dimension of every leaf of ``xs``.
+
+  Raises:
+    ValueError: ``xs`` has no leaves, a scalar leaf, or leaves with different leading
+      dimensions.
+  """
+  leaves = jax.tree.leaves(xs)
+  if not leaves:
+    raise ValueError("grid_map needs at least one array in xs, got an empty pytree")
+  sizes = {np.shape(leaf)[0] if np.ndim(leaf) else None for leaf in leaves}
+  if len(sizes) != 1 or None in sizes:
+    raise ValueError("every leaf of xs needs the same leading (grid) dimension; got leading "
+                     f"dimensions {sorted(map(str, sizes))}")
+  return sizes.pop()
+
+
+def num_shards(devices: Sequence[jax.Device] | None = None) -> int:
+  """How many shards `grid_map` splits a grid into: the number of ``devices`` (default:
+  all local devices, `jax.local_devices`)."""
+  return len(jax.local_devices() if devices is None else devices)
+
+
+def shard_size(size: int, devices: Sequence[jax.Device] | None = None) -> int:
+  """Grid points per device: ⌈G / k⌉ for k = `num_shards` (padding included)."""
+  return math.ceil(size / num_shards(devices))
+
+
+def local_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int) -> PyTree:
+  """``fn`` over the leading axis of ``xs`` on one device.
+
+  Args:
+    fn: maps one slice (each leaf [...]) to a pytree of arrays.
+    xs: pytree, each leaf [G, ...].
+    batch_size: ≥ 1. ``batch_size >= G``: one `jax.vmap` over the whole axis; smaller:
+      `jax.lax.map` over vmapped batches of ``batch_size`` (a remainder is its own batch).
+  Returns:
+    The outputs of ``fn`` stacked along a new leading axis, each leaf [G, ...].
+  Raises:
+    ValueError: ``batch_size`` < 1, or the leaves of ``xs`` disagree on G.
+  """
+  if batch_size < 1:
+    raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+  if batch_size >= grid_size(xs):
+    return jax.vmap(fn)(xs)
+  return jax.lax.map(fn, xs, batch_size=batch_size)
+
+
+def replicated(devices: Sequence[jax.Device] | None = None) -> NamedSharding | None:
+  """The layout of `grid_map`'s outputs on k > 1 devices: a full copy on every device of
+  the 1-D mesh; None for a single device."""
+  devices = list(jax.local_devices() if devices is None else devices)
+  if len(devices) == 1:
+    return None
+  return NamedSharding(Mesh(np.asarray(devices), (GRID_AXIS,)), PartitionSpec())
+
+
+def replicate(tree: PyTree, devices: Sequence[jax.Device] | None = None) -> PyTree:
+  """``tree`` laid out like `grid_map`'s outputs (unchanged on one device).
+
+  Feeding `grid_map` inside a jitted loop body arrays in this layout from the start
+  (`jax.device_put` of the initial state) keeps the jitted function from compiling twice:
+  once for a single-device first input and again for the replicated outputs it returns.
+  """
+  target = replicated(devices)
+  return tree if target is None else jax.device_put(tree, target)
+
+
+def _pad(xs: PyTree, size: int, padded: int) -> PyTree:
+  """Each leaf [G, ...] -> [padded, ...], the last slice repeated."""
+  index = np.minimum(np.arange(padded), size - 1)
+  return jax.tree.map(lambda leaf: leaf[index], xs)
+
+
+def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
+             devices: Sequence[jax.Device] | None = None) -> PyTree:
+  """``fn`` applied to every slice along the leading axis of ``xs``, sharded over devices.
+
+  One jittable computation (call it inside `jax.jit` or not). With a single device it is
+  `local_map`. With k > 1 devices the grid axis G is padded to P = k⌈G/k⌉ by repeating
+  the last slice, sharded over a 1-D mesh (axis name `GRID_AXIS`) with `jax.shard_map`,
+  each device runs `local_map` on its P/k points with ``batch_size``, and the P − G
+  padded results are dropped. Anything ``fn`` closes over (θ*, labels, ...) is replicated
+  to every device. ``fn`` must not use collectives: grid points are independent.
+
+  Args:
+    fn: maps one slice of ``xs`` (a pytree like ``xs`` without the leading axis) to a
+      pytree of arrays, e.g. an `AttackState` -> (AttackState, StepMetrics).
+    xs: pytree (dicts, NamedTuples, ...) of arrays, each leaf [G, ...] with the same G.
+    batch_size: grid points per vmapped batch on EACH device (≥ 1); a value ≥ the
+      points per device, ⌈G/k⌉, vmaps a device's whole shard at once.
+    devices: the devices to shard over; default all local devices (`jax.local_devices`).
+      One device: no sharding, no padding.
+  Returns:
+    Pytree of ``fn``'s output structure, each leaf [G, ...]; on k > 1 devices every
+    device holds a full copy (`replicated`), so that the result is as usable as a
+    single-device array (padding cannot be dropped from a sharded axis of G points);
+    see `replicate` for loops that feed it back in.
+  Raises:
+    ValueError: ``batch_size`` < 1, an empty ``devices``, or leaves of ``xs`` without a
+      common leading dimension.
+  """
+  if batch_size < 1:
+    raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+  devices = list(jax.local_devices() if devices is None else devices)
+  if not devices:
+    raise ValueError("grid_map needs at least one device, got an empty devices list")
+  size = grid_size(xs)
+  if len(devices) == 1:
+    return local_map(fn, xs, batch_size)
+  padded = shard_size(size, devices) * len(devices)
+  mesh = Mesh(np.asarray(devices), (GRID_AXIS,))
+  spec = PartitionSpec(GRID_AXIS)
+  # check_vma=False: fn's closed-over constants (θ*, ...) are replicated, and library code
+  # such as optax's line search mixes them with per-shard values in lax.cond branches,
+  # which the varying-manual-axes type check rejects ("cond branches must have equal
+  # output types"). Grid points use no collectives, so the check has nothing to protect.
+  sharded = jax.shard_map(lambda shard: local_map(fn, shard, batch_size), mesh=mesh,
+                          in_specs=spec, out_specs=spec, check_vma=False)
+  out = sharded(_pad(xs, size, padded) if padded > size else xs)
+  full = NamedSharding(mesh, PartitionSpec())
+  return jax.tree.map(lambda leaf: jax.lax.with_sharding_constraint(leaf[:size], full), out)
+
+
+def describe(size: int, batch_size: int, devices: Sequence[jax.Device] | None = None) -> str:
+  """One line for logs: how a grid of ``size`` points is laid out by `grid_map`."""
+  devices = list(jax.local_devices() if devices is None else devices)
+  k, platform = len(devices), devices[0].platform
+  per_device = shard_size(size, devices)
+  how = "one vmap" if batch_size >= per_device else f"vmapped batches of {batch_size}"
+  pad = f", padded to {per_device * k}" if per_device * k > size else ""
+  return (f"grid of {size} points over {k} {platform} device(s)"
+          f"{pad}: {per_device} per device, {how}")
