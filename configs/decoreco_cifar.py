@@ -78,7 +78,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.x_max = 1.0
   config.attack.lambda_weight = 5.0
   config.attack.hparams_file = config_dict.placeholder(str)  # a sweep's best.json
-  config.attack.grid_batch_size = 0    # attacks per vmapped batch; 0: all at once
+  config.attack.grid_batch_size = 0    # attacks per vmapped batch and device; 0: all
+  config.attack.fused = True           # kkt_mlp for ReLU Haim MLPs (else autodiff)
 
   config.init = ml_collections.ConfigDict()
   config.init.kind = "gaussian"       # "gaussian" | "uniform" | "ground_truth" | "partition" | "mixture"

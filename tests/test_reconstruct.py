@@ -11,7 +11,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from trdr import data, io, landscape, metrics, models, reconstruct, victim
+from trdr import data, io, landscape, metrics, models, reconstruct, sharding, victim
 from trdr.attacks import decoreco
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -115,9 +115,9 @@ def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
       k, m, (12, 12, 1), sigma=s, dtype=jnp.float64)[:2]))(keys, settings.init_scale)
   run = functools.partial(decoreco.run_steps, num_steps=15,
                           loss_and_grad=decoreco.autodiff_loss_and_grad(model, params, labels))
-  together, losses = jax.jit(lambda s, h: reconstruct._grid_map(
+  together, losses = jax.jit(lambda s, h: sharding.grid_map(
       lambda sh: run(sh[0], sh[1]), (s, h), 4))(starts, settings)
-  batched, _ = jax.jit(lambda s, h: reconstruct._grid_map(
+  batched, _ = jax.jit(lambda s, h: sharding.grid_map(
       lambda sh: run(sh[0], sh[1]), (s, h), 3))(starts, settings)
   for i in range(4):
     alone, alone_losses = jax.jit(run)(jax.tree.map(lambda t: t[i], starts),
@@ -263,3 +263,24 @@ def test_gradient_norm_form_decreases_the_victims_gradient(x64_module):
   config.attack.form = "multiclass"
   with pytest.raises(ValueError, match="unknown attack.form 'multiclass'"):
     reconstruct.make_loss_and_grad(config, model, params, labels)
+
+
+def test_attack_uses_the_fused_gradient_and_it_equals_autodiff(x64_module):
+  """make_loss_and_grad picks kkt_mlp for a ReLU Haim MLP; a vmapped sweep over α and
+  λ_min through it equals the autodiff loss's."""
+  config = decoreco_cifar.get_config("smoke")
+  model = models.HaimMLP(widths=(8, 6))
+  params = models.init_params(model, jax.random.key(0), (12, 12, 1), jnp.float64)
+  x, lam, labels = decoreco.init_candidates(jax.random.key(1), 6, (12, 12, 1), sigma=0.5,
+                                            dtype=jnp.float64)
+  config.victim.widths = (8, 6)
+  assert reconstruct.fused_applies(config, params)
+  fused = reconstruct.make_loss_and_grad(config, model, params, labels)
+  autodiff = decoreco.autodiff_loss_and_grad(model, params, labels)
+  alphas, lambda_mins = jnp.asarray([10.0, 20.0, 60.0]), jnp.asarray([0.01, 0.3, 0.5])
+  out_f = jax.jit(jax.vmap(lambda a, l: fused(x, lam, a, l)))(alphas, lambda_mins)
+  out_a = jax.jit(jax.vmap(lambda a, l: autodiff(x, lam, a, l)))(alphas, lambda_mins)
+  for f, a in zip(jax.tree.leaves(out_f), jax.tree.leaves(out_a)):
+    np.testing.assert_allclose(f, a, rtol=1e-9, atol=1e-14)
+  config.attack.fused = False
+  assert reconstruct.make_loss_and_grad(config, model, params, labels).__name__ != "fused"

@@ -40,8 +40,8 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import data, io, metrics, models, victim
-from trdr.attacks import decoreco, init as inits
+from trdr import data, io, metrics, models, sharding, victim
+from trdr.attacks import decoreco, init as inits, kkt_mlp
 
 SUMMARY_FILE = "summary.json"
 RESULTS_FILE = "results.npz"
@@ -114,10 +114,27 @@ def make_loss_and_grad(config, model, theta_star, labels) -> decoreco.LossAndGra
   if a.form not in decoreco.FORMS or a.form == "multiclass":
     raise ValueError(f"unknown attack.form {a.form!r} for a binary victim; known: "
                      "'binary', 'weight_decay', 'gradient_norm'")
+  if a.get("fused", True) and fused_applies(config, theta_star):
+    scale = config.victim.weight_decay if a.form == "weight_decay" else 1.0
+
+    def fused(images, lambdas, alpha, lambda_min):
+      return kkt_mlp.value_and_grad(theta_star, images, lambdas, labels, alpha=alpha,
+                                    scale=scale, x_min=a.x_min, x_max=a.x_max,
+                                    lambda_min=lambda_min, lambda_weight=a.lambda_weight)
+
+    return fused
   weight_decay = config.victim.weight_decay if a.form == "weight_decay" else 0.0
   return decoreco.autodiff_loss_and_grad(
       model, theta_star, labels, form=a.form, weight_decay=weight_decay, x_min=a.x_min,
       x_max=a.x_max, lambda_weight=a.lambda_weight)
+
+
+def fused_applies(config, theta_star) -> bool:
+  """Whether `kkt_mlp.value_and_grad` computes this attack's loss: a ReLU Haim MLP with
+  one output (`kkt_mlp.supports`). Otherwise JAX autodiff of the same loss is used."""
+  v = config.victim
+  return (v.arch == "haim_mlp" and v.activation == "relu" and v.num_outputs == 1
+          and kkt_mlp.supports(theta_star))
 
 
 def initial_candidates(kind: str, key, task, dtype, *, init_scale=None, m_per_image: int = 2,
@@ -165,19 +182,14 @@ def initial_candidates(kind: str, key, task, dtype, *, init_scale=None, m_per_im
 # ------------------------------------------------------------------------- attack loop
 
 
-def _grid_map(fn, xs, batch_size: int):
-  """fn over the leading axis of the pytree ``xs``: one vmap, or lax.map in batches."""
-  size = jax.tree.leaves(xs)[0].shape[0]
-  if batch_size >= size:
-    return jax.vmap(fn)(xs)
-  return jax.lax.map(fn, xs, batch_size=batch_size)
-
-
 def grid_batch_size(requested: int, grid_size: int) -> int:
-  """Attacks per vmapped batch: ``requested`` (> 0), or 0 for the whole grid.
+  """Attacks per vmapped batch on each device: ``requested`` (> 0), or 0 for all of them.
 
   Unlike the bilevel lower level, the DecoReco step has no data-dependent loops, so a
   vmapped batch is a batched matrix product on every backend.
+
+  Raises:
+    ValueError: requested < 0.
   """
   if requested < 0:
     raise ValueError(f"grid_batch_size must be >= 0 (0: whole grid), got {requested}")
@@ -190,31 +202,38 @@ def attack_grid(config, loss_and_grad, states: decoreco.AttackState,
   """G DecoReco attacks (leading axis of ``states`` and ``hparams``) as one computation.
 
   Runs ``config.attack.steps`` iterations in jitted chunks of ``attack.log_every``
-  (`decoreco.run_steps` under `lax.scan`), mapped over G (`grid_batch_size`); after every
-  chunk appends a metrics.jsonl line and saves checkpoint.msgpack (state and loss
-  history), from which a killed run resumes.
+  (`decoreco.run_steps` under `lax.scan`), mapped over G and sharded over all local
+  devices (`sharding.grid_map`, ``attack.grid_batch_size`` per device). After every chunk
+  the checkpoint (states, loss history and the metrics records so far) is written first,
+  atomically, then the chunk's metrics.jsonl line; a resumed run continues from the
+  checkpoint and rewrites metrics.jsonl from it (the protocol of `trdr.landscape`), so a
+  run killed at any moment ends with the uninterrupted run's numbers.
 
   Returns:
-    (final states, loss history float[G, steps]).
+    (final states, loss history float[G, steps]: L before each iteration).
   """
   a = config.attack
   size = states.step.shape[0]
   losses = np.zeros((size, 0))
+  records = []
   if resume:
     saved = io.load_checkpoint(workdir)
     states = flax.serialization.from_state_dict(states, saved["state"])
     losses = np.asarray(saved["losses"]).reshape(size, -1)
+    records = json.loads(saved["metrics"])
     logging.info("Resuming from iteration %d", int(np.max(states.step)))
+  io.write_metrics(workdir, records)
   batch = grid_batch_size(a.grid_batch_size, size)
-  logging.info("%d DecoReco attack(s) of %d candidates, vmapped in batches of %d", size,
-               states.images.shape[1], batch)
+  logging.info("DecoReco, %d candidates per attack: %s", states.images.shape[1],
+               sharding.describe(size, batch))
   run = functools.partial(decoreco.run_steps, loss_and_grad=loss_and_grad,
                           lambda_lr=a.lambda_lr, momentum=a.momentum)
 
   @functools.partial(jax.jit, static_argnums=2)
   def chunk(states, hparams, n):
-    return _grid_map(lambda sh: run(sh[0], sh[1], n), (states, hparams), batch)
+    return sharding.grid_map(lambda sh: run(sh[0], sh[1], n), (states, hparams), batch)
 
+  states, hparams = sharding.replicate((states, hparams))
   done = int(np.max(states.step))
   while done < a.steps:
     n = min(a.log_every, a.steps - done)
@@ -226,14 +245,15 @@ def attack_grid(config, loss_and_grad, states: decoreco.AttackState,
     done += n
     last = losses[:, -1]
     finite = last[np.isfinite(last)]
-    record = {"step": done, "loss_min": float(finite.min()) if finite.size else None,
-              "loss_median": float(np.median(finite)) if finite.size else None,
-              "diverged": int(np.sum(~np.isfinite(last))), "seconds_per_step": seconds}
-    io.save_checkpoint(workdir, {"state": states, "losses": losses})
-    io.append_metrics(workdir, record)
+    records.append({"step": done, "loss_min": float(finite.min()) if finite.size else None,
+                    "loss_median": float(np.median(finite)) if finite.size else None,
+                    "diverged": int(np.sum(~np.isfinite(last))), "seconds_per_step": seconds})
+    io.save_checkpoint(workdir, {"state": states, "losses": losses,
+                                 "metrics": json.dumps(io.to_jsonable(records))})
+    io.append_metrics(workdir, records[-1])
     logging.info("iteration %d/%d  L: min %s  median %s  diverged %d  (%.3fs/iteration)",
-                 done, a.steps, record["loss_min"], record["loss_median"],
-                 record["diverged"], seconds)
+                 done, a.steps, records[-1]["loss_min"], records[-1]["loss_median"],
+                 records[-1]["diverged"], seconds)
   return states, losses
 
 

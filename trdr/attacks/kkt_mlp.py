@@ -169,7 +169,8 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
       runs in this dtype).
     lambdas: float[m], multipliers λ_i.
     labels: float[m] in {−1, +1}.
-    alpha: sharpness α > 0 of the sigmoid derivative s(z) = sigmoid(α z).
+    alpha: sharpness α > 0 of the sigmoid derivative s(z) = sigmoid(α z); may be traced
+      (a vmapped hyperparameter sweep), then it is not checked.
     scale: c, the factor of θ in the residual: 1 ("binary") or the weight decay
       ("weight_decay").
     x_min, x_max: the pixel box of the prior.
@@ -183,7 +184,7 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
       H·W·C, lambdas / labels not of shape [m], or alpha not positive.
   """
   names = _layer_names(params)
-  if not alpha > 0:
+  if not isinstance(alpha, jax.core.Tracer) and not alpha > 0:  # a traced α: swept
     raise ValueError(f"alpha must be positive, got {alpha!r}")
   m = images.shape[0]
   if images.ndim < 2 or lambdas.shape != (m,) or labels.shape != (m,):
