@@ -22,7 +22,7 @@ Variants (sizes):
   ""      paper size: n = 500, 10^6 epochs at lr 0.01 (stops at the loss threshold),
           50,000 attack iterations, σ = 8.857e-4 (Haim et al.'s CIFAR value). One GPU.
   "cpu"   n = 100 (50 per class group), same architecture, victim GD at lr 0.5 (stops at
-          loss 1e-4: measured 726 epochs, 30–45 s), 3,000 attack iterations on m = 200.
+          loss 1e-4: measured 726 epochs, 30–60 s), 5,000 attack iterations on m = 200.
   "smoke" n = 10, widths (32, 32), 40 iterations: seconds, for tests.
 
 Runtime (measured on this 2-core CPU, float64): see README "DecoReco"; the paper size was
@@ -105,8 +105,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.victim.lr = 0.5
     config.victim.max_epochs = 20_000
     config.victim.log_every = 500
-    config.attack.steps = 3000
-    config.attack.log_every = 250
+    config.attack.steps = 5000
+    config.attack.log_every = 500
     config.sweep.num_settings = 8
     config.sweep.steps = 1000
     # Eight draws over Haim et al.'s full ranges mostly diverge or stall; the CPU sweep
