@@ -8,7 +8,7 @@ PAPER_FIGURES = $(PYTHON) experiments/paper_figures.py --config=configs/paper_fi
 
 DECORECO_FIGURES = $(PYTHON) experiments/decoreco_figures.py --config=configs/decoreco_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/decoreco_figures_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-sweep fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ benchmark-solvers:  ## Only the three hypergradient solves, affine and one-hidde
 
 benchmark-decoreco:  ## One DecoReco iteration at paper size, autodiff vs fused kkt_mlp, f64 and f32 (~3 min).
 	$(PYTHON) experiments/benchmark.py --sections=decoreco
+
+benchmark-sweep:  ## DecoReco sweep: S settings vmapped as one computation vs a loop (:cpu size).
+	$(PYTHON) experiments/benchmark.py --sections=sweep
 
 fig1:  ## Fig. 1: random initialisation, affine (a) and one-hidden (b); SIZE=cpu|paper|smoke.
 	$(PAPER_FIGURES) --artefacts=fig1

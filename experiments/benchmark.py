@@ -36,6 +36,15 @@ r"""Benchmarks, measured side by side in one run (ratios, not absolute promises)
    timed alongside; otherwise that row is skipped.
 
   python experiments/benchmark.py --sections=decoreco
+
+4. ``--sections=sweep`` (not run by default; minutes): the DecoReco hyperparameter sweep
+   at the size of configs/decoreco_cifar.py:cpu (D-1000-1000-1, m = 200, float64, fused
+   gradient), S = --sweep_settings settings from the config's ranges, --sweep_steps
+   iterations: as ONE vmapped computation (`sharding.grid_map`, the sweep's code path) vs
+   a Python loop over the settings (each setting's `run_steps` jitted once). Prints both
+   times, their ratio and the largest difference of the final candidates.
+
+  python experiments/benchmark.py --sections=sweep
 """
 
 import functools
@@ -49,7 +58,7 @@ import numpy as np
 from absl import app, flags
 from ml_collections import config_flags
 
-from trdr import data, metrics, models, victim
+from trdr import data, metrics, models, reconstruct, sharding, victim
 from trdr.attacks import bilevel, decoreco, kkt_mlp, init as inits
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/bilevel_affine.py",
@@ -60,6 +69,10 @@ _SECTIONS = flags.DEFINE_list("sections", ["grid", "solvers"],
                               "grid: section 1; solvers: section 2; decoreco: section 3.")
 _DECORECO_REPEATS = flags.DEFINE_integer(
     "decoreco_repeats", 7, "Timed DecoReco iterations per method and dtype (median, >= 5).")
+_SWEEP_SETTINGS = flags.DEFINE_integer("sweep_settings", 8, "Settings S of section 4.")
+_SWEEP_STEPS = flags.DEFINE_integer("sweep_steps", 10, "Attack iterations timed in section 4.")
+_SWEEP_CONFIG = flags.DEFINE_string("sweep_config", "configs/decoreco_cifar.py:cpu",
+                                    "Config (path[:variant]) of section 4.")
 _ONE_HIDDEN_CONFIG = flags.DEFINE_string(
     "one_hidden_config", "configs/bilevel_one_hidden.py:cpu",
     "Config (path[:variant]) of the one-hidden victim for section 2.")
@@ -180,9 +193,53 @@ def main(argv):
                          "one_hidden": load_config(_ONE_HIDDEN_CONFIG.value)}, _REPEATS.value)
   if "decoreco" in _SECTIONS.value:
     decoreco_section(_DECORECO_REPEATS.value)
-  unknown = set(_SECTIONS.value) - {"grid", "solvers", "decoreco"}
+  if "sweep" in _SECTIONS.value:
+    sweep_section(load_config(_SWEEP_CONFIG.value), _SWEEP_SETTINGS.value, _SWEEP_STEPS.value,
+                  _REPEATS.value)
+  unknown = set(_SECTIONS.value) - {"grid", "solvers", "decoreco", "sweep"}
   if unknown:
-    raise app.UsageError(f"unknown --sections {sorted(unknown)}; known: grid, solvers, decoreco")
+    raise app.UsageError(
+        f"unknown --sections {sorted(unknown)}; known: grid, solvers, decoreco, sweep")
+
+
+def sweep_section(config, num_settings: int, steps: int, repeats: int) -> None:
+  """Section 4: S DecoReco settings vmapped as one computation vs a loop over them."""
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", bool(config.float64))
+  dtype = jnp.float64 if config.float64 else jnp.float32
+  model = models.build_model(config.victim)
+  shape = (32, 32, 3)
+  params = models.init_params(model, jax.random.key(0), shape, dtype)
+  m = config.attack.candidates_per_image * 2 * config.data.n_per_class
+  settings = reconstruct.sample_settings(jax.random.key(1), num_settings,
+                                         config.sweep.ranges, dtype)
+  keys = jax.random.split(jax.random.key(2), num_settings)
+  starts = jax.vmap(lambda k, sigma: decoreco.init_state(*decoreco.init_candidates(
+      k, m, shape, sigma=sigma, dtype=dtype)[:2]))(keys, settings.init_scale)
+  _, _, labels = decoreco.init_candidates(keys[0], m, shape, sigma=1.0, dtype=dtype)
+  loss_and_grad = reconstruct.make_loss_and_grad(config, model, params, labels)
+  run = functools.partial(decoreco.run_steps, num_steps=steps, loss_and_grad=loss_and_grad,
+                          lambda_lr=config.attack.lambda_lr, momentum=config.attack.momentum)
+  vmapped = jax.jit(lambda s, h: sharding.grid_map(lambda sh: run(sh[0], sh[1]), (s, h),
+                                                   num_settings))
+  one = jax.jit(run)
+  pick = lambda tree, i: jax.tree.map(lambda t: t[i], tree)
+  loop = lambda: [one(pick(starts, i), pick(settings, i)) for i in range(num_settings)]
+  t_vmap = _median_time(lambda: vmapped(starts, settings), repeats)
+  t_loop = _median_time(loop, repeats)
+  together, _ = vmapped(starts, settings)
+  alone = np.stack([np.asarray(r[0].images) for r in loop()])
+  diff = float(np.nanmax(np.abs(np.asarray(together.images) - alone)))
+  fused = reconstruct.fused_applies(config, params)
+  print(f"\n## DecoReco sweep: {num_settings} settings × {steps} iterations, m = {m}, "
+        f"widths {tuple(config.victim.widths)}, {'float64' if config.float64 else 'float32'}, "
+        f"{'fused' if fused else 'autodiff'} gradient, load average "
+        f"{os.getloadavg()[0]:.1f}\n")
+  print("| sweep as | seconds | loop time / this |\n|---|---:|---:|")
+  print(f"| one vmapped computation (`sharding.grid_map`) | {t_vmap:.2f} | {t_loop / t_vmap:.2f}× |")
+  print(f"| a Python loop over the settings | {t_loop:.2f} | 1.00× |")
+  print(f"\nmax |Δ final candidates|, vmapped vs loop: {diff:.1e}")
+  jax.config.update("jax_enable_x64", previous)
 
 
 def grid_section(config):
