@@ -284,3 +284,28 @@ def test_attack_uses_the_fused_gradient_and_it_equals_autodiff(x64_module):
     np.testing.assert_allclose(f, a, rtol=1e-9, atol=1e-14)
   config.attack.fused = False
   assert reconstruct.make_loss_and_grad(config, model, params, labels).__name__ != "fused"
+
+
+def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, victim_dir, tmp_path,
+                                                   monkeypatch):
+  """Killed after its first checkpoint (before the metrics line), restarted: the same
+  results.npz as the uninterrupted run, bit for bit, and one metrics line per chunk."""
+  finished, _ = gaussian_run
+  calls = []
+
+  def crash(workdir, record):
+    calls.append(record)
+    raise KeyboardInterrupt("simulated kill after the first checkpoint")
+
+  monkeypatch.setattr(io, "append_metrics", crash)
+  with pytest.raises(KeyboardInterrupt):
+    reconstruct.run(smoke_config(victim_dir), str(tmp_path))
+  assert len(calls) == 1 and not os.path.exists(tmp_path / "summary.json")
+  monkeypatch.undo()
+  reconstruct.run(smoke_config(victim_dir), str(tmp_path))
+  a = np.load(os.path.join(finished, "results.npz"))
+  b = np.load(tmp_path / "results.npz")
+  assert sorted(a.files) == sorted(b.files)
+  for key in a.files:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+  assert [r["step"] for r in io.read_metrics(str(tmp_path))] == [20, 40]
