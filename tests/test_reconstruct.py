@@ -261,7 +261,10 @@ def test_gradient_norm_form_decreases_the_victims_gradient(x64_module):
   assert losses[-1] < 0.5 * losses[0]
   np.testing.assert_array_equal(state.lambdas, lam)
   config.attack.form = "multiclass"
-  with pytest.raises(ValueError, match="unknown attack.form 'multiclass'"):
+  with pytest.raises(ValueError, match="does not fit a victim with num_outputs = 1"):
+    reconstruct.make_loss_and_grad(config, model, params, labels)
+  config.attack.form = "hinge"
+  with pytest.raises(ValueError, match="unknown attack.form 'hinge'"):
     reconstruct.make_loss_and_grad(config, model, params, labels)
 
 
@@ -309,3 +312,17 @@ def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, victim_dir, tmp
   for key in a.files:
     np.testing.assert_array_equal(a[key], b[key], err_msg=key)
   assert [r["step"] for r in io.read_metrics(str(tmp_path))] == [20, 40]
+
+
+@pytest.mark.parametrize("loss, outputs, form", [("mse", 1, "binary"), ("ce", 2, "multiclass")])
+def test_other_victim_losses_train_and_attack(x64_module, loss, outputs, form, tmp_path):
+  """Buzaglo et al.'s MSE and multiclass (C = 2, cross-entropy) victims: GD reaches the
+  loss threshold, and the matching DecoReco form attacks them (the loss falls)."""
+  config = decoreco_cifar.get_config("smoke")
+  config.victim.loss, config.victim.num_outputs, config.attack.form = loss, outputs, form
+  config.victim.loss_threshold = 1e-3
+  config.attack.steps, config.attack.log_every = 20, 20
+  summary = reconstruct.run(config, str(tmp_path))
+  assert summary["victim"]["reached_threshold"] and summary["victim"]["train_accuracy"] == 1.0
+  losses = np.load(tmp_path / "results.npz")["losses"]
+  assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]

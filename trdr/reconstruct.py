@@ -98,7 +98,9 @@ def hyperparameters(config: ml_collections.ConfigDict) -> decoreco.Hyperparamete
 def make_loss_and_grad(config, model, theta_star, labels) -> decoreco.LossAndGrad:
   """The jitted-ready (images, λ, α, λ_min) -> (L, grads) for ``config.attack``.
 
-  ``attack.form``: "binary" / "weight_decay" (`decoreco.stationarity_loss`), or
+  ``attack.form``: "binary" / "weight_decay" (`decoreco.stationarity_loss`),
+  "multiclass" (Buzaglo et al.; for a victim with num_outputs = 2 trained with the "ce"
+  loss, class index (y + 1)/2), or
   "gradient_norm", Runkel et al.'s eq. 3, ||∇θE(x, y; θ*)||² with E the victim's
   objective (its loss — BCE — and weight decay) plus the pixel box prior; λ is unused
   there (its gradient is zero).
@@ -111,9 +113,14 @@ def make_loss_and_grad(config, model, theta_star, labels) -> decoreco.LossAndGra
     return decoreco.gradient_norm_loss_and_grad(
         model, theta_star, labels, weight_decay=config.victim.weight_decay, x_min=a.x_min,
         x_max=a.x_max)
-  if a.form not in decoreco.FORMS or a.form == "multiclass":
-    raise ValueError(f"unknown attack.form {a.form!r} for a binary victim; known: "
-                     "'binary', 'weight_decay', 'gradient_norm'")
+  if a.form not in decoreco.FORMS:
+    raise ValueError(f"unknown attack.form {a.form!r}; known: "
+                     f"{sorted(decoreco.FORMS) + ['gradient_norm']}")
+  if (a.form == "multiclass") != (config.victim.num_outputs > 1):
+    raise ValueError(f"attack.form {a.form!r} does not fit a victim with num_outputs = "
+                     f"{config.victim.num_outputs}: use 'multiclass' exactly when it is > 1")
+  if a.form == "multiclass":  # ±1 labels -> class indices 0 / 1 (Buzaglo et al.)
+    labels = ((labels + 1) / 2).astype(jnp.int32)
   if a.get("fused", True) and fused_applies(config, theta_star):
     scale = config.victim.weight_decay if a.form == "weight_decay" else 1.0
 
