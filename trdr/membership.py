@@ -292,10 +292,13 @@ def figure(measured: dict):
   for name, run in measured["runs"].items():
     for row in run["auc"]:
       labels.append(f"{name}: {row['score']}")
-      values.append(row["auc"] if np.isfinite(row["auc"]) else 0.5)
+      values.append(row["auc"])
       informative.append(row["informative"] and np.isfinite(row["auc"]))
   y = np.arange(len(labels))
   for i, (v, ok) in enumerate(zip(values, informative)):
+    if not np.isfinite(v):
+      right.text(0.52, y[i], "n/a (a class is empty)", va="center", fontsize=6, color="grey")
+      continue
     right.barh(y[i], v - 0.5, left=0.5, color="C0" if ok else "lightgrey",
                hatch="" if ok else "//", edgecolor="grey")
   right.axvline(0.5, color="black", lw=0.8)
