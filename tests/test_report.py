@@ -70,6 +70,8 @@ def test_fractions_on_a_planted_example():
   assert rows[0]["fraction_member"] == pytest.approx(0.6)
   assert rows[1]["fraction_member"] == pytest.approx(2 / 3)
   assert rows[2]["fraction_member"] == 1.0 and np.isnan(rows[3]["fraction_member"])
+  with pytest.raises(ValueError, match="same shape"):
+    membership.fractions(nearest, member[:-1], (0.5,))
 
 
 def test_margin_and_loss():

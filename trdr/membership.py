@@ -138,8 +138,13 @@ def fractions(nearest_ssim, is_member, thresholds) -> list[dict]:
   Returns:
     One dict per t: threshold, natural (count), members, non_members, fraction_member
     (NaN when no reconstruction is natural-looking).
+  Raises:
+    ValueError: the shapes differ.
   """
   nearest_ssim, is_member = np.asarray(nearest_ssim), np.asarray(is_member, bool)
+  if nearest_ssim.shape != is_member.shape:
+    raise ValueError(f"nearest_ssim {nearest_ssim.shape} and is_member {is_member.shape} "
+                     "must have the same shape")
   rows = []
   for t in thresholds:
     natural = nearest_ssim > t
