@@ -6,9 +6,11 @@ SIZE ?= cpu
 PAPER_VARIANT = $(if $(filter paper,$(SIZE)),,$(SIZE))
 PAPER_FIGURES = $(PYTHON) experiments/paper_figures.py --config=configs/paper_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/paper_figures_$(SIZE)
 
+REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
+
 DECORECO_FIGURES = $(PYTHON) experiments/decoreco_figures.py --config=configs/decoreco_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/decoreco_figures_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-sweep fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-sweep fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -78,3 +80,6 @@ fig11:  ## Fig. 11: λ2 = 1 line of both landscapes.
 
 fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
 	$(DECORECO_FIGURES) --artefacts=fig12
+
+figures:  ## Figs. 1–12 + Table 1 with verdicts and membership ambiguity: runs/report_SIZE/report.md.
+	$(REPORT)

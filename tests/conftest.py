@@ -1,7 +1,13 @@
 """Shared fixtures."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.fixture
@@ -11,3 +17,24 @@ def x64():
   jax.config.update("jax_enable_x64", True)
   yield
   jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture(scope="session")
+def smoke_report_dir(tmp_path_factory):
+  """A work dir where `experiments/report.py --config=configs/report.py:smoke` has run.
+
+  It holds the finished :smoke runs of Figs. 1–4 (paper_figures/) and Figs. 5–12
+  (decoreco_figures/), which the figure tests reuse, and report.md. Run once per session
+  in a subprocess (2–3 minutes on 2 CPU cores), so JAX's process-wide settings stay
+  untouched here.
+  """
+  workdir = str(tmp_path_factory.mktemp("report_smoke"))
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+      p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO, "experiments", "report.py"),
+       f"--config={os.path.join(REPO, 'configs', 'report.py')}:smoke", f"--workdir={workdir}"],
+      cwd=REPO, env=env, capture_output=True, text=True)
+  if done.returncode:
+    pytest.fail(f"experiments/report.py failed ({done.returncode}):\n{done.stderr[-4000:]}")
+  return workdir

@@ -16,9 +16,11 @@ import decoreco_figures as decoreco_figures_config  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def figures(tmp_path_factory):
+def figures(smoke_report_dir):
+  """The report's :smoke runs (conftest.py), reused: decoreco_figures.run redraws every
+  figure from them."""
   previous = jax.config.jax_enable_x64
-  workdir = str(tmp_path_factory.mktemp("figures"))
+  workdir = os.path.join(smoke_report_dir, "decoreco_figures")
   config = decoreco_figures_config.get_config("smoke")
   written = decoreco_figures.run(config, workdir)
   yield config, workdir, written

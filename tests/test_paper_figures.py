@@ -14,8 +14,10 @@ import paper_figures  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("paper_figures"))
+def smoke(smoke_report_dir):
+  """The report's :smoke runs (conftest.py), reused here: figures.run redraws every
+  artefact from them."""
+  workdir = os.path.join(smoke_report_dir, "paper_figures")
   written = figures.run(paper_figures.get_config("smoke"), workdir)
   return workdir, written, io.read_json(os.path.join(workdir, "table1.json"))
 

@@ -1,0 +1,316 @@
+"""The report: verdict rules flip on synthetic numbers, membership AUC and fractions on
+planted examples, and experiments/report.py at :smoke end to end."""
+
+import itertools
+import os
+import re
+
+import numpy as np
+import pytest
+
+from trdr import membership, report
+
+
+# ------------------------------------------------------------------------ membership
+
+
+def _pairwise_auc(scores, positive):
+  """The AUC by its definition: over all (member, non-member) pairs, 1 if the member
+  scores higher, ½ for a tie."""
+  pos, neg = scores[positive], scores[~positive]
+  diff = pos[:, None] - neg[None, :]
+  return float(np.mean((diff > 0) + 0.5 * (diff == 0)))
+
+
+def test_auc_of_separated_identical_and_reversed_scores():
+  positive = np.array([True, True, True, False, False])
+  assert membership.auc([5.0, 4.0, 3.0, 2.0, 1.0], positive) == 1.0
+  assert membership.auc([1.0, 2.0, 3.0, 4.0, 5.0], positive) == 0.0
+  assert membership.auc(np.full(5, 7.0), positive) == 0.5
+
+
+def test_auc_handles_ties_like_the_pairwise_definition():
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    scores = rng.integers(0, 4, size=30).astype(float)   # many ties
+    positive = rng.random(30) < 0.4
+    assert membership.auc(scores, positive) == pytest.approx(_pairwise_auc(scores, positive))
+  # One tie between the classes: pairs (3>1, 3>2, 2=2, 2>1) -> 3.5 / 4.
+  assert membership.auc([3.0, 2.0, 2.0, 1.0], [True, True, False, False]) == 0.875
+
+
+def test_auc_of_an_empty_class_is_nan_and_bad_input_raises():
+  assert np.isnan(membership.auc([1.0, 2.0], [True, True]))
+  with pytest.raises(ValueError, match="same|equal"):
+    membership.auc([1.0, 2.0], [True])
+  with pytest.raises(ValueError, match="finite"):
+    membership.auc([1.0, np.nan], [True, False])
+
+
+def test_average_ranks_share_ties():
+  np.testing.assert_array_equal(membership.average_ranks(np.array([10.0, 20.0, 10.0, 5.0])),
+                                [2.5, 4.0, 2.5, 1.0])
+
+
+def test_nearest_real_takes_the_larger_ssim_and_a_tie_is_a_member():
+  ssim, member = membership.nearest_real([0.9, 0.2, 0.5], [0.3, 0.8, 0.5])
+  np.testing.assert_allclose(ssim, [0.9, 0.8, 0.5])
+  np.testing.assert_array_equal(member, [True, False, True])
+  with pytest.raises(ValueError, match="same shape"):
+    membership.nearest_real([0.1, 0.2], [0.1])
+
+
+def test_fractions_on_a_planted_example():
+  nearest = np.array([0.95, 0.85, 0.75, 0.65, 0.55, 0.1])
+  member = np.array([True, False, True, True, False, True])
+  rows = membership.fractions(nearest, member, (0.5, 0.7, 0.9, 0.99))
+  assert [r["natural"] for r in rows] == [5, 3, 1, 0]
+  assert [r["members"] for r in rows] == [3, 2, 1, 0]
+  assert [r["non_members"] for r in rows] == [2, 1, 0, 0]
+  assert rows[0]["fraction_member"] == pytest.approx(0.6)
+  assert rows[1]["fraction_member"] == pytest.approx(2 / 3)
+  assert rows[2]["fraction_member"] == 1.0 and np.isnan(rows[3]["fraction_member"])
+  with pytest.raises(ValueError, match="same shape"):
+    membership.fractions(nearest, member[:-1], (0.5,))
+
+
+def test_margin_and_loss():
+  margin, loss = membership.margin_and_loss([2.0, -1.0, 800.0], [1.0, 1.0, -1.0])
+  np.testing.assert_allclose(margin, [2.0, -1.0, -800.0])
+  np.testing.assert_allclose(loss, [np.log1p(np.exp(-2.0)), np.log1p(np.e), 800.0])
+
+
+def _recon(nearest, member, **scores):
+  return membership.Reconstructions("planted", "bilevel", np.asarray(nearest),
+                                    np.asarray(member), {k: np.asarray(v, float)
+                                                         for k, v in scores.items()})
+
+
+def test_separation_only_counts_natural_looking_finite_scores():
+  n = 24
+  nearest = np.r_[np.full(n, 0.9), np.full(4, 0.1)]       # the last 4 are not natural
+  member = np.r_[np.tile([True, False], n // 2), [True] * 4]
+  perfect = np.where(member, 1.0, 0.0)
+  perfect[-4:] = -5.0      # would break the separation if the non-natural ones counted
+  flat = np.zeros(n + 4)
+  with_nan = perfect.copy()
+  with_nan[0] = np.nan
+  rows = {r["score"]: r for r in membership.separation(
+      _recon(nearest, member, perfect=perfect, flat=flat, with_nan=with_nan), 0.5, 10)}
+  assert rows["perfect"]["auc"] == 1.0 and rows["perfect"]["separability"] == 1.0
+  assert rows["flat"]["auc"] == 0.5
+  assert (rows["perfect"]["members"], rows["perfect"]["non_members"]) == (12, 12)
+  assert rows["with_nan"]["members"] == 11 and rows["with_nan"]["auc"] == 1.0
+  assert rows["perfect"]["informative"]
+  rows = membership.separation(_recon(nearest, member, perfect=perfect), 0.5, 13)
+  assert not rows[0]["informative"]
+
+
+# ------------------------------------------------------------------------- verdict rules
+
+
+def _pure_records(noise_ssim=0.05, gt_ssim=1.0, gt_l2=0.0, part=(3.0, 15.0, 0.8, 0.2)):
+  """Records of a pure grid; part = (L2 to partition, L2 to train, SSIM to partition,
+  SSIM to train) of the partition initialisation."""
+  base = {"l2_to_noise": 1.0, "ssim_to_noise": 0.9, "param_distance": 1e-4}
+  return [
+      {**base, "lambda1": 0.0, "lambda2": 0.0, "ssim_to_train": noise_ssim,
+       "l2_to_train": 20.0, "l2_to_partition": 20.0, "ssim_to_partition": 0.05},
+      {**base, "lambda1": 1.0, "lambda2": 1.0, "ssim_to_train": gt_ssim, "l2_to_train": gt_l2,
+       "l2_to_partition": 15.0, "ssim_to_partition": 0.2},
+      {**base, "lambda1": 0.0, "lambda2": 1.0, "l2_to_partition": part[0],
+       "l2_to_train": part[1], "ssim_to_partition": part[2], "ssim_to_train": part[3]},
+  ]
+
+
+def test_fig1_flips_with_the_ssim_to_the_training_set():
+  good, bad = _pure_records(noise_ssim=0.05), _pure_records(noise_ssim=0.6)
+  assert report.verdict_fig1({"affine": good, "one_hidden": good})["verdict"] == "reproduced"
+  assert report.verdict_fig1({"affine": good, "one_hidden": bad})["verdict"] == "partly"
+  assert report.verdict_fig1({"affine": bad, "one_hidden": bad})["verdict"] == "not reproduced"
+
+
+def test_fig2_needs_both_high_ssim_and_small_l2():
+  ok = _pure_records()
+  assert report.verdict_fig2({"affine": ok, "one_hidden": ok})["verdict"] == "reproduced"
+  far = _pure_records(gt_l2=5.0)
+  dissimilar = _pure_records(gt_ssim=0.5)
+  assert report.verdict_fig2({"affine": far, "one_hidden": dissimilar})["verdict"] == (
+      "not reproduced")
+
+
+def test_partition_initialisation_flips_when_closer_to_the_training_set():
+  assert report.verdict_partition_init("fig3", _pure_records())["verdict"] == "reproduced"
+  swapped = _pure_records(part=(15.0, 3.0, 0.2, 0.8))
+  assert report.verdict_partition_init("fig4", swapped)["verdict"] == "not reproduced"
+  mixed = _pure_records(part=(3.0, 15.0, 0.2, 0.8))
+  v = report.verdict_partition_init("fig3", mixed)
+  assert v["verdict"] == "partly" and v["artefact"] == "fig3"
+
+
+def test_table1_small_distances():
+  def table(values):
+    return {"rows": {"affine": {"measured": dict(zip(("random", "ground truth", "partition"),
+                                                     values))}}}
+  assert report.verdict_table1(table((1e-4, 1e-7, 3e-3)))["verdict"] == "reproduced"
+  assert report.verdict_table1(table((0.5, 1e-7, 3e-3)))["verdict"] == "partly"
+  assert report.verdict_table1(table((0.5, 0.2, 0.3)))["verdict"] == "not reproduced"
+
+
+def _summary(count, n=10):
+  return {"reconstructed": {"ssim_ge_0.3": count + 1, "ssim_ge_0.4": count,
+                            "ssim_ge_0.5": 0}, "n_train": n}
+
+
+def test_fig5_uniform_must_reconstruct_fewer_than_tuned():
+  assert report.verdict_fig5(_summary(0), _summary(3))["verdict"] == "reproduced"
+  assert report.verdict_fig5(_summary(3), _summary(3))["verdict"] == "not reproduced"
+  assert report.verdict_fig5(_summary(0), _summary(0))["verdict"] == "not reproduced"
+
+
+def test_fig6_counts_of_reconstructed_training_images():
+  assert report.verdict_fig6(_summary(3))["verdict"] == "reproduced"
+  assert report.verdict_fig6(_summary(1, n=100))["verdict"] == "partly"
+  assert report.verdict_fig6(_summary(0))["verdict"] == "not reproduced"
+
+
+def test_fig7_needs_reconstructions_and_margin_images_reconstructed_best():
+  best = np.array([0.9, 0.6, 0.3, 0.1])
+  assert report.verdict_fig7(best, [0.1, -0.5, 2.0, -4.0])["verdict"] == "reproduced"
+  assert report.verdict_fig7(best, [4.0, -2.0, 0.5, 0.1])["verdict"] == "partly"
+  assert report.verdict_fig7(best * 0.3, [0.1, -0.5, 2.0, -4.0])["verdict"] == (
+      "not reproduced")
+
+
+def test_fig8_minority_of_candidates():
+  assert report.verdict_fig8([0.5, 0.1, 0.2, 0.1])["verdict"] == "reproduced"
+  assert report.verdict_fig8([0.5, 0.6, 0.7, 0.1])["verdict"] == "partly"
+  assert report.verdict_fig8([0.1, 0.1, 0.2, 0.1])["verdict"] == "not reproduced"
+
+
+def test_fig9_partition_closer_than_train():
+  near_partition = {"train_l2": [14.0, 16.0], "partition_l2": [8.0, 9.0],
+                    "train_ssim": [0.2, 0.3], "partition_ssim": [0.6, 0.7]}
+  assert report.verdict_fig9(near_partition)["verdict"] == "reproduced"
+  near_train = {"train_l2": [8.0, 9.0], "partition_l2": [14.0, 16.0],
+                "train_ssim": [0.6, 0.7], "partition_ssim": [0.2, 0.3]}
+  assert report.verdict_fig9(near_train)["verdict"] == "not reproduced"
+
+
+def _landscape(l2_fn):
+  grid = (0.0, 0.5, 1.0)
+  return [{"lambda1": a, "lambda2": b, "l2_to_train": l2_fn(a, b)}
+          for a, b in itertools.product(grid, grid)]
+
+
+def test_landscape_trends_flip_per_attack_and_line():
+  decreasing = _landscape(lambda a, b: 20.0 - 10 * a * b)
+  increasing = _landscape(lambda a, b: 5.0 + 10 * a * b)
+  only_lambda1 = _landscape(lambda a, b: 20.0 - 10 * a)   # flat along λ1 = 1
+  both = {"bilevel": decreasing, "decoreco": decreasing}
+  for name in ("fig10", "fig11", "fig12"):
+    assert report.verdict_landscape(name, both)["verdict"] == "reproduced", name
+    assert report.verdict_landscape(name, {"bilevel": decreasing, "decoreco": increasing}
+                                    )["verdict"] == "partly", name
+    assert report.verdict_landscape(name, {"bilevel": increasing, "decoreco": increasing}
+                                    )["verdict"] == "not reproduced", name
+  mixed = {"bilevel": only_lambda1, "decoreco": only_lambda1}
+  assert report.verdict_landscape("fig11", mixed)["verdict"] == "reproduced"
+  assert report.verdict_landscape("fig12", mixed)["verdict"] == "not reproduced"
+  assert report.verdict_landscape("fig10", mixed)["verdict"] == "partly"
+
+
+def test_spearman():
+  assert report.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+  assert report.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+  assert np.isnan(report.spearman([1, 2, 3], [5, 5, 5]))
+
+
+def _measured(*rows):
+  return {"runs": {"r": {"auc": [
+      {"score": f"s{i}", "auc": a, "separability": max(a, 1 - a), "informative": ok}
+      for i, (a, ok) in enumerate(rows)]}}}
+
+
+def test_membership_verdict_from_auc():
+  assert report.verdict_membership(_measured((0.5, True), (0.45, True)))["verdict"] == (
+      "reproduced")
+  assert report.verdict_membership(_measured((0.5, True), (0.1, True)))["verdict"] == (
+      "not reproduced")
+  assert report.verdict_membership(_measured((0.5, True), (0.7, True)))["verdict"] == "partly"
+  # A high AUC over too few reconstructions does not count.
+  assert report.verdict_membership(_measured((0.55, True), (1.0, False)))["verdict"] == (
+      "reproduced")
+  assert report.verdict_membership(_measured((1.0, False)))["verdict"] == "uninformative"
+
+
+def test_every_artefact_has_a_claim_and_a_rule_that_formats():
+  for name in (*report.ARTEFACTS, "membership"):
+    claim, rule = report._claim(name, report.RULES)
+    assert claim and rule and "{" not in rule, name
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def smoke_report(smoke_report_dir):
+  with open(os.path.join(smoke_report_dir, "report.md")) as f:
+    return smoke_report_dir, f.read()
+
+
+def test_report_links_every_figure_table1_and_membership(smoke_report):
+  workdir, text = smoke_report
+  links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
+  for i in range(1, 13):
+    prefix = "paper_figures" if i <= 4 else "decoreco_figures"
+    assert f"{prefix}/fig{i}.png" in links, i
+  assert "membership.png" in links
+  for link in links:
+    assert os.path.getsize(os.path.join(workdir, link)) > 5000, link
+  assert "## Table 1" in text and "1.1214e-03" in text     # the paper's value beside ours
+  assert "| run | reconstructions | t = 0.2 |" in text
+  assert "| run | score | members | non-members | AUC |" in text
+
+
+def test_report_has_one_computed_verdict_per_artefact(smoke_report):
+  workdir, text = smoke_report
+  from trdr import io
+
+  saved = io.read_json(os.path.join(workdir, "report.json"))
+  sections = re.split(r"\n## ", text)[1:]
+  titles = [s.split("\n", 1)[0] for s in sections]
+  assert titles == [*(f"Fig. {i}" for i in range(1, 5)), "Table 1",
+                    *(f"Fig. {i}" for i in range(5, 13)), "Membership ambiguity"]
+  for section, name in zip(sections, (*report.ARTEFACTS, "membership")):
+    (line,) = re.findall(r"\*\*Verdict: ([a-z ]+)\*\*", section)
+    assert line in report.VERDICTS and line == saved["verdicts"][name]["verdict"], name
+  # Recomputing the verdicts from the saved runs gives the same result.
+  again = report.verdicts(report.collect(workdir))
+  for name, v in again.items():
+    assert v["verdict"] == saved["verdicts"][name]["verdict"], name
+  # The smoke runs show the qualitative findings that do not depend on size.
+  for name in ("fig1", "fig2", "fig3", "fig4", "fig9"):
+    assert saved["verdicts"][name]["verdict"] == "reproduced", name
+
+
+def test_membership_numbers_match_the_runs(smoke_report):
+  workdir, _ = smoke_report
+  from trdr import io
+
+  measured = io.read_json(os.path.join(workdir, "report.json"))["membership"]
+  run = measured["runs"]["DecoReco partition"]
+  with np.load(os.path.join(workdir, "decoreco_figures", "partition", "results.npz")) as r:
+    nearest = np.maximum(r["train_ssim"], r["partition_ssim"])
+    member = r["train_ssim"] >= r["partition_ssim"]
+  assert run["total"] == nearest.size
+  for row in run["fractions"]:
+    assert row["natural"] == int(np.sum(nearest > row["threshold"]))
+    assert row["members"] == int(np.sum((nearest > row["threshold"]) & member))
+  bilevel = measured["runs"]["bilevel affine (pure)"]
+  assert {r["score"] for r in bilevel["auc"]} == {"loss", "margin", "param_distance"}
+  assert {r["score"] for r in run["auc"]} == {"loss", "margin", "lambda"}
+  for r in bilevel["auc"]:   # margin and loss are monotone in each other
+    if r["score"] == "margin" and np.isfinite(r["auc"]):
+      (loss,) = [x for x in bilevel["auc"] if x["score"] == "loss"]
+      assert r["auc"] == pytest.approx(1 - loss["auc"])
