@@ -61,3 +61,7 @@ def test_finished_runs_are_reused(figures):
   assert os.path.getmtime(marker) == before
   with pytest.raises(ValueError, match="unknown artefact"):
     decoreco_figures.run(config, workdir, ("fig13",))
+  changed = config.copy_and_resolve_references()
+  changed.decoreco.attack.lr = 0.3
+  with pytest.raises(FileExistsError, match="different config"):
+    decoreco_figures.run(changed, workdir, ("fig5",))

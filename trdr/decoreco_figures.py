@@ -77,20 +77,26 @@ def run_configs(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
 
 def run_or_reuse(name: str, config: ml_collections.ConfigDict, workdir: str):
-  """Runs ``name`` into ``workdir`` unless it finished there with this same config."""
+  """Runs ``name`` into ``workdir`` unless it finished there with this same config
+  (an unfinished run there of the same config is resumed).
+
+  Raises:
+    FileExistsError: ``workdir`` holds a finished run of a different config (finished
+      results are never replaced silently: remove the folder to recompute).
+  """
   kind, marker = RUNS[name]
-  done = os.path.join(workdir, marker)
-  if (os.path.exists(done) and
-      io.read_json(os.path.join(workdir, io.CONFIG_FILE)) == io.to_jsonable(config)):
+  if os.path.exists(os.path.join(workdir, marker)):
+    if io.read_json(os.path.join(workdir, io.CONFIG_FILE)) != io.to_jsonable(config):
+      raise FileExistsError(f"{workdir} holds a finished run of a different config; "
+                            "remove it or use another --workdir")
     logging.info("Reusing the finished run %s", workdir)
     return
-  overwrite = os.path.exists(done)  # finished with another config: replace it
   if kind == "sweep":
-    reconstruct.sweep(config, workdir, overwrite=overwrite)
+    reconstruct.sweep(config, workdir)
   elif kind == "attack":
-    reconstruct.run(config, workdir, overwrite=overwrite)
+    reconstruct.run(config, workdir)
   else:
-    landscape.run(config, workdir, overwrite=overwrite)
+    landscape.run(config, workdir)
 
 
 def _results(workdir: str, name: str) -> dict:
