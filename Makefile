@@ -4,11 +4,11 @@ RUNS ?= runs
 # Size of the Figs. 1–4 / Table 1 runs: cpu (default, minutes on 2 cores), paper (one GPU) or smoke.
 SIZE ?= cpu
 PAPER_VARIANT = $(if $(filter paper,$(SIZE)),,$(SIZE))
-PAPER_FIGURES = $(PYTHON) experiments/paper_figures.py --config=configs/paper_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/paper_figures_$(SIZE)
+PAPER_FIGURES = $(PYTHON) experiments/paper_figures.py --config=configs/paper_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/paper_figures
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-DECORECO_FIGURES = $(PYTHON) experiments/decoreco_figures.py --config=configs/decoreco_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/decoreco_figures_$(SIZE)
+DECORECO_FIGURES = $(PYTHON) experiments/decoreco_figures.py --config=configs/decoreco_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/decoreco_figures
 
 .PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-sweep fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures
 
@@ -55,7 +55,7 @@ table1:  ## Table 1: ||θ* − θ||² for {affine, one-hidden} x {random, ground
 	$(PAPER_FIGURES) --artefacts=table1
 
 sweep:  ## DecoReco vmapped hyperparameter sweep (σ, lr, λ_min, α); its best.json feeds Figs. 6–12.
-	$(PYTHON) experiments/sweep.py --config=configs/decoreco_cifar.py:$(PAPER_VARIANT) --workdir=$(RUNS)/decoreco_figures_$(SIZE)/sweep --config.victim.checkpoint_dir=$(RUNS)/decoreco_figures_$(SIZE)/victim
+	$(PYTHON) experiments/sweep.py --config=configs/decoreco_cifar.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/decoreco_figures/sweep --config.victim.checkpoint_dir=$(RUNS)/report_$(SIZE)/decoreco_figures/victim
 
 fig5:  ## Fig. 5: DecoReco from U(0,1) without variance tuning; SIZE=cpu|paper|smoke.
 	$(DECORECO_FIGURES) --artefacts=fig5

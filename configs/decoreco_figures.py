@@ -1,10 +1,10 @@
 r"""Figs. 5–12 of Runkel et al. 2024: DecoReco runs and the two energy landscapes.
 
 Command:
-  make fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12            # ":cpu", runs/decoreco_figures_cpu
+  make fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12            # ":cpu", runs/report_cpu/decoreco_figures
   make fig5 ... SIZE=paper                                   # "", one GPU
   python experiments/decoreco_figures.py --config=configs/decoreco_figures.py:cpu \
-      --workdir=runs/decoreco_figures_cpu --artefacts=fig5,fig8
+      --workdir=runs/report_cpu/decoreco_figures --artefacts=fig5,fig8
 
 Sections: decoreco (configs/decoreco_cifar.py, same variant), landscape
 (configs/decoreco_landscape.py), bilevel (configs/bilevel_affine.py, "smoke" for :smoke):

@@ -1,10 +1,10 @@
 r"""Figs. 1–4 and Table 1 of Runkel et al. 2024: both victims from the pure initialisations.
 
 Command:
-  make fig1 fig2 fig3 fig4 table1                # ":cpu", into runs/paper_figures_cpu
-  make fig1 fig2 fig3 fig4 table1 SIZE=paper     # "", into runs/paper_figures_paper
+  make fig1 fig2 fig3 fig4 table1                # ":cpu", into runs/report_cpu/paper_figures
+  make fig1 fig2 fig3 fig4 table1 SIZE=paper     # "", into runs/report_paper/paper_figures
   python experiments/paper_figures.py --config=configs/paper_figures.py:cpu \
-      --workdir=runs/paper_figures_cpu --artefacts=fig1,table1
+      --workdir=runs/report_cpu/paper_figures --artefacts=fig1,table1
 
 Figures: Fig. 1 (random U(0,1) initialisation; affine (a), one-hidden (b)), Fig. 2
 (ground truth), Fig. 3 (affine, partition; nearest training (a) / partition (b) image),

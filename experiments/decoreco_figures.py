@@ -1,7 +1,7 @@
 r"""Figs. 5–12 (DecoReco and both energy landscapes) from their runs, run or reused.
 
   python experiments/decoreco_figures.py --config=configs/decoreco_figures.py:cpu \
-      --workdir=runs/decoreco_figures_cpu [--artefacts=fig5,fig8]
+      --workdir=runs/report_cpu/decoreco_figures [--artefacts=fig5,fig8]
 
 See trdr/decoreco_figures.py for the runs and figures.
 """

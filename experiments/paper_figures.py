@@ -1,7 +1,7 @@
 r"""Figs. 1–4 and Table 1: attack both victims from the pure initialisations, assemble.
 
   python experiments/paper_figures.py --config=configs/paper_figures.py:cpu \
-      --workdir=runs/paper_figures_cpu [--artefacts=fig1,fig2,fig3,fig4,table1]
+      --workdir=runs/report_cpu/paper_figures [--artefacts=fig1,fig2,fig3,fig4,table1]
 
 Finished victim runs in WORKDIR/affine and WORKDIR/one_hidden are reused. See
 trdr/figures.py for what is written.
