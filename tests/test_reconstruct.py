@@ -67,6 +67,19 @@ def test_gd_victim_stops_at_the_loss_threshold(x64_module):
   assert early.epochs == report.epochs - 1
 
 
+def test_gd_victim_training_that_diverges_raises(x64_module):
+  config = decoreco_cifar.get_config("smoke")
+  config.victim.loss, config.victim.lr = "mse", 0.5   # measured: NaN at epoch 8
+  task = data.make_binary_task(config.data)
+  task = task._replace(train_images=task.train_images.astype(np.float64),
+                       test_images=task.test_images.astype(np.float64))
+  model = models.build_model(config.victim)
+  params0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:],
+                               jnp.float64)
+  with pytest.raises(FloatingPointError, match="diverged.*lower victim.lr"):
+    victim.train_gd(model, params0, task, config.victim)
+
+
 def test_gd_victim_rejects_unknown_loss():
   config = decoreco_cifar.get_config("smoke").victim
   config.loss = "hinge"
@@ -314,12 +327,14 @@ def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, victim_dir, tmp
   assert [r["step"] for r in io.read_metrics(str(tmp_path))] == [20, 40]
 
 
-@pytest.mark.parametrize("loss, outputs, form", [("mse", 1, "binary"), ("ce", 2, "multiclass")])
-def test_other_victim_losses_train_and_attack(x64_module, loss, outputs, form, tmp_path):
+@pytest.mark.parametrize("loss, outputs, form, lr", [("mse", 1, "binary", 0.1),
+                                                     ("ce", 2, "multiclass", 0.5)])
+def test_other_victim_losses_train_and_attack(x64_module, loss, outputs, form, lr, tmp_path):
   """Buzaglo et al.'s MSE and multiclass (C = 2, cross-entropy) victims: GD reaches the
   loss threshold, and the matching DecoReco form attacks them (the loss falls)."""
   config = decoreco_cifar.get_config("smoke")
   config.victim.loss, config.victim.num_outputs, config.attack.form = loss, outputs, form
+  config.victim.lr = lr
   config.victim.loss_threshold = 1e-3
   config.attack.steps, config.attack.log_every = 20, 20
   summary = reconstruct.run(config, str(tmp_path))

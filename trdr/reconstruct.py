@@ -382,6 +382,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, overwrite: bool = False
   score = float(in_run_score(states.images[0], task, config.eval.score_k))
   apply_fn = lambda p, x: model.apply({"params": p}, x)
   phi_train = np.asarray(apply_fn(theta_star, jnp.asarray(task.train_images, dtype)))
+  if phi_train.ndim == 2:  # C = 2 logits: Φ = Φ_1 − Φ_0, the binary logit's counterpart
+    phi_train = phi_train[:, 1] - phi_train[:, 0]
   io.save_npz(os.path.join(workdir, RESULTS_FILE),
               initial_images=np.asarray(x0), final_images=np.asarray(states.images[0]),
               final_lambdas=np.asarray(states.lambdas[0]), labels=np.asarray(labels),

@@ -260,6 +260,7 @@ def train_gd(model, params0: Params, task, victim_config: ml_collections.ConfigD
     (θ*, GDReport).
   Raises:
     ValueError: unknown loss, non-positive lr, max_epochs or log_every.
+    FloatingPointError: the loss became NaN or infinite (the step size is too large).
   """
   cfg = victim_config
   if cfg.loss not in GD_LOSSES:
@@ -294,6 +295,10 @@ def train_gd(model, params0: Params, task, victim_config: ml_collections.ConfigD
   while int(epoch) < cfg.max_epochs and not float(loss) < cfg.loss_threshold:
     until = min(int(epoch) + cfg.log_every, cfg.max_epochs)
     params, loss, epoch = chunk(params, loss, epoch, jnp.asarray(until, jnp.int32))
+    if not np.isfinite(float(loss)):
+      raise FloatingPointError(
+          f"victim training diverged: {cfg.loss} loss {float(loss)} at epoch {int(epoch)}; "
+          f"lower victim.lr (now {cfg.lr})")
     if log_fn is not None:
       log_fn({"epoch": int(epoch), "train_loss": float(loss),
               "train_accuracy": float(jnp.mean(predictions(apply_fn(params, x)) == y))})
