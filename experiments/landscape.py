@@ -21,11 +21,12 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a finished run in --
 flags.mark_flags_as_required(["config"])
 
 
-def default_workdir(config_arg: str) -> str:
-  """runs/bilevel_affine for configs/bilevel_affine.py, runs/bilevel_affine_smoke for :smoke."""
+def default_workdir(config_arg: str, suffix: str = "") -> str:
+  """runs/bilevel_affine for configs/bilevel_affine.py, runs/bilevel_affine_smoke for :smoke
+  (then ``suffix``)."""
   path, _, variant = config_arg.partition(":")
   name = os.path.splitext(os.path.basename(path))[0]
-  return os.path.join("runs", f"{name}_{variant}" if variant else name)
+  return os.path.join("runs", (f"{name}_{variant}" if variant else name) + suffix)
 
 
 def main(argv):

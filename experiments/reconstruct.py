@@ -3,36 +3,29 @@ r"""One DecoReco attack (Haim et al. 2022) against a gradient-descent victim, ev
   python experiments/reconstruct.py --config=configs/decoreco_cifar.py:cpu [--workdir=DIR]
 
 Without --workdir, results go to runs/<config name>[_<variant>]. See trdr/reconstruct.py
-for the files written.
+for the files written. The flags (--config, --workdir, --overwrite) are those of
+experiments/landscape.py.
 """
 
 import os
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from trdr import reconstruct
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import landscape as landscape_cli  # noqa: E402  (defines --config, --workdir, --overwrite)
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config.",
-                                          lock_config=True)
-_WORKDIR = flags.DEFINE_string("workdir", None, "Where results are written "
-                               "(default: runs/<config name>[_<variant>]).")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a finished run in --workdir.")
-flags.mark_flags_as_required(["config"])
+from trdr import reconstruct  # noqa: E402
 
-
-def default_workdir(config_arg: str, suffix: str = "") -> str:
-  """runs/decoreco_cifar_cpu for configs/decoreco_cifar.py:cpu (+ ``suffix``)."""
-  path, _, variant = config_arg.partition(":")
-  name = os.path.splitext(os.path.basename(path))[0]
-  return os.path.join("runs", (f"{name}_{variant}" if variant else name) + suffix)
+default_workdir = landscape_cli.default_workdir
 
 
 def main(argv):
   del argv
-  workdir = _WORKDIR.value or default_workdir(
+  workdir = landscape_cli._WORKDIR.value or default_workdir(
       config_flags.get_config_filename(flags.FLAGS["config"]))
-  reconstruct.run(_CONFIG.value, workdir, overwrite=_OVERWRITE.value)
+  reconstruct.run(landscape_cli._CONFIG.value, workdir, overwrite=landscape_cli._OVERWRITE.value)
 
 
 if __name__ == "__main__":

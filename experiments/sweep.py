@@ -8,24 +8,24 @@ work directory (default runs/<config name>[_<variant>]_sweep) is what the figure
 read through ``--config.attack.hparams_file``.
 """
 
-import sys
 import os
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import reconstruct as reconstruct_cli  # noqa: E402  (flags --config, --workdir, --overwrite)
+import landscape as cli  # noqa: E402  (flags --config, --workdir, --overwrite)
 
 from trdr import reconstruct  # noqa: E402
 
 
 def main(argv):
   del argv
-  workdir = reconstruct_cli._WORKDIR.value or reconstruct_cli.default_workdir(
+  workdir = cli._WORKDIR.value or cli.default_workdir(
       config_flags.get_config_filename(flags.FLAGS["config"]), "_sweep")
-  reconstruct.sweep(reconstruct_cli._CONFIG.value, workdir,
-                    overwrite=reconstruct_cli._OVERWRITE.value)
+  reconstruct.sweep(cli._CONFIG.value, workdir,
+                    overwrite=cli._OVERWRITE.value)
 
 
 if __name__ == "__main__":
