@@ -31,7 +31,6 @@ import functools
 import json
 import os
 import time
-from typing import Any
 
 import flax.serialization
 import jax
@@ -40,7 +39,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import data, io, metrics, models, sharding, victim
+from trdr import data, io, metrics, models, sharding
 from trdr.attacks import decoreco, init as inits, kkt_mlp
 
 SUMMARY_FILE = "summary.json"
