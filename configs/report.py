@@ -12,8 +12,9 @@ into WORKDIR/decoreco_figures), membership (`trdr.membership`: the SSIM threshol
 "natural-looking", the t of the AUC table, the per-class count below which an AUC is
 flagged uninformative). Finished runs are reused; see trdr/report.py for the verdict rules.
 
-Runtime: the sum of `make fig1 ... fig12` (README) plus seconds for the report; ":smoke"
-2–3 min on this shared 2-core CPU from scratch, ~30 s with finished runs. Paper size: not
+Runtime (measured 2026-11-21): ":cpu" on a fresh clone of this 2-core CPU, `make figures`
+from scratch, 44 min (2,639 s; Figs. 1–4 runs 6 min, Figs. 5–12 runs 38 min, the report
+about a minute); ":smoke" 2–3 min from scratch, ~30 s with finished runs. Paper size: not
 run (no GPU was available).
 """
 
