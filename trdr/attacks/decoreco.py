@@ -27,6 +27,11 @@ the residual, which involves the activation's second derivative, is informative.
 `init_candidates` draws the starting point (x ~ N(0, σ²), λ ~ U(0, 1), labels −1 then +1).
 `gradient_norm_loss` is Runkel et al.'s eq. 3 alternative, min_x ||∇θE(x, y; θ*)||².
 
+The attack: `autodiff_loss_and_grad` (or, for a ReLU Haim MLP, the fused
+`trdr.attacks.kkt_mlp.value_and_grad`) gives (L, ∂L/∂x, ∂L/∂λ) for the `Hyperparameters`
+(σ, lr, λ_min, α); `attack_step` is one SGD-with-momentum iteration on x and λ and
+`run_steps` runs it under `lax.scan`. `trdr.reconstruct` maps it over grids and sweeps.
+
 All functions are pure and jittable; bind settings with `functools.partial` outside jit.
 """
 
