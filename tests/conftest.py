@@ -10,13 +10,23 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture
-def x64():
-  """Runs a test with float64 enabled in JAX, restoring the previous setting after."""
+def _enable_x64():
   previous = jax.config.jax_enable_x64
   jax.config.update("jax_enable_x64", True)
   yield
   jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.fixture
+def x64():
+  """Runs a test with float64 enabled in JAX, restoring the previous setting after."""
+  yield from _enable_x64()
+
+
+@pytest.fixture(scope="module")
+def x64_module():
+  """float64 for a whole module (for module-scoped float64 fixtures), restored after."""
+  yield from _enable_x64()
 
 
 @pytest.fixture(scope="session")

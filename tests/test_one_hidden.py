@@ -18,15 +18,7 @@ WD = 0.1
 
 
 @pytest.fixture(scope="module")
-def x64():
-  previous = jax.config.jax_enable_x64
-  jax.config.update("jax_enable_x64", True)
-  yield
-  jax.config.update("jax_enable_x64", previous)
-
-
-@pytest.fixture(scope="module")
-def problem(x64):
+def problem(x64_module):
   """The softplus victim of `_problem`, trained once for the module's float64 tests."""
   return _problem("softplus")
 

@@ -21,14 +21,6 @@ import decoreco_landscape  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def x64_module():
-  previous = jax.config.jax_enable_x64
-  jax.config.update("jax_enable_x64", True)
-  yield
-  jax.config.update("jax_enable_x64", previous)
-
-
-@pytest.fixture(scope="module")
 def victim_dir(tmp_path_factory):
   """One θ* shared by the smoke runs of this module (all use the same victim config)."""
   return str(tmp_path_factory.mktemp("victim"))
