@@ -1,14 +1,12 @@
 # trdr: one target per paper artefact. Results go to runs/<name>/ unless WORKDIR is set.
 PYTHON ?= python
 RUNS ?= runs
-# Size of the Figs. 1–4 / Table 1 runs: cpu (default, minutes on 2 cores), paper (one GPU) or smoke.
+# Size of the paper artefacts' runs: cpu (default, minutes on 2 cores), paper (one GPU) or smoke.
 SIZE ?= cpu
 PAPER_VARIANT = $(if $(filter paper,$(SIZE)),,$(SIZE))
-PAPER_FIGURES = $(PYTHON) experiments/paper_figures.py --config=configs/paper_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/paper_figures
+PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
-
-DECORECO_FIGURES = $(PYTHON) experiments/decoreco_figures.py --config=configs/decoreco_figures.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/decoreco_figures
 
 .PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-sweep fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures
 
@@ -40,46 +38,46 @@ benchmark-sweep:  ## DecoReco sweep: S settings vmapped as one computation vs a 
 	$(PYTHON) experiments/benchmark.py --sections=sweep
 
 fig1:  ## Fig. 1: random initialisation, affine (a) and one-hidden (b); SIZE=cpu|paper|smoke.
-	$(PAPER_FIGURES) --artefacts=fig1
+	$(PAPER) --artefacts=fig1
 
 fig2:  ## Fig. 2: ground-truth initialisation, affine (a) and one-hidden (b).
-	$(PAPER_FIGURES) --artefacts=fig2
+	$(PAPER) --artefacts=fig2
 
 fig3:  ## Fig. 3: affine, partition initialisation vs training set (a) and partition (b).
-	$(PAPER_FIGURES) --artefacts=fig3
+	$(PAPER) --artefacts=fig3
 
 fig4:  ## Fig. 4: one-hidden, partition initialisation vs training set (a) and partition (b).
-	$(PAPER_FIGURES) --artefacts=fig4
+	$(PAPER) --artefacts=fig4
 
 table1:  ## Table 1: ||θ* − θ||² for {affine, one-hidden} x {random, ground truth, partition}.
-	$(PAPER_FIGURES) --artefacts=table1
+	$(PAPER) --artefacts=table1
 
 sweep:  ## DecoReco vmapped hyperparameter sweep (σ, lr, λ_min, α); its best.json feeds Figs. 6–12.
 	$(PYTHON) experiments/sweep.py --config=configs/decoreco_cifar.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/decoreco_figures/sweep --config.victim.checkpoint_dir=$(RUNS)/report_$(SIZE)/decoreco_figures/victim
 
 fig5:  ## Fig. 5: DecoReco from U(0,1) without variance tuning; SIZE=cpu|paper|smoke.
-	$(DECORECO_FIGURES) --artefacts=fig5
+	$(PAPER) --artefacts=fig5
 
 fig6:  ## Fig. 6: DecoReco, tuned σ (runs the sweep first), reconstructions ranked by SSIM.
-	$(DECORECO_FIGURES) --artefacts=fig6
+	$(PAPER) --artefacts=fig6
 
 fig7:  ## Fig. 7: tuned σ, each training image beside its best reconstruction; SSIM vs Φ(x_i).
-	$(DECORECO_FIGURES) --artefacts=fig7
+	$(PAPER) --artefacts=fig7
 
 fig8:  ## Fig. 8: overview of the first reconstructions beside their nearest neighbours.
-	$(DECORECO_FIGURES) --artefacts=fig8
+	$(PAPER) --artefacts=fig8
 
 fig9:  ## Fig. 9: DecoReco from the partition, vs training set (a) and partition (b).
-	$(DECORECO_FIGURES) --artefacts=fig9
+	$(PAPER) --artefacts=fig9
 
 fig10:  ## Fig. 10: landscape heatmaps, bilevel (a) and DecoReco (b).
-	$(DECORECO_FIGURES) --artefacts=fig10
+	$(PAPER) --artefacts=fig10
 
 fig11:  ## Fig. 11: λ2 = 1 line of both landscapes.
-	$(DECORECO_FIGURES) --artefacts=fig11
+	$(PAPER) --artefacts=fig11
 
 fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
-	$(DECORECO_FIGURES) --artefacts=fig12
+	$(PAPER) --artefacts=fig12
 
 figures:  ## Figs. 1–12 + Table 1 with verdicts and membership ambiguity: runs/report_SIZE/report.md.
 	$(REPORT)

@@ -1,84 +1,12 @@
 r"""Bilevel attack on the affine classifier: the energy landscape, Fig. 10(a), 11(a), 12(a).
 
+The config lives in the package (trdr/configs/bilevel_affine.py, importable as
+`trdr.configs.bilevel_affine`); this file is what --config names.
+
 Command:
   python experiments/landscape.py --config=configs/bilevel_affine.py [--workdir=DIR]
   python experiments/landscape.py --config=configs/bilevel_affine.py:smoke   # seconds
   make landscape-affine
-
-Victim: affine classifier (eq. 8) trained full batch with logistic loss + (wd/2)||θ||²,
-wd = 1e-2, on the shipped real CIFAR-10 sample, vehicles {0,1,8,9} vs animals, 250 images
-per class (n = 500); the distinct partition is another 250 per class.
-Attack: eq. 2/7 from the 25 eq. 10 initialisations λ1, λ2 ∈ {0, .25, .5, .75, 1}, vmapped;
-implicit hypergradient with conjugate gradient, Adam on the pixels, projection onto [0, 1].
-
-Runtime (measured, see README): CPU, 2 cores: 4 min 21 s (6 min 37 s on shared cores); one GPU: not
-measured (no GPU was available).
-The ":smoke" variant (20 images per class, 3×3 grid, 30 steps) runs in well under a minute.
 """
 
-import ml_collections
-from ml_collections import config_dict
-
-from trdr import data
-
-
-def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.seed = 0
-  config.float64 = False
-
-  config.data = data.default_data_config()  # cifar10_sample, vehicles vs animals, n=250
-
-  config.victim = ml_collections.ConfigDict()
-  config.victim.arch = "affine"
-  config.victim.weight_decay = 1e-2
-  config.victim.tol = 1e-5          # ||∇θE(θ*)|| at the end of training
-  config.victim.max_iter = 5000
-  config.victim.memory_size = 10
-  config.victim.seed = 0
-  config.victim.checkpoint_dir = config_dict.placeholder(str)  # default: WORKDIR/victim
-
-  config.attack = ml_collections.ConfigDict()
-  config.attack.name = "bilevel"
-  config.attack.steps = 300
-  config.attack.log_every = 25
-  config.attack.optimizer = "adam"  # "sgd" is eq. 7's plain step x ← x − η∇x l
-  config.attack.lr = 1e-2
-  config.attack.lr_schedule = "cosine"  # "constant" | "cosine" (to 1% over the steps)
-  config.attack.project = True      # onto the pixel box [0, 1]
-  # Grid points per vmapped batch on each device (the grid is sharded over all local
-  # devices); 0: a device's whole share on GPU/TPU, 1 on CPU (faster there).
-  config.attack.grid_batch_size = 0
-  config.attack.lower_level = ml_collections.ConfigDict()
-  config.attack.lower_level.start = "previous"  # "theta_star" | "previous" | "random"
-  config.attack.lower_level.max_iter = 200
-  config.attack.lower_level.tol = 1e-5
-  config.attack.lower_level.memory_size = 10
-  config.attack.hypergradient = ml_collections.ConfigDict()
-  config.attack.hypergradient.solve = "cg"  # "cg" | "quasi_newton" | "neumann"
-  config.attack.hypergradient.cg_tol = 1e-6
-  config.attack.hypergradient.cg_maxiter = 500
-  config.attack.hypergradient.damping = 0.0        # μ: solve (H + μI)v = b; 0 is exact
-  config.attack.hypergradient.neumann_alpha = 0.0  # α; 0: 1/(1.1 λ_max(H)), power iteration
-  config.attack.hypergradient.neumann_steps = 100  # K terms of the Neumann series
-
-  config.init = ml_collections.ConfigDict()
-  config.init.lambda1 = (0.0, 0.25, 0.5, 0.75, 1.0)
-  config.init.lambda2 = (0.0, 0.25, 0.5, 0.75, 1.0)
-
-  config.eval = ml_collections.ConfigDict()
-  config.eval.lower_level_tol = 1e-6
-  config.eval.lower_level_max_iter = 2000
-  config.eval.ssim_chunk_size = 500
-  config.eval.n_show = 32
-
-  if arg == "smoke":
-    config.data.n_per_class = 20
-    config.attack.steps = 30
-    config.attack.log_every = 10
-    config.init.lambda1 = (0.0, 0.5, 1.0)
-    config.init.lambda2 = (0.0, 0.5, 1.0)
-    config.eval.n_show = 8
-  elif arg not in (None, ""):
-    raise ValueError(f"unknown config variant {arg!r}; known: '' (default), 'smoke'")
-  return config
+from trdr.configs.bilevel_affine import get_config  # noqa: F401

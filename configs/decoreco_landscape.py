@@ -1,43 +1,12 @@
 r"""The DecoReco energy landscape: Fig. 10(b), 11(b), 12(b) of Runkel et al. 2024.
 
+The config lives in the package (trdr/configs/decoreco_landscape.py, importable as
+`trdr.configs.decoreco_landscape`); this file is what --config names.
+
 Command:
   python experiments/landscape.py --config=configs/decoreco_landscape.py:cpu \
       [--config.attack.hparams_file=runs/decoreco_cifar_cpu_sweep/best.json]
   make fig10 fig11 fig12          # both panels, bilevel (a) and DecoReco (b)
-
-The victim and attack of configs/decoreco_cifar.py (same variant, so the same θ*), attacked
-from the 25 eq. 10 initialisations x = λ2(λ1 x_GT + (1 − λ1) x_part) + (1 − λ2) x_rnd,
-λ1, λ2 ∈ {0, .25, .5, .75, 1} (mean-subtracted, x_rnd = U(0, 1) − mean), one candidate per
-training image with its label (m = n), as one vmapped computation.
-
-Variants: "" (paper size, one GPU), "cpu" (n = 100, 1,000 iterations per grid point),
-"smoke" (3×3 grid, n = 10, 20 iterations).
-
-Runtime (measured 2026-11-21, this 2-core CPU, ":cpu", victim reused): the 25 attacks as
-one computation in 10.5 min (0.5 s per iteration for all 25 × 100 candidates), 11 min
-with the evaluation. ":smoke": ≈ 20 s.
 """
 
-import os
-import sys
-
-import ml_collections
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import decoreco_cifar  # noqa: E402
-
-
-def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  config = decoreco_cifar.get_config(arg)
-  config.init = ml_collections.ConfigDict({   # the grid replaces the single-run init
-      "kind": "mixture", "lambda1": (0.0, 0.25, 0.5, 0.75, 1.0),
-      "lambda2": (0.0, 0.25, 0.5, 0.75, 1.0)})
-  if arg == "cpu":
-    config.attack.steps = 1000
-    config.attack.log_every = 250
-  elif arg == "smoke":
-    config.attack.steps = 20
-    config.attack.log_every = 10
-    config.init.lambda1 = (0.0, 0.5, 1.0)
-    config.init.lambda2 = (0.0, 0.5, 1.0)
-  return config
+from trdr.configs.decoreco_landscape import get_config  # noqa: F401

@@ -8,25 +8,9 @@ work directory (default runs/<config name>[_<variant>]_sweep) is what the figure
 read through ``--config.attack.hparams_file``.
 """
 
-import os
-import sys
+from absl import app
 
-from absl import app, flags
-from ml_collections import config_flags
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import landscape as cli  # noqa: E402  (flags --config, --workdir, --overwrite)
-
-from trdr import reconstruct  # noqa: E402
-
-
-def main(argv):
-  del argv
-  workdir = cli._WORKDIR.value or cli.default_workdir(
-      config_flags.get_config_filename(flags.FLAGS["config"]), "_sweep")
-  reconstruct.sweep(cli._CONFIG.value, workdir,
-                    overwrite=cli._OVERWRITE.value)
-
+from trdr import cli
 
 if __name__ == "__main__":
-  app.run(main)
+  app.run(cli.experiment_main("sweep"))

@@ -1,4 +1,4 @@
-"""Run directories: config.json, metrics.jsonl, results.npz, figures and checkpoints.
+"""Run directories: config.json, metrics.jsonl, results.npz and checkpoints.
 
 Every file is written to a temporary name and moved into place (`os.replace`), so a run
 killed at any moment leaves either the previous complete file or the new one, never a
@@ -19,7 +19,8 @@ METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_FILE = "checkpoint.msgpack"
 
 
-def _atomic_write(path: str, payload: bytes) -> None:
+def atomic_write(path: str, payload: bytes) -> None:
+  """Writes ``payload`` to a temporary file beside ``path``, then moves it into place."""
   tmp = f"{path}.tmp{os.getpid()}"
   with open(tmp, "wb") as f:
     f.write(payload)
@@ -43,7 +44,7 @@ def to_jsonable(obj: Any) -> Any:
 
 def write_json(path: str, obj: Any) -> None:
   """Writes ``obj`` (converted by `to_jsonable`) as indented JSON, atomically."""
-  _atomic_write(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True).encode())
+  atomic_write(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True).encode())
 
 
 def read_json(path: str) -> Any:
@@ -102,7 +103,7 @@ def append_metrics(workdir: str, record: dict) -> None:
 
 def write_metrics(workdir: str, records: list[dict]) -> None:
   """Replaces metrics.jsonl by ``records``, one JSON object per line, atomically."""
-  _atomic_write(os.path.join(workdir, METRICS_FILE),
+  atomic_write(os.path.join(workdir, METRICS_FILE),
                 "".join(_metrics_line(r) for r in records).encode())
 
 
@@ -127,7 +128,7 @@ def read_metrics(workdir: str) -> list[dict]:
 
 def save_checkpoint(workdir: str, tree: Any) -> None:
   """Saves a pytree of arrays (NamedTuples and dicts allowed) with flax msgpack."""
-  _atomic_write(os.path.join(workdir, CHECKPOINT_FILE), flax.serialization.to_bytes(tree))
+  atomic_write(os.path.join(workdir, CHECKPOINT_FILE), flax.serialization.to_bytes(tree))
 
 
 def load_checkpoint(workdir: str) -> dict:
@@ -140,19 +141,4 @@ def save_npz(path: str, **arrays) -> None:
   """np.savez_compressed, atomically."""
   buf = io.BytesIO()
   np.savez_compressed(buf, **arrays)
-  _atomic_write(path, buf.getvalue())
-
-
-def save_figure(fig, workdir: str, name: str) -> list[str]:
-  """Saves a matplotlib figure as ``name``.png and ``name``.pdf, closes it; returns the paths."""
-  import matplotlib.pyplot as plt  # only where figures are written
-
-  paths = []
-  for ext in ("png", "pdf"):
-    path = os.path.join(workdir, f"{name}.{ext}")
-    buf = io.BytesIO()
-    fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
-    _atomic_write(path, buf.getvalue())
-    paths.append(path)
-  plt.close(fig)
-  return paths
+  atomic_write(path, buf.getvalue())

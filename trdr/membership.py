@@ -12,16 +12,16 @@ victim never saw. This module measures that on finished runs:
 2. A reconstruction is *natural-looking* at threshold t when that SSIM exceeds t.
    `fractions` counts, for each t, the natural-looking reconstructions and the fraction
    of them whose nearest real image is a training member.
-3. Among the natural-looking reconstructions, `auc` (Mann–Whitney, from ranks) measures
+3. Among the natural-looking reconstructions, `auc` (Mann–Whitney U, scipy) measures
    how well a score that the attacker can compute without the training set separates
    member matches from non-member matches: the victim's logistic loss
    softplus(−yΦ(x)) and margin yΦ(x) at the reconstruction, the grid point's
    ||θ* − θ||² (bilevel landscapes) and the DecoReco multiplier λ_i. An AUC near 0.5
    supports the paper; far from 0.5 (either way) refutes it.
 
-`load_run` reads a bilevel landscape run (`trdr.landscape`) or a DecoReco run
-(`trdr.reconstruct`: a single attack or its landscape) into a `Reconstructions`, reloading
-the victim θ* of the run to evaluate Φ at the reconstructions.
+`load_run` reads a finished `trdr.experiment` run (a landscape or a single attack, of
+either attack) into a `Reconstructions`, reloading the victim θ* of the run to evaluate Φ
+at the reconstructions.
 """
 
 import os
@@ -31,8 +31,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import scipy.stats
 
-from trdr import data, io, models, victim
+from trdr import io, victim
 
 RESULTS_FILE = "results.npz"
 # Score name -> what it is; every score is computable without the training set.
@@ -93,17 +94,6 @@ def margin_and_loss(logits, labels) -> tuple[np.ndarray, np.ndarray]:
   return margin, np.logaddexp(0.0, -margin)
 
 
-def average_ranks(x: np.ndarray) -> np.ndarray:
-  """1-based ranks of float[n]; tied values share the mean of their ranks."""
-  order = np.argsort(x, kind="stable")
-  sorted_x = x[order]
-  starts = np.r_[0, np.flatnonzero(np.diff(sorted_x)) + 1]
-  ends = np.r_[starts[1:], x.size]
-  ranks = np.empty(x.size, np.float64)
-  ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)
-  return ranks
-
-
 def auc(scores, positive) -> float:
   """ROC AUC = P(score of a positive > score of a negative) + ½ P(tie) (Mann–Whitney U).
 
@@ -124,8 +114,8 @@ def auc(scores, positive) -> float:
   n_pos, n_neg = int(positive.sum()), int((~positive).sum())
   if n_pos == 0 or n_neg == 0:
     return float("nan")
-  rank_sum = average_ranks(scores)[positive].sum()
-  return float((rank_sum - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+  u = scipy.stats.mannwhitneyu(scores[positive], scores[~positive]).statistic
+  return float(u / (n_pos * n_neg))
 
 
 def fractions(nearest_ssim, is_member, thresholds) -> list[dict]:
@@ -206,14 +196,11 @@ def victim_logits(config: ml_collections.ConfigDict, run_dir: str, images) -> np
   """
   images = np.asarray(images)
   directory = config.victim.get("checkpoint_dir") or os.path.join(run_dir, "victim")
-  model = models.build_model(config.victim)
   with jax.enable_x64(bool(config.float64)):
+    target = victim.load_saved(config, directory, images.shape[-3:])
     dtype = jnp.float64 if config.float64 else jnp.float32
-    template = models.init_params(model, jax.random.key(config.victim.seed),
-                                  images.shape[-3:], dtype)
-    theta = victim.load(directory, template)
     flat = jnp.asarray(images.reshape((-1, *images.shape[-3:])), dtype)
-    logits = np.asarray(jax.jit(lambda p, x: model.apply({"params": p}, x))(theta, flat))
+    logits = np.asarray(jax.jit(target.apply)(target.params, flat))
   return logits.reshape(images.shape[:-3])
 
 
@@ -234,11 +221,7 @@ def load_run(run_dir: str, name: str) -> Reconstructions:
   images = results["final_images"]
   nearest, member = nearest_real(results["train_ssim"], results["partition_ssim"])
   decoreco = config.attack.name == "decoreco"
-  if decoreco:
-    labels = np.broadcast_to(results["labels"], images.shape[:-3])
-  else:
-    labels = np.broadcast_to(data.make_binary_task(config.data).train_labels,
-                             images.shape[:-3])
+  labels = np.broadcast_to(results["labels"], images.shape[:-3])
   margin, loss = margin_and_loss(victim_logits(config, run_dir, images), labels)
   scores = {"loss": loss, "margin": margin}
   if decoreco:
@@ -267,50 +250,3 @@ def measure(runs: list[Reconstructions], thresholds, auc_threshold: float,
                         "fractions": fractions(r.nearest_ssim, r.is_member, thresholds),
                         "auc": separation(r, auc_threshold, min_per_class)}
                for r in runs}}
-
-
-def figure(measured: dict):
-  """Fraction of member matches vs threshold (one curve per run) and the AUC bars.
-
-  Args:
-    measured: `measure` output.
-  Returns:
-    A matplotlib Figure with two panels; uninformative AUCs are drawn hatched and pale.
-  """
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2), constrained_layout=True)
-  for name, run in measured["runs"].items():
-    rows = run["fractions"]
-    left.plot([r["threshold"] for r in rows], [r["fraction_member"] for r in rows], marker="o",
-              label=name, linestyle="-" if run["attack"] == "bilevel" else "--")
-  left.axhline(0.5, color="grey", lw=0.8)
-  left.set_xlabel("natural-looking: SSIM to nearest real image > t")
-  left.set_ylabel("fraction whose nearest real image is a member")
-  left.set_ylim(-0.05, 1.05)
-  left.legend(fontsize=7)
-  left.set_title("Nearest real image: training set or partition?")
-  labels, values, informative = [], [], []
-  for name, run in measured["runs"].items():
-    for row in run["auc"]:
-      labels.append(f"{name}: {row['score']}")
-      values.append(row["auc"])
-      informative.append(row["informative"] and np.isfinite(row["auc"]))
-  y = np.arange(len(labels))
-  for i, (v, ok) in enumerate(zip(values, informative)):
-    if not np.isfinite(v):
-      right.text(0.52, y[i], "n/a (a class is empty)", va="center", fontsize=6, color="grey")
-      continue
-    right.barh(y[i], v - 0.5, left=0.5, color="C0" if ok else "lightgrey",
-               hatch="" if ok else "//", edgecolor="grey")
-  right.axvline(0.5, color="black", lw=0.8)
-  right.set_yticks(y, labels, fontsize=6)
-  right.set_xlim(0, 1)
-  right.invert_yaxis()
-  right.set_xlabel("AUC, member vs non-member matches (hatched: < "
-                   f"{measured['min_per_class']} per class or undefined)")
-  right.set_title(f"Membership scores, natural-looking at t = {measured['auc_threshold']:g}")
-  return fig

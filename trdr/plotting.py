@@ -1,14 +1,22 @@
-"""Figures, drawn from saved results only (landscape.json records, results.npz).
+"""Every figure of trdr, drawn from saved files only (landscape.json, results.npz, ...).
 
-Every function returns a matplotlib Figure and never shows it; `trdr.io.save_figure`
-writes PNG and PDF. The Agg backend is used, so no display is needed.
+Every function returns a matplotlib Figure and never shows it; `save_figure` writes PNG
+and PDF, and `run_figures` draws a finished run's figures into its directory. The Agg
+backend is used, so no display is needed. Reconstructions are shown through the one
+display transform of the evaluation (`trdr.evaluate.to_display`, the run's "display").
 """
+
+import io as _bytes_io
+import os
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+
+from trdr import evaluate, io  # noqa: E402
+from trdr.attacks import init as inits  # noqa: E402
 
 _SETS = (("train", "training set"), ("partition", "distinct partition"), ("noise", "noise set"))
 
@@ -127,55 +135,6 @@ def _framed(ax, image, color, title=None):
     ax.set_title(title, fontsize=6)
 
 
-def reconstruction_grid(results, grid_index: int, reference: str = "train", n_show: int = 16,
-                        title: str = "", per_row: int = 8, fig=None) -> plt.Figure:
-  """Reconstructions (black frame) beside their SSIM-nearest image (grey frame), sorted by
-  SSIM, best first — the layout of the paper's Figs. 1–9.
-
-  Args:
-    results: results.npz contents (final_images, mean, {reference}_images,
-      {reference}_index / _ssim).
-    grid_index: which grid point's reconstructions to show.
-    reference: "train", "partition" or "noise": the set the neighbours come from.
-    n_show: number of (reconstruction, neighbour) pairs.
-    fig: a Figure or SubFigure to draw into (a panel of a larger figure); default a new
-      Figure.
-  Returns:
-    ``fig``, or the new Figure.
-  """
-  mean = results["mean"] if results["mean"].size else 0.0
-  recon = results["final_images"][grid_index] + mean
-  candidates = results[f"{reference}_images"] + mean
-  index = results[f"{reference}_index"][grid_index]
-  ssim = results[f"{reference}_ssim"][grid_index]
-  order = np.argsort(-ssim)[:n_show]
-  rows = int(np.ceil(len(order) / per_row))
-  if fig is None:
-    fig = plt.figure(figsize=(2 * per_row * 0.9, rows * 1.05))
-  axes = fig.subplots(rows, 2 * per_row, squeeze=False)
-  for ax in axes.ravel():
-    ax.axis("off")
-  for k, i in enumerate(order):
-    r, c = divmod(k, per_row)
-    for offset, (image, color, label) in enumerate(
-        ((recon[i], "black", f"SSIM {ssim[i]:.2f}"), (candidates[index[i]], "grey", None))):
-      ax = axes[r, 2 * c + offset]
-      ax.axis("on")
-      _framed(ax, image, color, label)
-  fig.suptitle(f"{title}: reconstruction (black) | nearest {reference} image by SSIM (grey)",
-               fontsize=9, y=1.0 + 0.1 / rows)
-  return fig
-
-
-def _display(images, mean) -> np.ndarray:
-  """DecoReco reconstructions as Haim et al. show them: mean added, min-max per image."""
-  x = np.asarray(images, np.float64) + (mean if np.size(mean) else 0.0)
-  x = np.where(np.isfinite(x), x, 0.0)
-  lo = x.min(axis=(-3, -2, -1), keepdims=True)
-  hi = x.max(axis=(-3, -2, -1), keepdims=True)
-  return (x - lo) / np.where(hi > lo, hi - lo, 1.0)
-
-
 def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
   """Rows of (left image, black frame, label) | (right image, grey frame) pairs."""
   rows = max(1, int(np.ceil(len(pairs) / per_row)))
@@ -194,21 +153,32 @@ def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
   return fig
 
 
-def decoreco_grid(results, reference: str = "train", n_show: int = 32, order: str = "ssim",
-                  title: str = "", grid_index: int | None = None, fig=None) -> plt.Figure:
-  """DecoReco reconstructions (black) beside their SSIM-nearest ``reference`` image (grey).
+def _shown(results, images):
+  mean = results["mean"]
+  display = str(results["display"]) if "display" in results else "pixels"
+  return evaluate.to_display(images, mean, display)
 
-  Runkel et al. Figs. 5–9 (after Haim et al.): reconstructions are shown with the mean
-  added back and min-max scaled.
+
+def _real(results, name):
+  mean = results["mean"] if results["mean"].size else 0.0
+  return np.clip(results[f"{name}_images"] + mean, 0.0, 1.0)
+
+
+def reconstruction_grid(results, reference: str = "train", n_show: int = 32,
+                        order: str = "ssim", title: str = "", grid_index: int | None = None,
+                        fig=None) -> plt.Figure:
+  """Reconstructions (black) beside their SSIM-nearest ``reference`` image (grey): the
+  layout of Runkel et al.'s Figs. 1–9, for every attack (shown by the run's display).
 
   Args:
-    results: a DecoReco results.npz (final_images [m, …] or, with ``grid_index``,
-      [G, m, …]; mean; {reference}_images; {reference}_index / _ssim).
+    results: results.npz contents (final_images [m, …] or, with ``grid_index``,
+      [G, m, …]; mean; display; {reference}_images; {reference}_index / _ssim).
     reference: "train", "partition" or "noise".
     n_show: number of pairs.
-    order: "ssim" — best match first, labelled with its rank among all reconstructions
-      (Figs. 6, 7); "index" — the first reconstructions in candidate order (Fig. 8).
+    order: "ssim" — best match first, labelled with its rank among all reconstructions;
+      "index" — the first reconstructions in candidate order (Fig. 8).
     grid_index: which grid point, for landscape results.
+    fig: a Figure or SubFigure to draw into; default a new Figure.
   Returns:
     ``fig`` or a new Figure.
   Raises:
@@ -217,9 +187,8 @@ def decoreco_grid(results, reference: str = "train", n_show: int = 32, order: st
   if order not in ("ssim", "index"):
     raise ValueError(f"order must be 'ssim' or 'index', got {order!r}")
   pick = (lambda a: a) if grid_index is None else (lambda a: a[grid_index])
-  recon = _display(pick(results["final_images"]), results["mean"])
-  candidates = np.clip(results[f"{reference}_images"] + (results["mean"] if results["mean"].size
-                                                           else 0.0), 0.0, 1.0)
+  recon = _shown(results, pick(results["final_images"]))
+  candidates = _real(results, reference)
   index, ssim = pick(results[f"{reference}_index"]), pick(results[f"{reference}_ssim"])
   ranking = np.argsort(-ssim, kind="stable")
   rank = np.empty_like(ranking)
@@ -233,9 +202,8 @@ def decoreco_grid(results, reference: str = "train", n_show: int = 32, order: st
 def best_per_train_grid(results, n_show: int = 32, title: str = "", fig=None) -> plt.Figure:
   """Training images (black) beside their best reconstruction (grey), best first, with the
   training image's rank by that SSIM (Haim et al.'s per-training-image view)."""
-  recon = _display(results["final_images"], results["mean"])
-  train = np.clip(results["train_images"] + (results["mean"] if results["mean"].size else 0.0),
-                  0.0, 1.0)
+  recon = _shown(results, results["final_images"])
+  train = _real(results, "train")
   best, index = results["best_ssim_per_train"], results["best_index_per_train"]
   order = np.argsort(-best, kind="stable")[:n_show]
   pairs = [(train[i], recon[index[i]], f"#{r + 1} SSIM {best[i]:.2f}")
@@ -258,3 +226,126 @@ def ssim_vs_output(results, thresholds=(0.3, 0.4, 0.5)) -> plt.Figure:
   ax.set_ylabel("SSIM of the best reconstruction")
   ax.legend(fontsize=7)
   return fig
+
+
+def stacked(panels, title: str, draw, n_show: int = 32) -> plt.Figure:
+  """One figure of panels stacked vertically under a title (Runkel et al.'s Figs. 1–4, 9).
+
+  Args:
+    panels: sequence of panel arguments; ``draw(subfigure, panel)`` draws one.
+    title: the header line.
+    n_show: pairs per panel (8 per row), which sets the panel height.
+  """
+  heights = [0.5] + [int(np.ceil(n_show / 8)) * 1.05 + 0.6] * len(panels)
+  fig = plt.figure(figsize=(14.4, sum(heights)))
+  header, *subfigs = fig.subfigures(len(panels) + 1, 1, height_ratios=heights)
+  header.text(0.5, 0.5, title, ha="center", va="center", fontsize=12)
+  for subfig, panel in zip(subfigs, panels):
+    draw(subfig, panel)
+  return fig
+
+
+def membership_figure(measured: dict) -> plt.Figure:
+  """Fraction of member matches vs threshold (one curve per run) and the AUC bars.
+
+  Args:
+    measured: `trdr.membership.measure` output.
+  Returns:
+    A Figure with two panels; uninformative AUCs are drawn hatched and pale.
+  """
+  fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2), constrained_layout=True)
+  for name, run in measured["runs"].items():
+    rows = run["fractions"]
+    left.plot([r["threshold"] for r in rows], [r["fraction_member"] for r in rows], marker="o",
+              label=name, linestyle="-" if run["attack"] == "bilevel" else "--")
+  left.axhline(0.5, color="grey", lw=0.8)
+  left.set_xlabel("natural-looking: SSIM to nearest real image > t")
+  left.set_ylabel("fraction whose nearest real image is a member")
+  left.set_ylim(-0.05, 1.05)
+  left.legend(fontsize=7)
+  left.set_title("Nearest real image: training set or partition?")
+  labels, values, informative = [], [], []
+  for name, run in measured["runs"].items():
+    for row in run["auc"]:
+      labels.append(f"{name}: {row['score']}")
+      values.append(row["auc"])
+      informative.append(row["informative"] and np.isfinite(row["auc"]))
+  y = np.arange(len(labels))
+  for i, (v, ok) in enumerate(zip(values, informative)):
+    if not np.isfinite(v):
+      right.text(0.52, y[i], "n/a (a class is empty)", va="center", fontsize=6, color="grey")
+      continue
+    right.barh(y[i], v - 0.5, left=0.5, color="C0" if ok else "lightgrey",
+               hatch="" if ok else "//", edgecolor="grey")
+  right.axvline(0.5, color="black", lw=0.8)
+  right.set_yticks(y, labels, fontsize=6)
+  right.set_xlim(0, 1)
+  right.invert_yaxis()
+  right.set_xlabel("AUC, member vs non-member matches (hatched: < "
+                   f"{measured['min_per_class']} per class or undefined)")
+  right.set_title(f"Membership scores, natural-looking at t = {measured['auc_threshold']:g}")
+  return fig
+
+
+def save_figure(fig, directory: str, name: str) -> list[str]:
+  """Saves ``fig`` as ``name``.png and ``name``.pdf in ``directory`` (atomically), closes
+  it; returns the paths."""
+  paths = []
+  for ext in ("png", "pdf"):
+    path = os.path.join(directory, f"{name}.{ext}")
+    buf = _bytes_io.BytesIO()
+    fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
+    io.atomic_write(path, buf.getvalue())
+    paths.append(path)
+  plt.close(fig)
+  return paths
+
+
+def _load(workdir: str, name: str) -> dict:
+  with np.load(os.path.join(workdir, name)) as saved:
+    return dict(saved)
+
+
+def run_figures(workdir: str) -> list[str]:
+  """Draws a finished run's figures into its directory, from its files alone.
+
+  A landscape run (landscape.json): Figs. 10–12 of its grid and, for each pure eq. 10
+  start on the grid, its reconstructions beside the nearest training image (the
+  partition start also beside the nearest partition image). One attack (summary.json
+  with "init"): reconstructions vs the training set and the partition, an overview in
+  candidate order, each training image's best reconstruction and, when counted, its SSIM
+  against Φ(x_i). A sweep writes no figures.
+
+  Returns:
+    The paths written.
+  """
+  config = io.read_json(os.path.join(workdir, io.CONFIG_FILE))
+  n_show = config["eval"]["n_show"]
+  figures = {}
+  if os.path.exists(os.path.join(workdir, "landscape.json")):
+    records = io.read_json(os.path.join(workdir, "landscape.json"))
+    results = _load(workdir, "results.npz")
+    figures.update(landscape_figures(records, tuple(results["grid_shape"])))
+    for name in inits.PURE_INITS:
+      try:
+        g = inits.pure_index(records, name)
+      except ValueError:
+        continue
+      title = f"{name.replace('_', ' ')} initialisation"
+      figures[f"reconstructions_{name}"] = reconstruction_grid(
+          results, "train", n_show=n_show, grid_index=g, title=title)
+      if name == "partition":
+        figures["reconstructions_partition_vs_partition"] = reconstruction_grid(
+            results, "partition", n_show=n_show, grid_index=g, title=title)
+  elif "init" in io.read_json(os.path.join(workdir, "summary.json")):
+    results = _load(workdir, "results.npz")
+    title = f"{config['attack']['name']}, {config['init']['kind']} initialisation"
+    for reference in ("train", "partition"):
+      figures[f"reconstructions_vs_{reference}"] = reconstruction_grid(
+          results, reference, n_show=n_show, title=title)
+    figures["overview"] = reconstruction_grid(results, "train", n_show=n_show, order="index",
+                                              title="the first reconstructions")
+    if "best_ssim_per_train" in results:
+      figures["best_per_train"] = best_per_train_grid(results, n_show=n_show)
+      figures["ssim_vs_output"] = ssim_vs_output(results, config["eval"]["ssim_thresholds"])
+  return [p for name, fig in figures.items() for p in save_figure(fig, workdir, name)]

@@ -1,20 +1,10 @@
 """The reproduction report: every figure and Table 1 beside the paper's claim, with a verdict.
 
-`run` regenerates Figs. 1–4 and Table 1 (`trdr.figures`, into WORKDIR/paper_figures) and
-Figs. 5–12 (`trdr.decoreco_figures`, into WORKDIR/decoreco_figures) — both reuse finished
-runs of an unchanged config — measures membership ambiguity (`trdr.membership`) and
-writes WORKDIR/report.md, report.json and membership.{png,pdf}.
-
-Each verdict is computed from the runs' numbers by an explicit rule (`RULES` holds the
-thresholds, `CLAIMS` the paper's claim and the rule in words). The verdict functions
-(`verdict_fig1` … `verdict_membership`) are pure: plain records, summaries and arrays in,
-a verdict dict out:
-
-  {"artefact": str, "claim": str, "rule": str, "measured": {name: number},
-   "checks": {name: bool}, "verdict": one of `VERDICTS`}
-
-A verdict is "reproduced" when every check passes, "partly" when some do and "not
-reproduced" when none does, unless the function says otherwise (Figs. 6–8, membership).
+`run` regenerates Figs. 1–12 and Table 1 (`trdr.paper.make`, into WORKDIR/paper_figures
+and WORKDIR/decoreco_figures; finished runs of an unchanged config are reused), reads the
+numbers behind every verdict (`collect`), applies the rules of `trdr.verdicts`, measures
+membership ambiguity (`trdr.membership`) and writes WORKDIR/report.md, report.json and
+membership.{png,pdf}.
 """
 
 import os
@@ -22,87 +12,10 @@ import os
 import ml_collections
 import numpy as np
 
-from trdr import io, membership
+from trdr import io, membership, paper, plotting
+from trdr import verdicts
+from trdr.verdicts import ATTACKS, RULES, VICTIMS
 
-REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE = (
-    "reproduced", "partly", "not reproduced", "uninformative")
-VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE)
-VICTIMS = ("affine", "one_hidden")
-ATTACKS = ("bilevel", "decoreco")
-
-# Thresholds of the verdict rules. SSIM is dm-pix's; L2 is the Euclidean distance over all
-# pixel values in [0, 1] (3072 for CIFAR-10), mean over the reconstructions of a run.
-RULES = {
-    "fig1_max_ssim_to_train": 0.3,     # random init: far from every training image
-    "fig2_min_ssim_to_train": 0.9,     # ground-truth init: stays at the ground truth
-    "fig2_max_l2_to_train": 1.0,
-    "table1_max_param_distance": 1e-2,  # "small": the paper's largest entry is 6.4e-3
-    "ssim_level": 0.4,                  # a training image counts as reconstructed
-    "fig6_min_fraction": 0.1,           # of training images reconstructed with tuned σ
-    "fig8_max_fraction": 0.5,           # of candidates that resemble a training image
-    "landscape_max_spearman": -0.8,     # "L2 to train decreases": Spearman ρ ≤ this
-    "membership_supports": 0.6,         # every informative AUC separability below this
-    "membership_refutes": 0.75,         # some informative AUC separability at or above
-}
-
-# The paper's claims (Runkel et al. 2024, arXiv 2412.08544), paraphrased, and each
-# verdict's rule in words. Figs. 6–8 re-plot Haim et al.'s DecoReco results on trdr's
-# victim; their claims paraphrase what those figures show.
-CLAIMS = {
-    "fig1": ("Random U(0,1) initialisation (affine and one-hidden victim) yields "
-             "reconstructions with a small ||θ*−θ||² that are not the training images.",
-             "for each victim, mean SSIM of the random-init reconstructions to their nearest "
-             "training image < {fig1_max_ssim_to_train}"),
-    "fig2": ("Initialised at the ground truth, the attack stays at the training images.",
-             "for each victim, mean SSIM to the nearest training image > "
-             "{fig2_min_ssim_to_train} and mean L2 to it < {fig2_max_l2_to_train}"),
-    "fig3": ("Affine victim, initialised from the distinct partition: the reconstructions "
-             "resemble the partition, not the training set.",
-             "mean L2 to the nearest partition image < to the nearest training image, and "
-             "mean SSIM to the partition > to the training set"),
-    "fig4": ("One-hidden victim, initialised from the distinct partition: the "
-             "reconstructions resemble the partition, not the training set.",
-             "as Fig. 3, for the one-hidden victim"),
-    "table1": ("||θ*−θ||² is small for all three initialisations (random, ground truth, "
-               "partition), on both victims: matching θ* does not single out the training "
-               "set.",
-               "all six ||θ*−θ||² < {table1_max_param_distance}"),
-    "fig5": ("DecoReco from U(0,1) without variance tuning reconstructs fewer training "
-             "images than from the tuned Gaussian N(0, σ²).",
-             "count of training images whose best reconstruction has SSIM ≥ {ssim_level}: "
-             "uniform < tuned"),
-    "fig6": ("With a tuned σ, DecoReco reconstructs part of the training set.",
-             "fraction of training images reconstructed with SSIM ≥ {ssim_level}: ≥ "
-             "{fig6_min_fraction} reproduced, > 0 partly, 0 not reproduced"),
-    "fig7": ("Per training image, the best reconstruction matches some training images "
-             "well; the well-reconstructed ones lie near the decision boundary (small "
-             "|Φ(x_i)|, Haim et al. Fig. 4).",
-             "reproduced when ≥ 1 training image has best SSIM ≥ {ssim_level} and the "
-             "Spearman ρ(best SSIM, |Φ(x_i)|) < 0; partly when only the first holds"),
-    "fig8": ("An unselected overview: only a minority of DecoReco's candidates resemble a "
-             "training image.",
-             "fraction of candidates with SSIM ≥ {ssim_level} to their nearest training "
-             "image in (0, {fig8_max_fraction}) reproduced, ≥ {fig8_max_fraction} partly, "
-             "0 not reproduced"),
-    "fig9": ("DecoReco initialised from the partition yields reconstructions closer to the "
-             "partition than to the training set.",
-             "mean L2 to the nearest partition image < to the nearest training image, and "
-             "mean SSIM to the partition > to the training set"),
-    "fig10": ("Energy landscape over (λ1, λ2), both attacks: the closer the initialisation "
-              "is to the ground truth, the closer the reconstruction is to the training set.",
-              "Spearman ρ(λ, L2 to train) ≤ {landscape_max_spearman} along λ2 = 1 (against "
-              "λ1) and along λ1 = 1 (against λ2), for both attacks"),
-    "fig11": ("Along λ2 = 1 the L2 to the training set decreases with λ1, for both attacks.",
-              "Spearman ρ(λ1, L2 to train) ≤ {landscape_max_spearman}, for both attacks"),
-    "fig12": ("Along λ1 = 1 the L2 to the training set decreases with λ2, for both attacks.",
-              "Spearman ρ(λ2, L2 to train) ≤ {landscape_max_spearman}, for both attacks"),
-    "membership": ("An adversary cannot tell whether a natural-looking reconstruction shows a "
-                   "training image or a non-member (the paper's conclusion).",
-                   "among informative AUCs (≥ min_per_class member and non-member matches), "
-                   "every separability max(AUC, 1−AUC) < {membership_supports} reproduced; "
-                   "any ≥ {membership_refutes} not reproduced; otherwise partly; no "
-                   "informative AUC: uninformative"),
-}
 ARTEFACTS = ("fig1", "fig2", "fig3", "fig4", "table1", "fig5", "fig6", "fig7", "fig8",
              "fig9", "fig10", "fig11", "fig12")
 # Artefact -> image files (relative to the report's work dir).
@@ -112,212 +25,6 @@ IMAGES = {
     "table1": [],
 }
 IMAGES["fig7"].append("decoreco_figures/fig7_ssim_vs_output.png")
-# Pure initialisations as (λ1, λ2) (the same as `trdr.landscape.PURE_INITS`).
-PURE = {"noise": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0, 1.0)}
-
-
-def _claim(name: str, rules: dict) -> tuple[str, str]:
-  claim, rule = CLAIMS[name]
-  return claim, rule.format(**rules)
-
-
-def _all_any(checks: dict) -> str:
-  passed = list(checks.values())
-  return REPRODUCED if all(passed) else PARTLY if any(passed) else NOT_REPRODUCED
-
-
-def _result(name, measured, checks, verdict=None, rules=None) -> dict:
-  claim, rule = _claim(name, rules or RULES)
-  return {"artefact": name, "claim": claim, "rule": rule, "measured": measured,
-          "checks": checks, "verdict": verdict or _all_any(checks)}
-
-
-def pure_record(records: list[dict], init: str) -> dict:
-  """The landscape.json record of a pure initialisation ("noise", "ground_truth", "partition").
-
-  Raises:
-    ValueError: the grid lacks it.
-  """
-  l1, l2 = PURE[init]
-  for r in records:
-    if np.isclose(r["lambda1"], l1) and np.isclose(r["lambda2"], l2):
-      return r
-  raise ValueError(f"no grid point (λ1, λ2) = ({l1}, {l2}) for the {init} initialisation")
-
-
-def verdict_fig1(pure: dict, rules: dict = RULES) -> dict:
-  """Fig. 1 from {victim: landscape.json records} of the pure-initialisation runs."""
-  measured, checks = {}, {}
-  for v, records in pure.items():
-    r = pure_record(records, "noise")
-    measured |= {f"{v} SSIM to train": r["ssim_to_train"],
-                 f"{v} SSIM to own noise": r["ssim_to_noise"],
-                 f"{v} ||θ*−θ||²": r["param_distance"]}
-    checks[f"{v} SSIM to train < {rules['fig1_max_ssim_to_train']}"] = (
-        r["ssim_to_train"] < rules["fig1_max_ssim_to_train"])
-  return _result("fig1", measured, checks, rules=rules)
-
-
-def verdict_fig2(pure: dict, rules: dict = RULES) -> dict:
-  """Fig. 2 from {victim: landscape.json records}."""
-  measured, checks = {}, {}
-  for v, records in pure.items():
-    r = pure_record(records, "ground_truth")
-    measured |= {f"{v} SSIM to train": r["ssim_to_train"], f"{v} L2 to train": r["l2_to_train"]}
-    checks[f"{v} stays at the ground truth"] = bool(
-        r["ssim_to_train"] > rules["fig2_min_ssim_to_train"]
-        and r["l2_to_train"] < rules["fig2_max_l2_to_train"])
-  return _result("fig2", measured, checks, rules=rules)
-
-
-def _closer_to_partition(prefix: str, l2_train, l2_part, ssim_train, ssim_part) -> tuple:
-  measured = {f"{prefix}L2 to train": l2_train, f"{prefix}L2 to partition": l2_part,
-              f"{prefix}SSIM to train": ssim_train, f"{prefix}SSIM to partition": ssim_part}
-  checks = {f"{prefix}L2: partition < train": bool(l2_part < l2_train),
-            f"{prefix}SSIM: partition > train": bool(ssim_part > ssim_train)}
-  return measured, checks
-
-
-def verdict_partition_init(name: str, records: list[dict], rules: dict = RULES) -> dict:
-  """Fig. 3 (affine) or Fig. 4 (one-hidden) from that victim's landscape.json records."""
-  r = pure_record(records, "partition")
-  measured, checks = _closer_to_partition("", r["l2_to_train"], r["l2_to_partition"],
-                                          r["ssim_to_train"], r["ssim_to_partition"])
-  return _result(name, measured, checks, rules=rules)
-
-
-def verdict_table1(table: dict, rules: dict = RULES) -> dict:
-  """Table 1 from table1.json (`trdr.figures.table1`)."""
-  measured, checks = {}, {}
-  limit = rules["table1_max_param_distance"]
-  for v, row in table["rows"].items():
-    for column, value in row["measured"].items():
-      measured[f"{v} {column}"] = value
-      checks[f"{v} {column} < {limit:g}"] = bool(value < limit)
-  return _result("table1", measured, checks, rules=rules)
-
-
-def _count(summary: dict, level: float) -> int:
-  return int(summary["reconstructed"][f"ssim_ge_{level:g}"])
-
-
-def verdict_fig5(uniform: dict, tuned: dict, rules: dict = RULES) -> dict:
-  """Fig. 5 from the summary.json of the uniform and the tuned DecoReco runs."""
-  level = rules["ssim_level"]
-  measured = {"uniform: reconstructed": _count(uniform, level),
-              "tuned: reconstructed": _count(tuned, level), "n_train": tuned["n_train"]}
-  checks = {"uniform < tuned": measured["uniform: reconstructed"]
-            < measured["tuned: reconstructed"]}
-  return _result("fig5", measured, checks, rules=rules)
-
-
-def verdict_fig6(tuned: dict, rules: dict = RULES) -> dict:
-  """Fig. 6 from the tuned run's summary.json."""
-  count, n = _count(tuned, rules["ssim_level"]), tuned["n_train"]
-  fraction = count / n
-  checks = {f"fraction ≥ {rules['fig6_min_fraction']}": fraction >= rules["fig6_min_fraction"],
-            "count > 0": count > 0}
-  verdict = (REPRODUCED if checks[f"fraction ≥ {rules['fig6_min_fraction']}"]
-             else PARTLY if count > 0 else NOT_REPRODUCED)
-  return _result("fig6", {"reconstructed": count, "n_train": n, "fraction": fraction}, checks,
-                 verdict, rules)
-
-
-def spearman(x, y) -> float:
-  """Spearman rank correlation of float[n] x and y (average ranks for ties); NaN when
-  either is constant or n < 2."""
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  if x.size < 2:
-    return float("nan")
-  rx, ry = membership.average_ranks(x), membership.average_ranks(y)
-  if np.std(rx) == 0 or np.std(ry) == 0:
-    return float("nan")
-  return float(np.corrcoef(rx, ry)[0, 1])
-
-
-def verdict_fig7(best_ssim_per_train, phi_train, rules: dict = RULES) -> dict:
-  """Fig. 7 from the tuned run's results: best SSIM per training image float[n] and the
-  victim's output Φ(x_i) float[n]."""
-  best = np.asarray(best_ssim_per_train, np.float64)
-  count = int(np.sum(best >= rules["ssim_level"]))
-  rho = spearman(best, np.abs(np.asarray(phi_train, np.float64)))
-  checks = {"count > 0": count > 0, "ρ(best SSIM, |Φ|) < 0": bool(rho < 0)}
-  verdict = (REPRODUCED if all(checks.values()) else PARTLY if count > 0 else NOT_REPRODUCED)
-  return _result("fig7", {"reconstructed": count, "n_train": int(best.size),
-                          "mean best SSIM": float(best.mean()), "ρ(best SSIM, |Φ|)": rho},
-                 checks, verdict, rules)
-
-
-def verdict_fig8(train_ssim, rules: dict = RULES) -> dict:
-  """Fig. 8 from the tuned run's per-candidate SSIM to the nearest training image float[m]."""
-  ssim = np.asarray(train_ssim, np.float64)
-  count = int(np.sum(ssim >= rules["ssim_level"]))
-  fraction = count / ssim.size
-  checks = {"some candidates resemble a training image": count > 0,
-            f"fraction < {rules['fig8_max_fraction']}": fraction < rules["fig8_max_fraction"]}
-  verdict = (NOT_REPRODUCED if count == 0 else REPRODUCED if all(checks.values()) else PARTLY)
-  return _result("fig8", {"candidates ≥ level": count, "candidates": int(ssim.size),
-                          "fraction": fraction}, checks, verdict, rules)
-
-
-def verdict_fig9(results: dict, rules: dict = RULES) -> dict:
-  """Fig. 9 from the partition run's results (train_l2, partition_l2, train_ssim,
-  partition_ssim: float[m] each)."""
-  means = {k: float(np.mean(results[k]))
-           for k in ("train_l2", "partition_l2", "train_ssim", "partition_ssim")}
-  measured, checks = _closer_to_partition("", means["train_l2"], means["partition_l2"],
-                                          means["train_ssim"], means["partition_ssim"])
-  return _result("fig9", measured, checks, rules=rules)
-
-
-def line_trend(records: list[dict], fixed_key: str, free_key: str) -> float:
-  """Spearman ρ between λ and the mean L2 to train along the line ``fixed_key`` = 1
-  (NaN if the line has fewer than two points)."""
-  line = sorted((r for r in records if np.isclose(r[fixed_key], 1.0)), key=lambda r: r[free_key])
-  return spearman([r[free_key] for r in line], [r["l2_to_train"] for r in line])
-
-
-_LINES = {"fig11": ("lambda2", "lambda1"), "fig12": ("lambda1", "lambda2")}
-
-
-def verdict_landscape(name: str, landscapes: dict, rules: dict = RULES) -> dict:
-  """Fig. 10, 11 or 12 from {attack: landscape.json records} of both landscapes."""
-  lines = [name] if name in _LINES else list(_LINES)
-  measured, checks = {}, {}
-  limit = rules["landscape_max_spearman"]
-  for attack, records in landscapes.items():
-    for line in lines:
-      fixed, free = _LINES[line]
-      rho = line_trend(records, fixed, free)
-      label = f"{attack}, {fixed.replace('lambda', 'λ')} = 1: ρ({free.replace('lambda', 'λ')}"
-      measured[f"{label}, L2 to train)"] = rho
-      measured[f"{attack}, {fixed.replace('lambda', 'λ')} = 1: L2 to train"] = [
-          round(r["l2_to_train"], 3) for r in sorted(
-              (r for r in records if np.isclose(r[fixed], 1.0)), key=lambda r: r[free])]
-      checks[f"{label}) ≤ {limit}"] = bool(rho <= limit)
-  return _result(name, measured, checks, rules=rules)
-
-
-def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
-  """The membership verdict from `trdr.membership.measure` output."""
-  rows = [(name, row) for name, run in measured["runs"].items() for row in run["auc"]]
-  informative = [(n, r) for n, r in rows if r["informative"] and np.isfinite(r["auc"])]
-  numbers = {f"{n}: {r['score']}": r["separability"] for n, r in informative}
-  checks = {f"{k} < {rules['membership_supports']}": v < rules["membership_supports"]
-            for k, v in numbers.items()}
-  if not informative:
-    verdict = UNINFORMATIVE
-  elif all(checks.values()):
-    verdict = REPRODUCED
-  elif any(v >= rules["membership_refutes"] for v in numbers.values()):
-    verdict = NOT_REPRODUCED
-  else:
-    verdict = PARTLY
-  return _result("membership", {"informative AUCs": len(informative), **numbers}, checks,
-                 verdict, rules)
-
-
-# ------------------------------------------------------------------------------ evidence
 
 
 def collect(workdir: str) -> dict:
@@ -328,51 +35,30 @@ def collect(workdir: str) -> dict:
      "results": {run: {key: array}} for the uniform / tuned / partition DecoReco runs,
      "landscapes": {"bilevel": records, "decoreco": records}}.
   """
-  paper, deco = os.path.join(workdir, "paper_figures"), os.path.join(workdir, "decoreco_figures")
   keys = ("train_ssim", "partition_ssim", "train_l2", "partition_l2", "best_ssim_per_train",
           "phi_train")
   results = {}
-  for run in ("uniform", "tuned", "partition"):
-    with np.load(os.path.join(deco, run, "results.npz")) as saved:
-      results[run] = {k: saved[k] for k in keys}
+  run = lambda name, file: os.path.join(paper.run_dir(workdir, name), file)
+  for name in ("uniform", "tuned", "partition"):
+    with np.load(run(name, "results.npz")) as saved:
+      results[name] = {k: saved[k] for k in keys}
   return {
-      "pure": {v: io.read_json(os.path.join(paper, v, "landscape.json")) for v in VICTIMS},
-      "table1": io.read_json(os.path.join(paper, "table1.json")),
-      "summaries": {run: io.read_json(os.path.join(deco, run, "summary.json"))
-                    for run in ("uniform", "tuned", "partition")},
+      "pure": {v: io.read_json(run(v, "landscape.json")) for v in VICTIMS},
+      "table1": io.read_json(os.path.join(workdir, "paper_figures", "table1.json")),
+      "summaries": {name: io.read_json(run(name, "summary.json"))
+                    for name in ("uniform", "tuned", "partition")},
       "results": results,
-      "landscapes": {a: io.read_json(os.path.join(deco, f"landscape_{a}", "landscape.json"))
+      "landscapes": {a: io.read_json(run(f"landscape_{a}", "landscape.json"))
                      for a in ATTACKS},
   }
 
 
-def verdicts(evidence: dict, rules: dict = RULES) -> dict:
-  """Every figure's and Table 1's verdict from `collect` output, keyed by artefact."""
-  pure, s, res = evidence["pure"], evidence["summaries"], evidence["results"]
-  out = {"fig1": verdict_fig1(pure, rules), "fig2": verdict_fig2(pure, rules),
-         "fig3": verdict_partition_init("fig3", pure["affine"], rules),
-         "fig4": verdict_partition_init("fig4", pure["one_hidden"], rules),
-         "table1": verdict_table1(evidence["table1"], rules),
-         "fig5": verdict_fig5(s["uniform"], s["tuned"], rules),
-         "fig6": verdict_fig6(s["tuned"], rules),
-         "fig7": verdict_fig7(res["tuned"]["best_ssim_per_train"], res["tuned"]["phi_train"],
-                              rules),
-         "fig8": verdict_fig8(res["tuned"]["train_ssim"], rules),
-         "fig9": verdict_fig9(res["partition"], rules)}
-  for name in ("fig10", "fig11", "fig12"):
-    out[name] = verdict_landscape(name, evidence["landscapes"], rules)
-  return out
-
-
-# Membership runs: label -> (sub-directory of the work dir).
+# Membership runs: label -> run name (`trdr.paper.RUNS`).
 MEMBERSHIP_RUNS = {
-    "bilevel affine (pure)": "paper_figures/affine",
-    "bilevel one-hidden (pure)": "paper_figures/one_hidden",
-    "bilevel landscape": "decoreco_figures/landscape_bilevel",
-    "DecoReco uniform": "decoreco_figures/uniform",
-    "DecoReco tuned": "decoreco_figures/tuned",
-    "DecoReco partition": "decoreco_figures/partition",
-    "DecoReco landscape": "decoreco_figures/landscape_decoreco",
+    "bilevel affine (pure)": "affine", "bilevel one-hidden (pure)": "one_hidden",
+    "bilevel landscape": "landscape_bilevel", "DecoReco uniform": "uniform",
+    "DecoReco tuned": "tuned", "DecoReco partition": "partition",
+    "DecoReco landscape": "landscape_decoreco",
 }
 
 
@@ -451,7 +137,7 @@ def markdown(results: dict, table1_md: str, measured: dict, variant: str) -> str
   size = variant or "paper"
   lines = [f"# trdr reproduction report: Runkel et al. 2024 (size: {size})", "",
            "Generated by `make figures` (`experiments/report.py`). Every verdict is computed "
-           "from the runs' numbers by the rule stated beside it (`trdr/report.py`: `RULES`, "
+           "from the runs' numbers by the rule stated beside it (`trdr/verdicts.py`: `RULES`, "
            "`CLAIMS`). Claims are paraphrased from the paper."]
   if size != "paper":
     lines.append(f"\nThese are **{size}-size** runs (smaller victims, fewer images and "
@@ -481,27 +167,21 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   Returns:
     artefact -> verdict dict (Figs. 1–12, table1, membership).
   Raises:
-    FileExistsError: a run directory holds a finished run of another config (Figs. 1–4).
+    FileExistsError: a run directory holds a finished run of another config.
   """
-  from trdr import decoreco_figures, figures
-
   os.makedirs(workdir, exist_ok=True)
-  paper_dir = os.path.join(workdir, "paper_figures")
-  figures.run(config.paper, paper_dir)
-  decoreco_figures.run(config.decoreco, os.path.join(workdir, "decoreco_figures"))
-  evidence = collect(workdir)
-  results = verdicts(evidence)
+  paper.make(config, workdir)
+  results = verdicts.verdicts(collect(workdir))
   m = config.membership
-  runs = [membership.load_run(os.path.join(workdir, sub), label)
-          for label, sub in MEMBERSHIP_RUNS.items()]
+  runs = [membership.load_run(paper.run_dir(workdir, name), label)
+          for label, name in MEMBERSHIP_RUNS.items()]
   measured = membership.measure(runs, m.thresholds, m.auc_threshold, m.min_per_class)
-  results["membership"] = verdict_membership(measured)
-  io.save_figure(membership.figure(measured), workdir, "membership")
-  with open(os.path.join(paper_dir, "table1.md")) as f:
+  results["membership"] = verdicts.verdict_membership(measured)
+  plotting.save_figure(plotting.membership_figure(measured), workdir, "membership")
+  with open(os.path.join(workdir, "paper_figures", "table1.md")) as f:
     table1_md = f.read()
   io.write_json(os.path.join(workdir, "report.json"),
                 {"verdicts": results, "membership": measured, "rules": RULES})
-  text = markdown(results, table1_md, measured, config.variant)
-  with open(os.path.join(workdir, "report.md"), "w") as f:
-    f.write(text)
+  io.atomic_write(os.path.join(workdir, "report.md"),
+                  markdown(results, table1_md, measured, config.variant).encode())
   return results

@@ -1,15 +1,21 @@
-"""The victim classifier: its training objective E, full-batch training, saving θ*.
+"""The victim classifier: its training objective E, training, and θ* built, cached,
+saved and loaded (one place for every experiment).
 
 E(x, y; θ) = (1/n) Σ_i log(1 + exp(−y_i Φ(x_i; θ))) + (wd/2) ||θ||²     (Runkel et al., Sec. 3)
 
 with labels y ∈ {−1, +1} and wd > 0, so that for the affine model (eq. 8) E is strongly
 convex in θ and its minimiser θ(x) is unique. The same minimiser is the lower level of the
 bilevel attack, so `minimize_energy` serves both the victim's training and the attack.
+
+`load_or_train` returns a `Victim` (model, θ*, config, training report): θ* is reused from
+its directory when it was saved for the same victim config (`metadata`), else trained by
+L-BFGS (`train`) or Haim et al.'s gradient descent (`train_gd`) and saved (`save`).
 """
 
 import dataclasses
 import json
 import os
+import time
 from typing import Any, Callable, NamedTuple
 
 import flax.serialization
@@ -19,9 +25,13 @@ import ml_collections
 import numpy as np
 import optax
 import optax.tree
+from absl import logging
+from flax import linen as nn
+
+from trdr import io, models
+from trdr.solver import MinimizeInfo, minimize_energy  # noqa: F401  (public here too)
 
 Params = Any
-EnergyFn = Callable[[Params], jax.Array]
 
 
 def logistic_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -45,58 +55,6 @@ def energy(params: Params, images: jax.Array, labels: jax.Array, *, apply_fn,
   logits = apply_fn(params, images)
   return logistic_loss(logits, labels) + 0.5 * weight_decay * optax.tree.norm(
       params, squared=True)
-
-
-class MinimizeInfo(NamedTuple):
-  """Diagnostics of one L-BFGS solve.
-
-  Attributes:
-    grad_norm: float[] ||∇θE|| at the returned θ.
-    num_iter: int32[] iterations taken.
-    memory: the L-BFGS curvature pairs (optax ``ScaleByLBFGSState``); `count` is the
-      number of updates made, pairs sit in a ring buffer (see `trdr.attacks.bilevel`).
-  """
-  grad_norm: jax.Array
-  num_iter: jax.Array
-  memory: optax.ScaleByLBFGSState
-
-
-def minimize_energy(fun: EnergyFn, params0: Params, *, max_iter: int, tol: float,
-                    memory_size: int = 10) -> tuple[Params, MinimizeInfo]:
-  """Minimises a smooth function with optax L-BFGS (zoom line search) to ||∇f|| < tol.
-
-  A `lax.while_loop`, so it is jittable and vmappable (a vmapped batch runs until every
-  member has converged or reached ``max_iter``).
-
-  Args:
-    fun: params -> float[] scalar.
-    params0: starting point, pytree of float arrays.
-    max_iter: most iterations.
-    tol: stop when the Euclidean norm of the gradient over all leaves is below this.
-    memory_size: number of L-BFGS curvature pairs kept.
-  Returns:
-    (params, MinimizeInfo).
-  """
-  opt = optax.lbfgs(memory_size=memory_size)
-  value_and_grad = optax.value_and_grad_from_state(fun)
-
-  def step(carry):
-    params, state, _, i = carry
-    value, grad = value_and_grad(params, state=state)
-    updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=fun)
-    params = optax.apply_updates(params, updates)
-    # The line search caches the gradient at the new point: no extra evaluation.
-    grad_norm = optax.tree.norm(optax.tree.get(state, "grad"))
-    return params, state, grad_norm, i + 1
-
-  def not_done(carry):
-    _, _, grad_norm, i = carry
-    return (i < max_iter) & (grad_norm >= tol)
-
-  grad_norm0 = optax.tree.norm(jax.grad(fun)(params0))
-  init = (params0, opt.init(params0), grad_norm0, jnp.asarray(0, jnp.int32))
-  params, state, grad_norm, num_iter = jax.lax.while_loop(not_done, step, init)
-  return params, MinimizeInfo(grad_norm, num_iter, state[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,32 +101,35 @@ def train(model, params0: Params, task, victim_config: ml_collections.ConfigDict
   return params, report
 
 
-_PARAMS_FILE = "theta_star.msgpack"
-_META_FILE = "victim.json"
+VICTIM_FILE = "victim.msgpack"
 
 
 def save(directory: str, params: Params, metadata: dict) -> None:
-  """Writes θ* (flax msgpack) and its metadata (JSON) into ``directory``, atomically.
+  """Writes θ* and its metadata into ONE file, ``directory``/victim.msgpack, atomically
+  (flax msgpack of {"params": θ*'s state dict, "metadata": JSON text}).
 
-  ``metadata`` should hold everything that determines θ*: architecture, loss, weight
-  decay, data config, seed (and may hold the training report).
+  ``metadata`` should hold everything that determines θ* (`metadata`) and may hold the
+  training report.
   """
   os.makedirs(directory, exist_ok=True)
-  for name, payload in ((_PARAMS_FILE, flax.serialization.to_bytes(params)),
-                        (_META_FILE, json.dumps(metadata, indent=2, sort_keys=True).encode())):
-    tmp = os.path.join(directory, name + ".tmp")
-    with open(tmp, "wb") as f:
-      f.write(payload)
-    os.replace(tmp, os.path.join(directory, name))
+  payload = {"params": flax.serialization.to_state_dict(params),
+             "metadata": json.dumps(io.to_jsonable(metadata), sort_keys=True)}
+  io.atomic_write(os.path.join(directory, VICTIM_FILE),
+                  flax.serialization.msgpack_serialize(payload))
+
+
+def _read(directory: str) -> dict | None:
+  path = os.path.join(directory, VICTIM_FILE)
+  if not os.path.exists(path):
+    return None
+  with open(path, "rb") as f:
+    return flax.serialization.msgpack_restore(f.read())
 
 
 def load_metadata(directory: str) -> dict | None:
   """The metadata saved with θ* in ``directory``, or None if there is no saved victim."""
-  path = os.path.join(directory, _META_FILE)
-  if not (os.path.exists(path) and os.path.exists(os.path.join(directory, _PARAMS_FILE))):
-    return None
-  with open(path) as f:
-    return json.load(f)
+  saved = _read(directory)
+  return None if saved is None else json.loads(saved["metadata"])
 
 
 def load(directory: str, template: Params) -> Params:
@@ -182,16 +143,13 @@ def load(directory: str, template: Params) -> Params:
     ValueError: the saved parameters do not fit the template's architecture (a missing
       or extra parameter, or a shape mismatch, named in the message).
   """
-  path = os.path.join(directory, _PARAMS_FILE)
-  if not os.path.exists(path):
-    raise FileNotFoundError(f"no saved victim parameters at {path}")
-  with open(path, "rb") as f:
-    saved = flax.serialization.msgpack_restore(f.read())
-  expected = flax.serialization.to_state_dict(template)
-  saved_flat = {jax.tree_util.keystr(k): v for k, v in
-                jax.tree_util.tree_flatten_with_path(saved)[0]}
-  expected_flat = {jax.tree_util.keystr(k): v for k, v in
-                   jax.tree_util.tree_flatten_with_path(expected)[0]}
+  saved = _read(directory)
+  if saved is None:
+    raise FileNotFoundError(f"no saved victim at {os.path.join(directory, VICTIM_FILE)}")
+  flat = lambda tree: {jax.tree_util.keystr(k): v for k, v in
+                       jax.tree_util.tree_flatten_with_path(tree)[0]}
+  saved_flat, expected_flat = flat(saved["params"]), flat(
+      flax.serialization.to_state_dict(template))
   if saved_flat.keys() != expected_flat.keys():
     raise ValueError(
         f"saved victim at {directory} does not match the architecture: parameters "
@@ -202,7 +160,7 @@ def load(directory: str, template: Params) -> Params:
       raise ValueError(
           f"saved victim at {directory} does not match the architecture: parameter "
           f"{name} has shape {np.shape(saved_flat[name])}, expected {np.shape(value)}")
-  restored = flax.serialization.from_state_dict(template, saved)
+  restored = flax.serialization.from_state_dict(template, saved["params"])
   return jax.tree.map(lambda t, r: jnp.asarray(r, t.dtype), template, restored)
 
 
@@ -312,3 +270,111 @@ def train_gd(model, params0: Params, task, victim_config: ml_collections.ConfigD
       reached_threshold=bool(final_loss < cfg.loss_threshold),
       n_train=int(x.shape[0]), n_test=int(task.test_images.shape[0]))
   return params, report
+
+
+# ------------------------------------------------------------- θ*: build, cache, load
+
+
+class Victim(NamedTuple):
+  """A trained victim: Φ(x; θ*) and what determines it.
+
+  Attributes:
+    model: the Flax module (`trdr.models.build_model`).
+    params: θ*, a pytree of float arrays (float64 when the config says so).
+    config: the victim config section.
+    metadata: what `save` stored beside θ*: "config" (`metadata`), "report" (train/test
+      accuracy, final gradient norm, ...) and "train_seconds".
+  """
+  model: nn.Module
+  params: Params
+  config: ml_collections.ConfigDict
+  metadata: dict
+
+  def apply(self, params: Params, images: jax.Array) -> jax.Array:
+    """Φ(images; params): float[n, H, W, C] -> logits float[n] (or float[n, C])."""
+    return self.model.apply({"params": params}, images)
+
+
+def metadata(config: ml_collections.ConfigDict, image_shape) -> dict:
+  """Everything that determines θ*: compared to decide whether a saved θ* is reusable.
+
+  Args:
+    config: the experiment config (sections victim, data; float64).
+    image_shape: (H, W, C).
+  """
+  v = config.victim
+  model_fields = {k: v[k] for k in models.MODEL_FIELDS.get(v.arch, ())}
+  if v.get("training", "lbfgs") == "gd":
+    training = {"training": "gd", **{k: v[k] for k in (
+        "loss", "lr", "weight_decay", "max_epochs", "loss_threshold")}}
+  else:
+    training = {"loss": "logistic", **{k: v[k] for k in (
+        "weight_decay", "tol", "max_iter", "memory_size")}}
+  return io.to_jsonable({
+      "arch": v.arch, **model_fields, **training, "seed": v.seed,
+      "float64": config.float64, "data": config.data, "image_shape": list(image_shape)})
+
+
+def _template(config: ml_collections.ConfigDict, image_shape) -> tuple[nn.Module, Params]:
+  dtype = jnp.float64 if config.float64 else jnp.float32
+  model = models.build_model(config.victim)
+  return model, models.init_params(model, jax.random.key(config.victim.seed), image_shape,
+                                   dtype)
+
+
+def load_saved(config: ml_collections.ConfigDict, directory: str, image_shape) -> Victim:
+  """The victim saved in ``directory`` for ``config`` (without checking the data).
+
+  Raises:
+    FileNotFoundError: nothing saved there.
+    ValueError: the saved θ* does not fit ``config.victim``'s architecture.
+  """
+  model, template = _template(config, image_shape)
+  meta = load_metadata(directory)
+  if meta is None:
+    raise FileNotFoundError(f"no saved victim in {directory}")
+  return Victim(model, load(directory, template), config.victim, meta)
+
+
+def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Victim:
+  """θ* from ``directory`` if it was saved for this same victim config, else trained.
+
+  ``config.victim.training`` chooses the training: "lbfgs" (default; `train`, to
+  ||∇θE|| < tol) or "gd" (`train_gd`, Haim et al.'s full-batch gradient descent to a
+  train-loss threshold). Training saves θ* and its metadata into ``directory``.
+
+  Args:
+    config: the experiment config (sections victim, data; float64).
+    task: the `trdr.data.BinaryTask` the victim is trained on.
+    directory: where θ* is cached.
+  Returns:
+    The `Victim`; its metadata["report"] holds train/test accuracy and the final
+    gradient norm (and, for "gd", the loss and epochs).
+  """
+  dtype = jnp.float64 if config.float64 else jnp.float32
+  image_shape = task.train_images.shape[1:]
+  meta = metadata(config, image_shape)
+  model, template = _template(config, image_shape)
+  saved = load_metadata(directory)
+  if saved is not None and saved.get("config") == meta:
+    logging.info("Reusing θ* saved in %s", directory)
+    return Victim(model, load(directory, template), config.victim, saved)
+  if saved is not None:
+    logging.info("Victim config changed: retraining θ* into %s", directory)
+  start = time.time()
+  if config.victim.get("training", "lbfgs") == "gd":
+    task = task._replace(train_images=task.train_images.astype(dtype),
+                         test_images=task.test_images.astype(dtype))
+    theta_star, report = train_gd(
+        model, template, task, config.victim,
+        log_fn=lambda r: logging.info("victim epoch %d: train loss %.3e, accuracy %.3f",
+                                      r["epoch"], r["train_loss"], r["train_accuracy"]))
+    report = report._asdict()
+  else:
+    theta_star, report = train(model, template, task, config.victim)
+    report = report.__dict__
+  meta = {"config": meta, "report": io.to_jsonable(report),
+          "train_seconds": time.time() - start}
+  save(directory, theta_star, meta)
+  logging.info("Trained θ* in %.1fs: %s", meta["train_seconds"], report)
+  return Victim(model, theta_star, config.victim, meta)

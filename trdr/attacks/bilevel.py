@@ -9,13 +9,8 @@ condition ∇θE(θ(x), x) = 0:
     ∇x l = −(∂x ∇θE)ᵀ H⁻¹ ∇θ l,   H = ∇²θθ E(θ(x), x),
 
 computed by `jaxopt.implicit_diff.root_vjp` with jax.grad(E) as optimality function and a
-selectable linear solve for H⁻¹v:
-  * ``"cg"``: conjugate gradient on exact Hessian-vector products (jaxopt.linear_solve);
-  * ``"quasi_newton"``: the L-BFGS inverse-Hessian approximation built from the lower-level
-    solver's own curvature pairs — the H^{k+1} of eq. 7 (Lorraine et al. 2020 use the
-    same idea) — at the cost of a two-loop recursion, no Hessian-vector product;
-  * ``"neumann"``: the truncated Neumann series H⁻¹b ≈ α Σ_{j<K} (I − αH)^j b of Lorraine
-    et al. 2020 (the paper's reference [15]), K Hessian-vector products.
+linear solve for H⁻¹v from `trdr.attacks.linear_solve` (conjugate gradient, eq. 7's
+quasi-Newton H^{k+1}, or a truncated Neumann series).
 
 For a non-convex lower level (the one-hidden network, eq. 9) H need not be invertible;
 the weight decay in E keeps it so at a strict local minimum, and ``damping`` μ ≥ 0
@@ -26,6 +21,8 @@ hypergradient).
 reach the curvature pairs the solver produced; the small `jax.custom_vjp` below is what
 ``custom_root`` builds, with the solver state kept as a residual for the solve.
 (tests/test_bilevel.py checks it against ``custom_root(jax.grad(E), solve=solve_cg)``.)
+
+`build` returns the attack as a `trdr.attacks.protocol.Attack`.
 """
 
 import functools
@@ -36,144 +33,42 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 import optax.tree
-from jaxopt import implicit_diff, linear_solve
+from jaxopt import implicit_diff
 
-from trdr import metrics, models, sharding, victim
+from trdr import models, victim
+from trdr.attacks.linear_solve import LINEAR_SOLVES, damp_memory
+from trdr.attacks.protocol import Attack
 
 Params = Any
 
 
-def quasi_newton_inverse_hessian(memory: optax.ScaleByLBFGSState, v: Params) -> Params:
-  """H⁻¹v ≈ L-BFGS two-loop recursion over the solver's curvature pairs (eq. 7's H^{k+1}).
-
-  Nocedal & Wright, Algorithm 7.4, with the initial scaling γ = sᵀy / yᵀy of the latest
-  pair. Empty memory slots (weight 0) leave the vector unchanged; with no pair at all the
-  approximation is the identity.
+def param_distance(theta_a: Params, theta_b: Params) -> jax.Array:
+  """The upper-level loss l = ||θ_a − θ_b||² (Runkel eq. 2), summed over every entry of
+  every parameter tensor; Table 1 reports it between θ* and θ(x).
 
   Args:
-    memory: optax ``ScaleByLBFGSState`` after the lower-level solve. Its ring buffer holds
-      the pair written by update k at slot (k − 1) mod m, and ``count`` updates were made.
-    v: pytree like θ.
+    theta_a, theta_b: pytrees of arrays with the same structure and leaf shapes.
   Returns:
-    Pytree like ``v``.
-  """
-  s_mem, y_mem, rho = memory.diff_params_memory, memory.diff_updates_memory, memory.weights_memory
-  m = rho.shape[0]
-  newest = (memory.count - 2) % m
-  order = (memory.count - 1 + jnp.arange(m)) % m  # oldest ... newest
-  pick = lambda tree, i: jax.tree.map(lambda leaf: leaf[i], tree)
-
-  def backward(vec, i):
-    alpha = rho[i] * optax.tree.vdot(pick(s_mem, i), vec)
-    return optax.tree.add_scale(vec, -alpha, pick(y_mem, i)), alpha
-
-  q, alphas = jax.lax.scan(backward, v, order, reverse=True)
-  s_new, y_new = pick(s_mem, newest), pick(y_mem, newest)
-  yy = optax.tree.vdot(y_new, y_new)
-  gamma = jnp.where((memory.count > 1) & (yy > 0), optax.tree.vdot(s_new, y_new) / yy, 1.0)
-  r = optax.tree.scale(gamma, q)
-
-  def forward(vec, i_alpha):
-    i, alpha = i_alpha
-    beta = rho[i] * optax.tree.vdot(pick(y_mem, i), vec)
-    return optax.tree.add_scale(vec, alpha - beta, pick(s_mem, i)), None
-
-  r, _ = jax.lax.scan(forward, r, (order, alphas))
-  return r
-
-
-def damp_memory(memory: optax.ScaleByLBFGSState, damping) -> optax.ScaleByLBFGSState:
-  """Curvature pairs of H + μI: every y_i ← y_i + μ s_i and ρ_i = 1 / (s_iᵀ y_i).
-
-  The pairs (s_i, y_i) of the lower-level L-BFGS satisfy y_i ≈ H s_i, so (s_i, y_i + μ s_i)
-  are pairs of H + μI and the two-loop recursion over them approximates (H + μI)⁻¹ — the
-  quasi-Newton counterpart of damping the Hessian-vector product. Empty slots (ρ_i = 0)
-  stay empty. μ = 0 returns the pairs unchanged.
-
-  Args:
-    memory: optax ``ScaleByLBFGSState``.
-    damping: μ ≥ 0, float[].
-  Returns:
-    ``memory`` with ``diff_updates_memory`` and ``weights_memory`` replaced.
-  """
-  s_mem, y_mem, rho = memory.diff_params_memory, memory.diff_updates_memory, memory.weights_memory
-  y_mem = jax.tree.map(lambda y, s: y + damping * s, y_mem, s_mem)
-  sy = sum(jnp.sum(s * y, axis=tuple(range(1, s.ndim)))
-           for s, y in zip(jax.tree.leaves(s_mem), jax.tree.leaves(y_mem)))
-  rho = jnp.where(rho != 0, 1.0 / jnp.where(sy != 0, sy, 1.0), 0.0).astype(rho.dtype)
-  return memory._replace(diff_updates_memory=y_mem, weights_memory=rho)
-
-
-def neumann_inverse(matvec: Callable[[Params], Params], b: Params, *, alpha, steps: int
-                    ) -> Params:
-  """H⁻¹b ≈ α Σ_{j=0}^{K−1} (I − αH)^j b, the truncated Neumann series (Lorraine et al.
-  2020, eq. 9; Runkel et al.'s reference [15]).
-
-  The series converges to H⁻¹b for symmetric positive definite H when 0 < α < 2/λ_max(H);
-  after K terms the error is (I − αH)^K H⁻¹b, i.e. it shrinks like (1 − αλ_min)^K, so an
-  ill-conditioned H needs K ≫ λ_max/λ_min terms. Uses K − 1 products with H.
-
-  Args:
-    matvec: u -> Hu on pytrees like ``b``.
-    b: pytree.
-    alpha: step α > 0, float[].
-    steps: K ≥ 1 terms.
-  Returns:
-    Pytree like ``b``.
+    float[] ≥ 0, in the promoted leaf dtype (at least float32).
   Raises:
-    ValueError: steps < 1.
+    ValueError: the tree structures differ, or a pair of leaves differs in shape (the
+      message names the leaf path).
   """
-  if steps < 1:
-    raise ValueError(f"the Neumann series needs at least 1 term, got steps={steps}")
-
-  def term(_, carry):
-    power, total = carry  # (I − αH)^j b and the partial sum up to j
-    power = optax.tree.add_scale(power, -alpha, matvec(power))
-    return power, optax.tree.add(total, power)
-
-  _, total = jax.lax.fori_loop(1, steps, term, (b, b))
-  return optax.tree.scale(alpha, total)
-
-
-def largest_eigenvalue(matvec: Callable[[Params], Params], v0: Params, *, steps: int = 20):
-  """λ_max of a symmetric positive semi-definite operator by power iteration, float[].
-
-  The Rayleigh quotient after ``steps`` products from ``v0``; it approaches λ_max from
-  below, so callers wanting a safe step 1/λ_max should add a margin.
-  """
-  def body(_, v):
-    w = matvec(v)
-    return optax.tree.scale(1.0 / (optax.tree.norm(w) + 1e-30), w)
-
-  v = jax.lax.fori_loop(0, steps, body, optax.tree.scale(1.0 / optax.tree.norm(v0), v0))
-  return optax.tree.vdot(v, matvec(v))
-
-
-def _solve_cg(matvec, b, memory, *, tol, maxiter, **unused):
-  del memory, unused
-  return linear_solve.solve_cg(matvec, b, tol=tol, maxiter=maxiter)
-
-
-def _solve_quasi_newton(matvec, b, memory, **unused):
-  del matvec, unused
-  return quasi_newton_inverse_hessian(memory, b)
-
-
-def _solve_neumann(matvec, b, memory, *, neumann_alpha, neumann_steps, **unused):
-  """``neumann_alpha`` > 0 is α; 0 sets α = 1 / (1.1 λ_max) from 20 power iterations."""
-  del memory, unused
-  if neumann_alpha > 0:
-    alpha = neumann_alpha
-  else:
-    alpha = 1.0 / (1.1 * largest_eigenvalue(matvec, b))
-  return neumann_inverse(matvec, b, alpha=alpha, steps=neumann_steps)
-
-
-# solve(matvec, b, memory, **settings) -> H⁻¹ b, where matvec(u) = Hu and memory the L-BFGS
-# pairs; settings are cg_tol -> tol, cg_maxiter -> maxiter, neumann_alpha, neumann_steps
-# (every solve ignores the settings of the others).
-LINEAR_SOLVES: dict[str, Callable] = {"cg": _solve_cg, "quasi_newton": _solve_quasi_newton,
-                                      "neumann": _solve_neumann}
+  flat_a, tree_a = jax.tree_util.tree_flatten_with_path(theta_a)
+  flat_b, tree_b = jax.tree_util.tree_flatten_with_path(theta_b)
+  if tree_a != tree_b:
+    raise ValueError(f"param_distance: pytree structures differ:\n  theta_a: {tree_a}\n"
+                     f"  theta_b: {tree_b}")
+  total = jnp.zeros((), jnp.float32)
+  for (path, a), (_, b) in zip(flat_a, flat_b):
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if a.shape != b.shape:
+      raise ValueError(f"param_distance: leaf {jax.tree_util.keystr(path)} has shape "
+                       f"{a.shape} in theta_a but {b.shape} in theta_b")
+    dtype = jnp.promote_types(jnp.result_type(a, b), jnp.float32)
+    d = a.astype(dtype) - b.astype(dtype)
+    total = total + jnp.sum(d * d)
+  return total
 
 
 class LowerLevelInfo(NamedTuple):
@@ -299,39 +194,34 @@ def make_optimizer(attack_config: ml_collections.ConfigDict) -> optax.GradientTr
   raise ValueError(f"unknown outer optimizer {name!r}; known: ['adam', 'sgd']")
 
 
-class BilevelAttack(NamedTuple):
-  """The attack bound to one victim: pure functions over `AttackState` (vmappable)."""
-  init: Callable[[jax.Array], AttackState]
-  step: Callable[[AttackState], tuple[AttackState, StepMetrics]]
-  lower_level: Callable
-  upper_loss: Callable
-
-
-def make_attack(apply_fn, theta_star: Params, labels: jax.Array,
-                victim_config: ml_collections.ConfigDict,
-                attack_config: ml_collections.ConfigDict, key: jax.Array,
-                box: tuple[Any, Any] | None = (0.0, 1.0)) -> BilevelAttack:
-  """Builds the bilevel attack against θ* (eq. 2, 7).
+def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
+          labels: jax.Array, *, key: jax.Array, box: tuple[Any, Any] | None = (0.0, 1.0)
+          ) -> Attack:
+  """The bilevel attack against θ* (Runkel eq. 7: the hypergradient step of eq. 2).
 
   Args:
-    apply_fn: (params, images) -> logits float[n].
-    theta_star: the victim's trained parameters θ*.
-    labels: float[n] in {−1, +1}, the known labels of the unknown images.
-    victim_config: weight_decay (the E that θ* minimises).
+    target: the victim (its model and θ*; ``target.config.weight_decay`` is the wd of the
+      E that θ* minimises).
     attack_config: lower_level.{start, max_iter, tol, memory_size},
       hypergradient.{solve, cg_tol, cg_maxiter, and optionally damping (default 0),
-      neumann_alpha (0), neumann_steps (100)}, optimizer, lr, project.
+      neumann_alpha (0), neumann_steps (100)}, optimizer, lr, lr_schedule, steps, project.
+    labels: float[n] in {−1, +1}, the known labels of the unknown images.
     key: PRNG key for the ``"random"`` lower-level start (folded with the step number).
     box: (low, high) pixel bounds for the projection, broadcastable to the images.
+  Returns:
+    The `Attack`; its state is an `AttackState`, its metrics `StepMetrics` (the first,
+    ``upper_loss``, is l before the step), ``parts`` holds ``lower_level`` and
+    ``upper_loss`` for evaluation and tests.
   Raises:
-    ValueError: unknown lower-level start, solve or optimizer.
+    ValueError: unknown lower-level start, solve, optimizer or schedule.
   """
   ll = attack_config.lower_level
   if ll.start not in LOWER_LEVEL_STARTS:
     raise ValueError(f"unknown lower-level start {ll.start!r}; known: {list(LOWER_LEVEL_STARTS)}")
   hg = attack_config.hypergradient
-  energy_fn = functools.partial(victim.energy, apply_fn=apply_fn,
-                                weight_decay=victim_config.weight_decay)
+  theta_star = target.params
+  energy_fn = functools.partial(victim.energy, apply_fn=target.apply,
+                                weight_decay=target.config.weight_decay)
   lower_level = make_lower_level(energy_fn, max_iter=ll.max_iter, tol=ll.tol,
                                  memory_size=ll.memory_size, solve=hg.solve,
                                  cg_tol=hg.cg_tol, cg_maxiter=hg.cg_maxiter,
@@ -342,9 +232,10 @@ def make_attack(apply_fn, theta_star: Params, labels: jax.Array,
 
   def upper_loss(images, theta_init):
     theta, info = lower_level(theta_init, images, labels)
-    return metrics.param_distance(theta_star, theta), (theta, info)
+    return param_distance(theta_star, theta), (theta, info)
 
-  def init(images):
+  def init(images, key=None):
+    del key  # the bilevel start is deterministic given the images
     return AttackState(images, optimizer.init(images), theta_star,
                        jnp.asarray(0, jnp.int32))
 
@@ -365,55 +256,7 @@ def make_attack(apply_fn, theta_star: Params, labels: jax.Array,
     new_state = AttackState(images, opt_state, theta, state.step + 1)
     return new_state, StepMetrics(loss, info.grad_norm, info.num_iter)
 
-  return BilevelAttack(init, step, lower_level, upper_loss)
-
-
-def run_steps(step_fn, state: AttackState, num_steps: int):
-  """``num_steps`` outer steps under `lax.scan`; returns (state, StepMetrics per step)."""
-  return jax.lax.scan(lambda s, _: step_fn(s), state, None, length=num_steps)
-
-
-def grid_batch_size(requested: int, grid_size: int) -> int:
-  """How many grid points one vmapped batch holds, on each device.
-
-  The grid is sharded over all local devices first (`trdr.sharding.grid_map`: ⌈G/k⌉
-  points on each of k devices), and every device maps over its share in batches of this
-  size; a batch size ≥ a device's share vmaps that share at once.
-
-  ``requested`` > 0 is used as given (capped at the grid size). 0 chooses by backend: the
-  whole share in one vmap on GPU/TPU; one point at a time on CPU, where the vmapped
-  lower-level L-BFGS (its line search's nested loops and branches run for every member,
-  and the grid's data leaves the cache) is slower than a sequential map — see
-  experiments/benchmark.py for the measured ratio.
-
-  Raises:
-    ValueError: ``requested`` < 0.
-  """
-  if requested < 0:
-    raise ValueError(f"grid_batch_size must be >= 0 (0: by backend), got {requested}")
-  if requested == 0:
-    requested = 1 if jax.default_backend() == "cpu" else grid_size
-  return min(requested, grid_size)
-
-
-def run_grid(step_fn, states: AttackState, num_steps: int, batch_size: int,
-             devices=None):
-  """`run_steps` for every grid point of ``states`` (leading axis G) in ONE computation.
-
-  The grid is sharded over ``devices`` (default: all local devices) and, on each device,
-  vmapped in batches of ``batch_size`` (``jax.lax.map``); see `trdr.sharding.grid_map`.
-  On one device ``batch_size >= G`` is a single `jax.vmap` over the whole grid. Grid
-  points are independent, so results do not depend on the sharding, and on the batching
-  only through the solvers' tolerances.
-
-  Args:
-    step_fn: one outer step, `AttackState` -> (AttackState, StepMetrics), unbatched.
-    states: `AttackState` with a leading grid axis G on every leaf.
-    num_steps: outer steps per grid point (static).
-    batch_size: grid points per vmapped batch on each device, ≥ 1.
-    devices: sequence of `jax.Device`; None: `jax.local_devices()`.
-  Returns:
-    (AttackState [G, ...], StepMetrics [G, num_steps]).
-  """
-  run = lambda s: run_steps(step_fn, s, num_steps)
-  return sharding.grid_map(run, states, batch_size, devices)
+  return Attack(name="bilevel", init=init, step=step, images=lambda s: s.images,
+                batches_well=False, display="pixels",
+                parts={"lower_level": lower_level, "upper_loss": upper_loss,
+                       "energy": energy_fn})

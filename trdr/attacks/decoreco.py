@@ -24,15 +24,10 @@ cotangent λ/m, never as m per-sample gradients. During the attack the victim's 
 replaced by `relu_sigmoid_backward` (forward ReLU, derivative sigmoid(αz)), so that ∇x of
 the residual, which involves the activation's second derivative, is informative.
 
-`init_candidates` draws the starting point (x ~ N(0, σ²), λ ~ U(0, 1), labels −1 then +1).
-`gradient_norm_loss` is Runkel et al.'s eq. 3 alternative, min_x ||∇θE(x, y; θ*)||².
-
-The attack: `autodiff_loss_and_grad` (or, for a ReLU Haim MLP, the fused
-`trdr.attacks.kkt_mlp.value_and_grad`) gives (L, ∂L/∂x, ∂L/∂λ) for the `Hyperparameters`
-(σ, lr, λ_min, α); `attack_step` is one SGD-with-momentum iteration on x and λ and
-`run_steps` runs it under `lax.scan`. `trdr.reconstruct` maps it over grids and sweeps.
-
-All functions are pure and jittable; bind settings with `functools.partial` outside jit.
+`trdr.attacks.gradient_norm` is Runkel et al.'s eq. 3 alternative, min_x ||∇θE(x, y; θ*)||².
+`make_loss_and_grad` picks (L, ∂L/∂x, ∂L/∂λ) (autodiff, or `kkt_mlp`'s fused form),
+`attack_step` is one SGD-with-momentum iteration on x and λ, and `build` bundles it as a
+`trdr.attacks.protocol.Attack`. All functions are pure and jittable.
 """
 
 import functools
@@ -43,6 +38,8 @@ import jax.numpy as jnp
 import optax.tree
 
 from trdr import victim
+from trdr.attacks import gradient_norm, kkt_mlp
+from trdr.attacks.protocol import Attack
 
 Params = Any
 ApplyFn = Callable[[Params, jax.Array], jax.Array]
@@ -171,51 +168,6 @@ def stationarity_loss(params: Params, images: jax.Array, lambdas: jax.Array,
                                   lambda_min=lambda_min, lambda_weight=lambda_weight)
 
 
-def init_candidates(key: jax.Array, m: int, image_shape, *, sigma: float,
-                    dtype=jnp.float32) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """The attack's starting point (Haim et al. 2022): m candidates, half per class.
-
-  Args:
-    key: PRNG key.
-    m: number of candidates, even (2n for a training set of n per class in the reference).
-    image_shape: (H, W, C).
-    sigma: standard deviation σ of the initial pixels.
-    dtype: float dtype of images and multipliers.
-  Returns:
-    (images float[m, H, W, C] ~ N(0, σ²), lambdas float[m] ~ U(0, 1),
-     labels float[m]: −1 for the first m/2, +1 for the rest).
-  Raises:
-    ValueError: m not a positive even integer.
-  """
-  if m <= 0 or m % 2:
-    raise ValueError(f"m must be a positive even number of candidates, got {m}")
-  key_x, key_lambda = jax.random.split(key)
-  images = sigma * jax.random.normal(key_x, (m, *image_shape), dtype)
-  lambdas = jax.random.uniform(key_lambda, (m,), dtype)
-  labels = jnp.repeat(jnp.asarray([-1.0, 1.0], dtype), m // 2)
-  return images, lambdas, labels
-
-
-def gradient_norm_loss(params: Params, images: jax.Array, labels: jax.Array, *,
-                       apply_fn: ApplyFn, weight_decay: float) -> jax.Array:
-  """||∇θE(x, y; θ*)||² (Runkel et al. 2024, eq. 3), E = `trdr.victim.energy`.
-
-  Equals `stationarity_residual` of the "weight_decay" form at λ_i = σ(−y_i Φ_i), m = n.
-
-  Args:
-    params: θ*, pytree of float arrays.
-    images: float[n, H, W, C].
-    labels: float[n] in {−1, +1}.
-    apply_fn: (params, images) -> logits float[n].
-    weight_decay: wd ≥ 0 of the victim's objective.
-  Returns:
-    float[] scalar.
-  """
-  grad = jax.grad(functools.partial(victim.energy, apply_fn=apply_fn,
-                                    weight_decay=weight_decay))(params, images, labels)
-  return optax.tree.norm(grad, squared=True)
-
-
 # ---------------------------------------------------------------------------------------
 # The attack: SGD with momentum on (x, λ), one jitted step, run under `lax.scan`.
 
@@ -288,32 +240,6 @@ def autodiff_loss_and_grad(model, params: Params, labels: jax.Array, *, form: st
   return jax.value_and_grad(loss, argnums=(0, 1))
 
 
-def gradient_norm_loss_and_grad(model, params: Params, labels: jax.Array, *,
-                                weight_decay: float, x_min: float = -1.0,
-                                x_max: float = 1.0) -> LossAndGrad:
-  """Eq. 3 of Runkel et al. as an attack: (images, lambdas, alpha, lambda_min) ->
-  (||∇θE(x, y; θ*)||² + pixel prior, (∂/∂x, zeros for λ)).
-
-  E is `trdr.victim.energy` (mean logistic loss + (wd/2)||θ||²) of ``model`` with its ReLU
-  replaced by `relu_sigmoid_backward(alpha)`; λ and λ_min are ignored (kept for the
-  common signature of `attack_step`).
-  """
-  def loss(images, alpha):
-    attack_model = model.clone(activation=relu_sigmoid_backward(alpha))
-    apply_fn = lambda p, x: attack_model.apply({"params": p}, x)
-    pixels = (jnp.sum(jax.nn.relu(images - x_max) ** 2)
-              + jnp.sum(jax.nn.relu(x_min - images) ** 2))
-    return gradient_norm_loss(params, images, labels, apply_fn=apply_fn,
-                              weight_decay=weight_decay) + pixels
-
-  def loss_and_grad(images, lambdas, alpha, lambda_min):
-    del lambda_min
-    value, grad = jax.value_and_grad(loss)(images, alpha)
-    return value, (grad, jnp.zeros_like(lambdas))
-
-  return loss_and_grad
-
-
 def attack_step(state: AttackState, hparams: Hyperparameters, *, loss_and_grad: LossAndGrad,
                 lambda_lr: float = 1e-4, momentum: float = 0.9
                 ) -> tuple[AttackState, jax.Array]:
@@ -342,3 +268,101 @@ def run_steps(state: AttackState, hparams: Hyperparameters, num_steps: int, *,
   step = functools.partial(attack_step, hparams=hparams, loss_and_grad=loss_and_grad,
                            lambda_lr=lambda_lr, momentum=momentum)
   return jax.lax.scan(lambda s, _: step(s), state, None, length=num_steps)
+
+
+# ---------------------------------------------------------------------------------------
+# The attack as the common protocol.
+
+
+class State(NamedTuple):
+  """One attack's state: the iterate and its (possibly swept) hyperparameters."""
+  attack: AttackState
+  hparams: Hyperparameters
+
+
+class StepMetrics(NamedTuple):
+  loss: jax.Array  # L before the step, float[]
+
+
+def make_loss_and_grad(target: victim.Victim, attack_config, labels: jax.Array) -> LossAndGrad:
+  """The (images, λ, α, λ_min) -> (L, grads) of ``attack_config.form``.
+
+  "binary" / "weight_decay" (`stationarity_loss`), "multiclass" (Buzaglo et al.; for a
+  victim with num_outputs = 2 trained with the "ce" loss, class index (y + 1)/2), or
+  "gradient_norm", `gradient_norm.loss` with E the victim's objective plus the pixel box
+  prior (λ unused). For a ReLU Haim MLP with one output the fused
+  `kkt_mlp.value_and_grad` computes the same loss (unless ``attack_config.fused`` is
+  False); otherwise JAX autodiff does.
+
+  Raises:
+    ValueError: unknown form, or a form that does not fit the victim's outputs.
+  """
+  a, v = attack_config, target.config
+  if a.form == "gradient_norm":
+    return gradient_norm.loss_and_grad(target.model, target.params, labels,
+                                       weight_decay=v.weight_decay, x_min=a.x_min,
+                                       x_max=a.x_max, activation=relu_sigmoid_backward)
+  if a.form not in FORMS:
+    raise ValueError(f"unknown attack.form {a.form!r}; known: "
+                     f"{sorted(FORMS) + ['gradient_norm']}")
+  outputs = v.get("num_outputs", 1)
+  if (a.form == "multiclass") != (outputs > 1):
+    raise ValueError(f"attack.form {a.form!r} does not fit a victim with num_outputs = "
+                     f"{outputs}: use 'multiclass' exactly when it is > 1")
+  if a.form == "multiclass":  # ±1 labels -> class indices 0 / 1 (Buzaglo et al.)
+    labels = ((labels + 1) / 2).astype(jnp.int32)
+  weight_decay = v.weight_decay if a.form == "weight_decay" else 0.0
+  if a.get("fused", True) and fused_applies(target):
+    scale = weight_decay if a.form == "weight_decay" else 1.0
+
+    def fused(images, lambdas, alpha, lambda_min):
+      return kkt_mlp.value_and_grad(target.params, images, lambdas, labels, alpha=alpha,
+                                    scale=scale, x_min=a.x_min, x_max=a.x_max,
+                                    lambda_min=lambda_min, lambda_weight=a.lambda_weight)
+
+    return fused
+  return autodiff_loss_and_grad(target.model, target.params, labels, form=a.form,
+                                weight_decay=weight_decay, x_min=a.x_min, x_max=a.x_max,
+                                lambda_weight=a.lambda_weight)
+
+
+def fused_applies(target: victim.Victim) -> bool:
+  """Whether `kkt_mlp.value_and_grad` computes the attack's loss for this victim: a ReLU
+  Haim MLP with one output (`kkt_mlp.supports`)."""
+  v = target.config
+  return (v.arch == "haim_mlp" and v.activation == "relu" and v.get("num_outputs", 1) == 1
+          and kkt_mlp.supports(target.params))
+
+
+def build(target: victim.Victim, attack_config, labels: jax.Array, *, key=None, box=None
+          ) -> Attack:
+  """DecoReco against θ* as an `Attack` (Haim et al. 2022; Runkel et al. Sec. 4.4).
+
+  Args:
+    target: the victim.
+    attack_config: form, x_min, x_max, lambda_weight, fused, lambda_lr, momentum and the
+      `Hyperparameters` fields; labels: float[m] in {−1, +1}, the candidates' labels;
+    key, box: unused (the pixel box is the prior's x_min, x_max).
+  Returns:
+    The `Attack`: ``init(x0, key)`` draws λ ~ U(0, 1) from ``key`` and takes the config's
+    hyperparameters (a sweep replaces ``state.hparams``); metrics `StepMetrics`.
+  """
+  del key, box
+  hp = Hyperparameters(*(float(attack_config[k]) for k in Hyperparameters._fields))
+  loss_and_grad = make_loss_and_grad(target, attack_config, labels)
+
+  def init(images, key):
+    lambdas = jax.random.uniform(key, (images.shape[0],), images.dtype)
+    return State(init_state(images, lambdas),
+                 jax.tree.map(lambda v: jnp.asarray(v, images.dtype), hp))
+
+  def step(state):
+    new, loss = attack_step(state.attack, state.hparams, loss_and_grad=loss_and_grad,
+                            lambda_lr=attack_config.lambda_lr,
+                            momentum=attack_config.momentum)
+    return State(new, state.hparams), StepMetrics(loss)
+
+  return Attack(name="decoreco", init=init, step=step, images=lambda s: s.attack.images,
+                batches_well=True, display="minmax",
+                parts={"loss_and_grad": loss_and_grad, "hyperparameters": hp,
+                       "outputs": lambda s: {"final_lambdas": s.attack.lambdas}})

@@ -1,12 +1,19 @@
-"""Initialisations of the reconstruction x (Runkel et al. 2024, Sec. 4.3, eq. 10).
+"""Every start of a reconstruction attack (Runkel et al. 2024, Sec. 4.3, eq. 10).
 
-All images are float[n, H, W, C]. Uniform noise is drawn in pixel space U(0, 1) and
-shifted by the task's per-pixel mean when the task is mean-subtracted, so every
-initialisation lives in the same space as the victim's inputs.
+All images are float[n, H, W, C] in the victim's input space. Uniform noise is drawn in
+pixel space U(0, 1) and shifted by the task's per-pixel mean when the task is
+mean-subtracted, so every initialisation lives in the same space as the victim's inputs.
+
+  `INITS`        name -> start of one attack: "gaussian" N(0, σ²) (Haim et al.'s tuned
+                 σ), "uniform" U(0, 1) noise, "ground_truth", "partition" (the distinct
+                 partition), "mixture" (eq. 10 at given λ1, λ2); see `candidates`.
+  `make_grid`    the (λ1, λ2) grid of eq. 10 mixtures, `grid_images` all its starts.
+  `PURE_INITS`   the three pure grid points (noise, ground truth, partition);
+                 `find_point` is the one way to locate one on a grid or in records.
 """
 
 import itertools
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -19,8 +26,16 @@ def uniform(key: jax.Array, shape, mean=None, dtype=jnp.float32) -> jax.Array:
   return x if mean is None else x - jnp.asarray(mean, dtype)
 
 
+def gaussian(key: jax.Array, shape, sigma, dtype=jnp.float32) -> jax.Array:
+  """x ~ N(0, σ²) per pixel (Haim et al.'s start, in the mean-subtracted space), float[shape].
+
+  ``sigma`` may be traced (a vmapped sweep over σ).
+  """
+  return sigma * jax.random.normal(key, shape, dtype)
+
+
 def mixture(x_gt: jax.Array, x_part: jax.Array, x_rnd: jax.Array, lambda1, lambda2) -> jax.Array:
-  """Eq. 10: x = λ2 (λ1 x_GT + (1 − λ1) x_part) + (1 − λ2) x_rnd.
+  """Runkel eq. 10: x = λ2 (λ1 x_GT + (1 − λ1) x_part) + (1 − λ2) x_rnd.
 
   λ1 = λ2 = 1 is the ground truth, (λ1, λ2) = (0, 1) the distinct partition, λ2 = 0 noise.
 
@@ -44,10 +59,7 @@ class Grid(NamedTuple):
 
   def index(self, lambda1: float, lambda2: float) -> int:
     """Flat index of the grid point (λ1, λ2). Raises ValueError if it is not on the grid."""
-    hits = np.flatnonzero(np.isclose(self.lambda1, lambda1) & np.isclose(self.lambda2, lambda2))
-    if hits.size == 0:
-      raise ValueError(f"(λ1, λ2) = ({lambda1}, {lambda2}) is not on the grid")
-    return int(hits[0])
+    return find_point(self.lambda1, self.lambda2, lambda1, lambda2)
 
 
 def make_grid(lambda1s, lambda2s) -> Grid:
@@ -69,3 +81,100 @@ def grid_images(grid: Grid, x_gt, x_part, x_rnd) -> jax.Array:
   dtype = x_gt.dtype
   return jax.vmap(mixture, in_axes=(None, None, None, 0, 0))(
       x_gt, x_part, x_rnd, jnp.asarray(grid.lambda1, dtype), jnp.asarray(grid.lambda2, dtype))
+
+
+# The three pure initialisations of eq. 10, as (λ1, λ2).
+PURE_INITS = {"noise": (0.0, 0.0), "ground_truth": (1.0, 1.0), "partition": (0.0, 1.0)}
+
+
+def find_point(lambda1s, lambda2s, lambda1: float, lambda2: float) -> int:
+  """Index of the first point (λ1, λ2) among the coordinates float[G] ``lambda1s``,
+  ``lambda2s`` (a `Grid`'s, or those of landscape.json records).
+
+  Raises:
+    ValueError: the point is not among them.
+  """
+  hits = np.flatnonzero(np.isclose(np.asarray(lambda1s, np.float64), lambda1)
+                        & np.isclose(np.asarray(lambda2s, np.float64), lambda2))
+  if hits.size == 0:
+    raise ValueError(f"(λ1, λ2) = ({lambda1}, {lambda2}) is not on the grid")
+  return int(hits[0])
+
+
+def pure_index(records: list[dict], name: str) -> int:
+  """Index of the pure initialisation ``name`` (a `PURE_INITS` key) in landscape records.
+
+  Raises:
+    ValueError: the run's grid lacks that point.
+  """
+  return find_point([r["lambda1"] for r in records], [r["lambda2"] for r in records],
+                    *PURE_INITS[name])
+
+
+# ----------------------------------------------------------- the start of one attack
+
+
+def _noise(kind):
+  def start(key, task, dtype, *, init_scale, m_per_image, lambda1, lambda2):
+    del lambda1, lambda2
+    if m_per_image < 1:
+      raise ValueError(f"candidates_per_image must be >= 1, got {m_per_image}")
+    n, shape = task.train_images.shape[0], task.train_images.shape[1:]
+    m = m_per_image * n
+    labels = jnp.repeat(jnp.asarray([-1.0, 1.0], dtype), m // 2)
+    if kind == "gaussian":
+      return gaussian(key, (m, *shape), init_scale, dtype), labels
+    return uniform(key, (m, *shape), task.mean, dtype), labels
+  return start
+
+
+def _images(kind):
+  def start(key, task, dtype, *, init_scale, m_per_image, lambda1, lambda2):
+    del init_scale, m_per_image
+    x_gt = jnp.asarray(task.train_images, dtype)
+    x_part = jnp.asarray(task.partition_images, dtype)
+    labels = jnp.asarray(task.train_labels, dtype)
+    if kind == "ground_truth":
+      return x_gt, labels
+    if kind == "partition":
+      return x_part, labels
+    x_rnd = uniform(key, x_gt.shape, task.mean, dtype)
+    return mixture(x_gt, x_part, x_rnd, lambda1, lambda2), labels
+  return start
+
+
+# name -> start(key, task, dtype, *, init_scale, m_per_image, lambda1, lambda2)
+#   -> (images float[m, H, W, C], labels float[m] in {−1, +1}).
+INITS: dict[str, Callable] = {
+    "gaussian": _noise("gaussian"), "uniform": _noise("uniform"),
+    "ground_truth": _images("ground_truth"), "partition": _images("partition"),
+    "mixture": _images("mixture"),
+}
+
+
+def candidates(kind: str, key: jax.Array, task, dtype, *, init_scale=None,
+               m_per_image: int = 2, lambda1: float = 1.0, lambda2: float = 1.0
+               ) -> tuple[jax.Array, jax.Array]:
+  """The starting images of one attack and their labels (the victim's input space).
+
+  Args:
+    kind: a key of `INITS`: "gaussian" (N(0, σ²), σ = ``init_scale``, Haim et al.),
+      "uniform" (U(0, 1) pixels minus the mean, no variance tuning: Runkel et al. Fig. 5),
+      "ground_truth", "partition", or "mixture" (eq. 10 with ``lambda1``, ``lambda2``).
+    key: PRNG key.
+    task: `trdr.data.BinaryTask` (mean-subtracted when ``task.mean`` is set).
+    dtype: float dtype.
+    init_scale: σ, for "gaussian"; may be traced.
+    m_per_image: candidates per training image for "gaussian" / "uniform" (m = 2n in
+      Haim et al.); the image starts have one candidate per training image (m = n), with
+      its label.
+  Returns:
+    (images float[m, H, W, C], labels float[m] in {−1, +1}: for the noise starts −1 for
+    the first half).
+  Raises:
+    ValueError: unknown kind, or m_per_image < 1.
+  """
+  if kind not in INITS:
+    raise ValueError(f"unknown init.kind {kind!r}; known: {sorted(INITS)}")
+  return INITS[kind](key, task, dtype, init_scale=init_scale, m_per_image=m_per_image,
+                     lambda1=lambda1, lambda2=lambda2)

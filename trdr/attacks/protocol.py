@@ -1,0 +1,47 @@
+"""The protocol every attack implements, so that one loop, one evaluation and one
+experiment runner serve them all.
+
+An attack is built against one victim (`trdr.victim.Victim`) from its config section and
+is then a bundle of pure, vmappable functions over its own state pytree:
+
+  init(x0, key) -> state            x0 float[m, H, W, C], the starting images (one start)
+  step(state) -> (state, metrics)   one iteration; metrics a NamedTuple of float[] scalars
+                                    whose FIRST field is the attack's objective
+  images(state) -> float[m, H, W, C] the current reconstruction
+
+`trdr.loop.run` maps ``step`` over a grid of starts under `lax.scan`; `trdr.experiment`
+builds the attack through the `trdr.attacks.ATTACKS` registry.
+"""
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+
+class Attack(NamedTuple):
+  """A reconstruction attack bound to one victim.
+
+  Attributes:
+    name: its key in `trdr.attacks.ATTACKS`.
+    init: (x0 float[m, H, W, C], key) -> state.
+    step: state -> (state, metrics NamedTuple of float[]; the first field is the
+      objective that the attack minimises).
+    images: state -> float[m, H, W, C], the current reconstruction (the victim's input
+      space, i.e. mean-subtracted when the task is).
+    batches_well: True when a vmapped batch of starts does the same work as a loop over
+      them (no data-dependent loops, e.g. DecoReco's fixed-length step); False when a
+      batched start runs every member's branches (the bilevel lower level's L-BFGS line
+      search), which makes vmapping on CPU slower than a sequential map. The loop's
+      `trdr.loop.batch_size` policy reads it.
+    display: how the evaluation shows and scores its images: "pixels" (the mean added
+      back) or "minmax" (the mean added back, then each image min-max scaled to [0, 1],
+      as Haim et al. show DecoReco's reconstructions).
+    parts: attack-specific pieces for evaluation and tests (e.g. the bilevel lower level).
+  """
+  name: str
+  init: Callable[[jax.Array, jax.Array], Any]
+  step: Callable[[Any], tuple[Any, NamedTuple]]
+  images: Callable[[Any], jax.Array]
+  batches_well: bool
+  display: str
+  parts: dict

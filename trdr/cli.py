@@ -1,0 +1,64 @@
+"""Command-line entry points: the absl flags and ``main`` of the scripts in experiments/.
+
+Each script is `app.run(cli.<main>)`. Importing this module defines the flags
+--config (an ml_collections config file, locked: a typo in --config.x.y=... is an
+error), --workdir and --overwrite, and for the artefact scripts --artefacts.
+"""
+
+import os
+
+from absl import flags
+from ml_collections import config_flags
+
+from trdr import experiment, paper, plotting, report
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Where results are written (experiments: "
+                               "default runs/<config name>[_<variant>][_sweep]).")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a finished run in --workdir.")
+_ARTEFACTS = flags.DEFINE_list("artefacts", list(paper.ARTEFACTS),
+                               f"Which of {list(paper.ARTEFACTS)} to write (paper.py).")
+flags.mark_flags_as_required(["config"])
+
+
+def default_workdir(config_arg: str, suffix: str = "") -> str:
+  """runs/bilevel_affine for configs/bilevel_affine.py, runs/bilevel_affine_smoke for
+  :smoke, then ``suffix`` (relative to the current directory)."""
+  path, _, variant = config_arg.partition(":")
+  name = os.path.splitext(os.path.basename(path))[0]
+  return os.path.join("runs", (f"{name}_{variant}" if variant else name) + suffix)
+
+
+def experiment_main(mode: str):
+  """``main`` of experiments/{landscape,reconstruct,sweep}.py: `experiment.run` of
+  ``mode``, then the run's figures (`plotting.run_figures`)."""
+  def main(argv):
+    del argv
+    workdir = _WORKDIR.value or default_workdir(
+        config_flags.get_config_filename(flags.FLAGS["config"]),
+        "_sweep" if mode == "sweep" else "")
+    experiment.run(_CONFIG.value, workdir, mode, overwrite=_OVERWRITE.value)
+    plotting.run_figures(workdir)
+  return main
+
+
+def _workdir() -> str:
+  if not _WORKDIR.value:
+    raise flags.ValidationError("--workdir is required")
+  return _WORKDIR.value
+
+
+def paper_main(argv):
+  """``main`` of experiments/paper.py: the requested artefacts (`paper.make`)."""
+  del argv
+  for path in paper.make(_CONFIG.value, _workdir(), _ARTEFACTS.value):
+    print(path)
+
+
+def report_main(argv):
+  """``main`` of experiments/report.py: every artefact, the verdicts and report.md."""
+  del argv
+  for name, v in report.run(_CONFIG.value, _workdir()).items():
+    print(f"{name}: {v['verdict']}")
+  print(f"Wrote {os.path.join(_workdir(), 'report.md')}")

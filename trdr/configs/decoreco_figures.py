@@ -1,0 +1,35 @@
+r"""Figs. 5–12 of Runkel et al. 2024: DecoReco runs and the two energy landscapes.
+
+Command:
+  make fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12            # ":cpu", runs/report_cpu/decoreco_figures
+  make fig5 ... SIZE=paper                                   # "", one GPU
+  python experiments/decoreco_figures.py --config=configs/decoreco_figures.py:cpu \
+      --workdir=runs/report_cpu/decoreco_figures --artefacts=fig5,fig8
+
+Sections: decoreco (configs/decoreco_cifar.py, same variant), landscape
+(configs/decoreco_landscape.py), bilevel (configs/bilevel_affine.py, "smoke" for :smoke):
+see `trdr.decoreco_figures` for which run feeds which figure. The sweep runs first; its
+best.json sets (σ, lr, λ_min, α) of the tuned, partition and landscape runs.
+
+Runtime (measured 2026-11-21, this 2-core CPU, ":cpu", from scratch within `make figures`
+on a fresh clone): victim 35 s, sweep 8.3 min, uniform / tuned / partition runs 5.2 / 5.2 /
+3.0 min, DecoReco landscape 11 min, bilevel landscape 4.5 min: ≈ 38 min. ":smoke": 1.5 min.
+"""
+
+import ml_collections
+
+from trdr.configs import bilevel_affine
+from trdr.configs import decoreco_cifar
+from trdr.configs import decoreco_landscape
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  variant = arg or ""
+  if variant not in ("", "cpu", "smoke"):
+    raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
+  config = ml_collections.ConfigDict()
+  config.decoreco = decoreco_cifar.get_config(variant)
+  config.landscape = decoreco_landscape.get_config(variant)
+  config.bilevel = bilevel_affine.get_config("smoke" if variant == "smoke" else None)
+  config.n_show = 8 if variant == "smoke" else 32
+  return config

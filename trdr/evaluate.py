@@ -1,0 +1,194 @@
+"""Evaluation of reconstructions, the same for every attack (no plotting).
+
+  `to_display`      the one display transform: the mean added back ("pixels"), then, for
+                    "minmax", each image min-max scaled to [0, 1] (Haim et al.'s view)
+  `comparison_sets` the real images a reconstruction is compared to: the training set,
+                    the distinct partition and (landscapes) the noise set, in pixels
+  `reconstructions` each reconstruction's SSIM-nearest image of every set with the L2
+                    distance to it; per training image the SSIM of its best
+                    reconstruction and the counts at SSIM thresholds
+  `param_distances` ||θ* − θ(x)||² with θ(x) re-solved from θ* (Runkel eq. 2's upper
+                    loss, Table 1), independent of the attack's warm starts
+  `grid_records`    one landscape.json record per eq. 10 grid point
+  `in_run_score`    Haim et al.'s NCC score, which the sweep ranks settings by
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from trdr import data, metrics, sharding, victim
+from trdr.attacks import bilevel
+
+DISPLAYS = ("pixels", "minmax")
+
+
+def to_display(images, mean, display: str = "pixels") -> np.ndarray:
+  """Reconstructions as shown and scored.
+
+  Args:
+    images: float[..., H, W, C] in the victim's input space.
+    mean: float[H, W, C] task mean, or None / an empty array (no mean subtracted).
+    display: "pixels" — the mean added back (dtype kept); "minmax" — then every image
+      min-max scaled to [0, 1] (float32; non-finite pixels of a diverged attack become 0).
+  Raises:
+    ValueError: unknown display.
+  """
+  if display not in DISPLAYS:
+    raise ValueError(f"unknown display {display!r}; known: {DISPLAYS}")
+  has_mean = mean is not None and np.size(mean)
+  if display == "pixels":
+    return np.asarray(data.to_pixels(np.asarray(images), mean if has_mean else None))
+  x = np.asarray(images, np.float64)
+  if has_mean:
+    x = x + np.asarray(mean)
+  x = np.where(np.isfinite(x), x, 0.0)
+  return np.asarray(metrics.minmax_scale(x), np.float32)
+
+
+def comparison_sets(task, noise=None) -> dict[str, np.ndarray]:
+  """name -> float[M, H, W, C] real images in pixels: train, partition (and noise)."""
+  sets = {"train": data.to_pixels(task.train_images, task.mean),
+          "partition": data.to_pixels(task.partition_images, task.mean)}
+  if noise is not None:
+    sets["noise"] = data.to_pixels(np.asarray(noise), task.mean)
+  return sets
+
+
+def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str = "pixels",
+                    thresholds=(), chunk_size: int = 500) -> dict[str, np.ndarray]:
+  """Nearest neighbours of the reconstructions in every comparison set.
+
+  Args:
+    images: float[..., m, H, W, C] reconstructions (the victim's input space).
+    mean: the task mean (see `to_display`).
+    sets: name -> float[M, H, W, C] real images in [0, 1] (`comparison_sets`).
+    display: `to_display`'s transform before comparing.
+    thresholds: SSIM levels at which training images count as reconstructed; empty:
+      no per-training-image evaluation.
+    chunk_size: queries per SSIM block.
+  Returns:
+    For each set s: s_index int, s_ssim and s_l2 float (each [..., m]: every
+    reconstruction's SSIM-nearest image of s, its SSIM and the L2 distance to it). With
+    thresholds: best_ssim_per_train float[..., n] and best_index_per_train int[..., n]
+    (each training image's best reconstruction) and count_ssim_ge int[..., len(thresholds)].
+  """
+  recon = to_display(images, mean, display)
+  out = {}
+  for name, candidates in sets.items():
+    nn = metrics.nearest_neighbours(recon, np.asarray(candidates, recon.dtype),
+                                    chunk_size=chunk_size)
+    for field in nn._fields:
+      out[f"{name}_{field}"] = np.asarray(getattr(nn, field))
+  if len(thresholds):
+    ssim = metrics.pairwise_ssim(recon, np.asarray(sets["train"], recon.dtype),
+                                 chunk_size=chunk_size)
+    best, index = metrics.best_per_candidate(ssim)
+    out["best_ssim_per_train"] = np.asarray(best)
+    out["best_index_per_train"] = np.asarray(index)
+    out["count_ssim_ge"] = np.stack([np.sum(out["best_ssim_per_train"] >= t, axis=-1)
+                                     for t in thresholds], axis=-1)
+  return out
+
+
+def counts(count_ssim_ge, thresholds) -> dict[str, int]:
+  """{"ssim_ge_0.4": count, ...} from one run's count_ssim_ge int[len(thresholds)]."""
+  return {f"ssim_ge_{t:g}": int(c) for t, c in zip(thresholds, np.asarray(count_ssim_ge))}
+
+
+def param_distances(energy_fn, theta_star, images, labels, *, tol: float, max_iter: int,
+                    memory_size: int, batch: int) -> np.ndarray:
+  """||θ* − θ(x)||² per grid point, θ(x) = argmin E(x, y; θ) re-solved from θ* by L-BFGS
+  to ||∇θE|| < ``tol`` (Table 1's number, independent of the attack's warm starts).
+
+  Args:
+    energy_fn: E(params, images, labels) -> float[] (`trdr.victim.energy` bound).
+    theta_star: θ*.
+    images: float[G, n, H, W, C] reconstructions (input space).
+    labels: float[n].
+    tol, max_iter, memory_size: the lower-level L-BFGS settings.
+    batch: grid points per vmapped batch and device (`trdr.loop.batch_size`).
+  Returns:
+    float[G].
+  """
+  labels = jnp.asarray(labels)
+
+  def theta_of(x):
+    return victim.minimize_energy(lambda p: energy_fn(p, x, labels), theta_star,
+                                  max_iter=max_iter, tol=tol, memory_size=memory_size)[0]
+
+  distance = jax.jit(lambda xs: sharding.grid_map(
+      lambda x: bilevel.param_distance(theta_star, theta_of(x)), xs, batch))
+  return np.asarray(distance(images))
+
+
+def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=()
+                 ) -> list[dict]:
+  """One record per grid point: the numbers behind Figs. 10–12 (means over its images).
+
+  Args:
+    lambda1, lambda2: float[G] grid coordinates.
+    history: metric name -> float[G, steps] (`trdr.loop.run`); the first metric is the
+      attack's objective, reported as ``upper_loss`` (its last value).
+    evaluation: `reconstructions` output [G, ...] (plus param_distance float[G]).
+    thresholds: the thresholds of evaluation["count_ssim_ge"].
+  Returns:
+    Records with lambda1, lambda2, upper_loss, l2_to_s and ssim_to_s for every set s,
+    and where available param_distance, lower_level_grad_norm_max,
+    lower_level_iters_mean (bilevel) and train_ssim_ge_t (per threshold t).
+  """
+  objective = history[next(iter(history))]
+  sets = [k[:-len("_ssim")] for k in evaluation if k.endswith("_ssim")]
+  records = []
+  for g in range(len(lambda1)):
+    record = {"lambda1": float(lambda1[g]), "lambda2": float(lambda2[g])}
+    if "param_distance" in evaluation:
+      record["param_distance"] = float(evaluation["param_distance"][g])
+    record["upper_loss"] = float(objective[g, -1])
+    record.update({f"l2_to_{s}": float(evaluation[f"{s}_l2"][g].mean()) for s in sets})
+    record.update({f"ssim_to_{s}": float(evaluation[f"{s}_ssim"][g].mean()) for s in sets})
+    if "grad_norm" in history:
+      record["lower_level_grad_norm_max"] = float(history["grad_norm"][g].max())
+      record["lower_level_iters_mean"] = float(history["num_iter"][g].mean())
+    if "count_ssim_ge" in evaluation:
+      record.update({f"train_ssim_ge_{t:g}": int(c)
+                     for t, c in zip(thresholds, evaluation["count_ssim_ge"][g])})
+    records.append(record)
+  return records
+
+
+def lower_level_summary(history: dict, tol: float) -> dict:
+  """How well the bilevel lower level converged over the whole run.
+
+  Args:
+    history: with grad_norm and num_iter, float[G, steps] each (||∇θE|| at θ(x^k) at the
+      end of every outer step k, and the L-BFGS iterations it took).
+    tol: the lower level's target ||∇θE||.
+  Returns:
+    Plain-number dict: grad_norm_{max, median, final_max}, fraction_converged (steps that
+    reached ``tol``), iters_mean, iters_max; {} without lower-level metrics.
+  """
+  if "grad_norm" not in history or np.size(history["grad_norm"]) == 0:
+    return {}
+  grad, iters = np.asarray(history["grad_norm"]), np.asarray(history["num_iter"])
+  return {"grad_norm_max": float(grad.max()), "grad_norm_median": float(np.median(grad)),
+          "grad_norm_final_max": float(grad[:, -1].max()),
+          "fraction_converged": float(np.mean(grad < tol)),
+          "iters_mean": float(iters.mean()), "iters_max": int(iters.max())}
+
+
+def in_run_score(images, train_images, k: int) -> jax.Array:
+  """Haim et al.'s score of reconstructions float[..., m, H, W, C] (lower is better).
+
+  `metrics.matched_score` of `metrics.ncc_distances` to the training images float[n, H,
+  W, C] (standardised per image and channel, so the mean and the min-max scaling do not
+  matter); non-finite reconstructions score +inf. Returns float[...].
+  """
+  images = jnp.asarray(images)
+  flat = images.reshape((-1, *images.shape[-4:]))
+  train = jnp.asarray(train_images, jnp.float32)
+  scores = jnp.stack([
+      metrics.matched_score(metrics.ncc_distances(jnp.asarray(x, jnp.float32), train), k)
+      for x in flat])
+  finite = jnp.all(jnp.isfinite(flat.reshape(flat.shape[0], -1)), axis=1)
+  return jnp.where(finite & jnp.isfinite(scores), scores, jnp.inf).reshape(images.shape[:-4])

@@ -1,0 +1,265 @@
+"""One experiment runner for every attack and every mode (no plotting).
+
+  run(config, workdir, mode) : task -> victim -> attack -> loop -> evaluation -> files
+
+Modes (`MODES`):
+  "landscape"  the (λ1, λ2) grid of Runkel eq. 10 starts (Sec. 4.3, 4.5; Figs. 1–4, 10–12),
+               G = len(λ1)·len(λ2) attacks on the n training labels; landscape.json
+  "attack"     one attack (G = 1) from ``config.init.kind`` (`trdr.attacks.init.INITS`)
+  "sweep"      DecoReco's hyperparameters (σ, lr, λ_min, α): S settings drawn from Haim et
+               al.'s ranges, G = S, ranked by the in-run score; sweep.json, best.json
+
+Every mode writes into ``workdir``: config.json, victim/ (θ*, reused while the victim
+config is unchanged), metrics.jsonl and checkpoint.msgpack (`trdr.loop`), results.npz,
+summary.json, and its finished marker (`FINISHED`). Figures are drawn from these files by
+`trdr.plotting.run_figures`.
+"""
+
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from trdr import data, evaluate, io, loop, victim
+from trdr.attacks import ATTACKS, decoreco, init as inits
+
+LANDSCAPE_FILE = "landscape.json"
+RESULTS_FILE = "results.npz"
+SUMMARY_FILE = "summary.json"
+SWEEP_FILE = "sweep.json"
+BEST_FILE = "best.json"
+FINISHED = {"landscape": LANDSCAPE_FILE, "attack": SUMMARY_FILE, "sweep": SUMMARY_FILE}
+MODES = tuple(FINISHED)
+HPARAM_NAMES = decoreco.Hyperparameters._fields
+
+
+def attack_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """``config.attack`` with DecoReco's (σ, lr, λ_min, α) from ``attack.hparams_file``
+  (a sweep's best.json) when that is set.
+
+  Raises:
+    FileNotFoundError: hparams_file set but missing (run the sweep first).
+    ValueError: the file lacks one of the four settings.
+  """
+  a = config.attack.copy_and_resolve_references()
+  path = a.get("hparams_file")
+  if path:
+    if not os.path.exists(path):
+      raise FileNotFoundError(
+          f"attack.hparams_file {path} does not exist: run the sweep that writes it first "
+          "(experiments/sweep.py, or the Makefile target that depends on it)")
+    best = io.read_json(path)
+    missing = [k for k in HPARAM_NAMES if k not in best]
+    if missing:
+      raise ValueError(f"{path} lacks the setting(s) {missing}; expected {HPARAM_NAMES}")
+    logging.info("Hyperparameters from %s: %s", path, {k: best[k] for k in HPARAM_NAMES})
+    with a.unlocked():
+      for k in HPARAM_NAMES:
+        a[k] = float(best[k])
+  return a
+
+
+def sample_settings(key, num: int, ranges: ml_collections.ConfigDict, dtype
+                    ) -> decoreco.Hyperparameters:
+  """``num`` DecoReco settings from Haim et al.'s sweep ranges: σ and lr log-uniform,
+  λ_min and α uniform, each over ``ranges.<name>`` = (low, high).
+
+  Returns:
+    Hyperparameters of float[num] arrays.
+  Raises:
+    ValueError: a range with low > high or a non-positive log-uniform bound.
+  """
+  keys = jax.random.split(key, len(HPARAM_NAMES))
+  values = []
+  for k, name in zip(keys, HPARAM_NAMES):
+    low, high = (float(v) for v in ranges[name])
+    if low > high:
+      raise ValueError(f"sweep range for {name} has low {low} > high {high}")
+    log = name in ("init_scale", "lr")
+    if log and low <= 0:
+      raise ValueError(f"sweep range for {name} is log-uniform: bounds must be > 0, "
+                       f"got ({low}, {high})")
+    u = jax.random.uniform(k, (num,), dtype)
+    values.append(jnp.exp(jnp.log(low) + u * (jnp.log(high) - jnp.log(low))) if log
+                  else low + u * (high - low))
+  return decoreco.Hyperparameters(*values)
+
+
+def _starts(mode, config, a, task, dtype):
+  """(x0 float[G, m, H, W, C], labels float[m], init keys [G] or one key, extra results,
+  build key, hparams [G] or None) of each mode; see the module docstring."""
+  if mode == "landscape":
+    grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
+    key_noise, key_attack = jax.random.split(jax.random.key(config.seed))
+    x_gt = jnp.asarray(task.train_images, dtype)
+    x_rnd = inits.uniform(key_noise, x_gt.shape, task.mean, dtype)
+    x0 = inits.grid_images(grid, x_gt, jnp.asarray(task.partition_images, dtype), x_rnd)
+    extra = {"lambda1": grid.lambda1, "lambda2": grid.lambda2,
+             "grid_shape": np.asarray(grid.shape), "noise_images": np.asarray(x_rnd)}
+    return x0, jnp.asarray(task.train_labels, dtype), key_attack, extra, key_attack, None
+  if mode == "attack":
+    key_init, key_attack = jax.random.split(jax.random.key(config.seed))
+    x0, labels = inits.candidates(
+        config.init.kind, key_init, task, dtype, init_scale=a.get("init_scale"),
+        m_per_image=a.get("candidates_per_image", 2), lambda1=config.init.get("lambda1", 1.0),
+        lambda2=config.init.get("lambda2", 1.0))
+    return x0[None], labels, key_attack, {}, key_attack, None
+  key_settings, key_init = jax.random.split(jax.random.key(config.sweep.seed))
+  settings = sample_settings(key_settings, config.sweep.num_settings, config.sweep.ranges,
+                             dtype)
+  m_per_image = a.candidates_per_image
+  _, labels = inits.candidates("gaussian", key_init, task, dtype, init_scale=1.0,
+                               m_per_image=m_per_image)
+  keys = jax.random.split(key_init, config.sweep.num_settings)
+  key_x, key_l = jax.vmap(jax.random.split, out_axes=1)(keys)
+  x0 = jax.vmap(lambda k, s: inits.candidates("gaussian", k, task, dtype, init_scale=s,
+                                              m_per_image=m_per_image)[0])(
+                                                  key_x, settings.init_scale)
+  return x0, labels, key_l, {}, key_init, settings
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape",
+        overwrite: bool = False):
+  """Runs one experiment of ``mode`` and writes its files into ``workdir``.
+
+  Sets JAX's process-wide ``jax_enable_x64`` to ``config.float64`` (float64 needs it on
+  before any array is made).
+
+  Args:
+    config: sections seed, float64, data, victim, attack (``attack.name`` a key of
+      `trdr.attacks.ATTACKS`), init, eval (and sweep for "sweep"); see configs/.
+    workdir: run directory; a checkpoint of the same config there is resumed.
+    mode: one of `MODES`.
+    overwrite: replace a finished run (otherwise FileExistsError).
+  Returns:
+    "landscape": the records of landscape.json; "attack" and "sweep": the summary.
+  Raises:
+    FileExistsError: ``workdir`` holds a finished run or another config's run.
+    FileNotFoundError: ``attack.hparams_file`` set but missing.
+    ValueError: unknown mode or attack, bad data, model, init or attack settings.
+  """
+  if mode not in MODES:
+    raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
+  if config.attack.name not in ATTACKS:
+    raise ValueError(f"unknown attack.name {config.attack.name!r}; known: {sorted(ATTACKS)}")
+  if mode == "sweep" and config.attack.name != "decoreco":
+    raise ValueError("the sweep tunes DecoReco's hyperparameters: attack.name must be "
+                     f"'decoreco', got {config.attack.name!r}")
+  resume = io.prepare_workdir(workdir, config, FINISHED[mode], overwrite)
+  jax.config.update("jax_enable_x64", bool(config.float64))
+  dtype = jnp.float64 if config.float64 else jnp.float32
+  task = data.make_binary_task(config.data)
+  logging.info("Task: %d training, %d partition, %d test images of shape %s",
+               len(task.train_images), len(task.partition_images), len(task.test_images),
+               task.train_images.shape[1:])
+  target = victim.load_or_train(config, task,
+                                config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
+  a = attack_config(config)
+  x0, labels, init_key, extra, build_key, settings = _starts(mode, config, a, task, dtype)
+  box = (0.0, 1.0) if task.mean is None else (-task.mean, 1.0 - task.mean)
+  attack = ATTACKS[a.name](target, a, labels, key=build_key, box=box)
+  key_axis = None if settings is None else 0
+  states = jax.vmap(attack.init, in_axes=(0, key_axis))(x0, init_key)
+  if settings is not None:
+    states = states._replace(hparams=settings)
+  steps = config.sweep.steps if mode == "sweep" else a.steps
+  started = time.time()
+  states, history = loop.run(attack, states, steps=steps, log_every=a.log_every,
+                             grid_batch_size=a.grid_batch_size, workdir=workdir,
+                             resume=resume)
+  seconds = time.time() - started
+  images = attack.images(states)
+  summary = {"victim": target.metadata["report"], "attack": attack.name,
+             "attack_seconds": seconds}
+  if "hyperparameters" in attack.parts:
+    summary["hyperparameters"] = dict(zip(HPARAM_NAMES, map(float, attack.parts[
+        "hyperparameters"])))
+  if mode == "sweep":
+    return _finish_sweep(config, workdir, task, images, history, settings, summary)
+  thresholds = tuple(config.eval.get("ssim_thresholds", ()))
+  noise = extra.get("noise_images")
+  evaluation = evaluate.reconstructions(
+      images, task.mean, evaluate.comparison_sets(task, noise), display=attack.display,
+      thresholds=thresholds, chunk_size=config.eval.ssim_chunk_size)
+  if "energy" in attack.parts:
+    evaluation["param_distance"] = evaluate.param_distances(
+        attack.parts["energy"], target.params, images, labels,
+        tol=config.eval.lower_level_tol, max_iter=config.eval.lower_level_max_iter,
+        memory_size=config.victim.memory_size,
+        batch=loop.batch_size(a.grid_batch_size, x0.shape[0], attack.batches_well))
+  outputs = attack.parts.get("outputs", lambda s: {})(states)
+  results = {**extra, "initial_images": np.asarray(x0), "final_images": np.asarray(images),
+             **{k: np.asarray(v) for k, v in outputs.items()},
+             "labels": np.asarray(labels), "train_images": task.train_images,
+             "train_labels": task.train_labels, "partition_images": task.partition_images,
+             "mean": np.zeros(0) if task.mean is None else task.mean,
+             "display": np.asarray(attack.display),
+             **{f"history_{k}": v for k, v in history.items()}, **evaluation}
+  if mode == "attack":
+    return _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary)
+  records = evaluate.grid_records(extra["lambda1"], extra["lambda2"], history, evaluation,
+                                  thresholds)
+  io.save_npz(os.path.join(workdir, RESULTS_FILE), **results)
+  if "lower_level" in a:
+    summary.update(lower_level_start=a.lower_level.start, hypergradient=a.hypergradient,
+                   lower_level=evaluate.lower_level_summary(history, a.lower_level.tol))
+  io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
+  io.write_json(os.path.join(workdir, LANDSCAPE_FILE), records)
+  logging.info("Victim: %s", target.metadata["report"])
+  logging.info("Wrote %s", os.path.join(workdir, LANDSCAPE_FILE))
+  return records
+
+
+def _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary) -> dict:
+  """results.npz and summary.json of one attack (grid axis G = 1 dropped)."""
+  grid_keys = {"initial_images", "final_images", "final_lambdas", "param_distance"} | {
+      k for k in results if k.startswith("history_") or k.endswith(("_index", "_ssim", "_l2"))
+      or k in ("best_ssim_per_train", "best_index_per_train", "count_ssim_ge")}
+  results = {k: v[0] if k in grid_keys else v for k, v in results.items()}
+  phi = np.asarray(target.apply(target.params, jnp.asarray(task.train_images, dtype)))
+  if phi.ndim == 2:  # C = 2 logits: Φ = Φ_1 − Φ_0, the binary logit's counterpart
+    phi = phi[:, 1] - phi[:, 0]
+  io.save_npz(os.path.join(workdir, RESULTS_FILE), **results, phi_train=phi)
+  objective = next(k for k in results if k.startswith("history_"))
+  best = results.get("best_ssim_per_train")
+  summary.update({
+      "init": config.init.kind, "candidates": int(results["final_images"].shape[0]),
+      "n_train": int(task.train_images.shape[0]), "steps": int(config.attack.steps),
+      "final_loss": float(results[objective][-1]),
+      "score": float(evaluate.in_run_score(results["final_images"], task.train_images,
+                                           config.eval.get("score_k", 10)))})
+  if best is not None:
+    summary.update(reconstructed=evaluate.counts(results["count_ssim_ge"], thresholds),
+                   mean_best_ssim=float(np.mean(best)),
+                   **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})
+  io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
+  logging.info("Attack: %s", summary.get("reconstructed"))
+  return summary
+
+
+def _finish_sweep(config, workdir, task, images, history, settings, summary) -> dict:
+  """sweep.json (every setting, ranked by the in-run score), best.json, summary.json."""
+  scores = np.asarray(evaluate.in_run_score(images, task.train_images, config.eval.score_k))
+  sets = {"train": evaluate.comparison_sets(task)["train"]}
+  counts = np.stack([
+      evaluate.reconstructions(images[s], task.mean, sets, display="minmax", thresholds=(0.4,),
+                               chunk_size=config.eval.ssim_chunk_size)["count_ssim_ge"][0]
+      for s in range(config.sweep.num_settings)])
+  objective = history[next(iter(history))]
+  order = np.argsort(scores, kind="stable")
+  rows = [{**{k: float(getattr(settings, k)[s]) for k in HPARAM_NAMES},
+           "score": float(scores[s]), "final_loss": float(objective[s, -1]),
+           "ssim_ge_0.4": int(counts[s]), "rank": int(r + 1)} for r, s in enumerate(order)]
+  io.write_json(os.path.join(workdir, SWEEP_FILE), rows)
+  io.write_json(os.path.join(workdir, BEST_FILE), rows[0])
+  summary.pop("hyperparameters", None)
+  summary.update(num_settings=config.sweep.num_settings, steps=config.sweep.steps,
+                 seconds=summary.pop("attack_seconds"), best=rows[0],
+                 diverged=int(np.sum(~np.isfinite(scores))))
+  io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
+  logging.info("Best setting: %s", rows[0])
+  return summary

@@ -1,0 +1,147 @@
+"""The attack loop: a grid of starts attacked as ONE computation, in checkpointed chunks.
+
+Every experiment (a single attack, the eq. 10 landscape, a hyperparameter sweep) and
+every attack (`trdr.attacks.ATTACKS`) runs through `run`: the attack's ``step`` under
+`lax.scan`, mapped over the leading grid axis G of the states and sharded over all local
+devices (`trdr.sharding.grid_map`, in vmapped batches of `batch_size` per device).
+
+Checkpoint-first protocol: after every chunk of ``log_every`` steps the checkpoint (the
+states, the per-step metrics history and the metrics records so far) is written first,
+atomically, and only then the chunk's line appended to metrics.jsonl. A resumed run
+continues from the checkpoint and rewrites metrics.jsonl from the records in it, so a run
+killed at any moment (even between the two writes, or half-way through the append) ends
+with one line per chunk and with the uninterrupted run's numbers: the chunks are the same
+jitted computations on the same inputs.
+"""
+
+import json
+import time
+from typing import Any
+
+import flax.serialization
+import jax
+import numpy as np
+from absl import logging
+
+from trdr import io, sharding
+from trdr.attacks.protocol import Attack
+
+
+def batch_size(requested: int, grid_size: int, batches_well: bool) -> int:
+  """Grid points per vmapped batch on each device: the one policy for every attack.
+
+  ``requested`` > 0 is used as given (capped at the grid size). 0 chooses: the whole
+  share of a device in one vmap when the attack ``batches_well`` (no data-dependent
+  loops, e.g. DecoReco) or the backend is a GPU/TPU; one point at a time on CPU
+  otherwise, where a vmapped bilevel lower level (its L-BFGS line search runs every
+  member's branches, and the grid's data leaves the cache) is slower than a sequential
+  map — experiments/benchmark.py measures the ratio.
+
+  Raises:
+    ValueError: ``requested`` < 0.
+  """
+  if requested < 0:
+    raise ValueError(f"grid_batch_size must be >= 0 (0: chosen by attack and backend), "
+                     f"got {requested}")
+  if requested == 0:
+    requested = grid_size if batches_well or jax.default_backend() != "cpu" else 1
+  return min(requested, grid_size)
+
+
+def run_steps(step_fn, state: Any, num_steps: int):
+  """``num_steps`` steps of one start under `lax.scan`: (state, metrics [num_steps])."""
+  return jax.lax.scan(lambda s, _: step_fn(s), state, None, length=num_steps)
+
+
+def run_grid(step_fn, states: Any, num_steps: int, batch: int, devices=None):
+  """`run_steps` for every start of ``states`` (leading axis G) as ONE computation,
+  sharded over ``devices`` (default all local ones) and vmapped in batches of ``batch``.
+  Starts are independent, so results do not depend on the sharding, and on the batching
+  only through the attack's solver tolerances.
+
+  Returns:
+    (states [G, ...], metrics NamedTuple of float[G, num_steps]).
+  """
+  return sharding.grid_map(lambda s: run_steps(step_fn, s, num_steps), states, batch,
+                           devices)
+
+
+def _record(history: dict, done: int, n: int, seconds: float) -> dict:
+  """The metrics.jsonl line of a chunk: the objective (first metric) over the grid at
+  its last step, the other metrics' maximum over the chunk."""
+  names = list(history)
+  last = history[names[0]][:, -1]
+  finite = last[np.isfinite(last)]
+  record = {"step": done, "seconds_per_step": seconds,
+            "diverged": int(np.sum(~np.isfinite(last)))}
+  for stat, fn in (("min", np.min), ("median", np.median), ("mean", np.mean),
+                   ("max", np.max)):
+    record[f"{names[0]}_{stat}"] = float(fn(finite)) if finite.size else None
+  for name in names[1:]:
+    record[f"{name}_max"] = float(np.max(history[name][:, -n:]))
+  return record
+
+
+def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_size: int,
+        workdir: str, resume: bool) -> tuple[Any, dict[str, np.ndarray]]:
+  """Attacks every start of ``states`` for ``steps`` steps, checkpointed (module docstring).
+
+  Args:
+    attack: the `Attack`.
+    states: the attack's state with a leading grid axis G on every leaf (e.g.
+      ``jax.vmap(attack.init)(x0, keys)``).
+    steps: total steps per start (≥ 0).
+    log_every: steps per chunk (≥ 1): one checkpoint and one metrics line each.
+    grid_batch_size: see `batch_size`.
+    workdir: where checkpoint.msgpack and metrics.jsonl are written.
+    resume: continue from the checkpoint in ``workdir``.
+  Returns:
+    (final states [G, ...], history: metric name -> float[G, steps], the value of each
+    step's metric, e.g. the objective before the step).
+  Raises:
+    ValueError: log_every < 1 or steps < 0.
+  """
+  if log_every < 1 or steps < 0:
+    raise ValueError(f"need log_every >= 1 and steps >= 0, got {log_every} and {steps}")
+  size = sharding.grid_size(states)
+  _, metrics_shape = jax.eval_shape(attack.step, jax.tree.map(lambda x: x[0], states))
+  history = {name: np.zeros((size, 0)) for name in metrics_shape._fields}
+  records = []
+  if resume:
+    saved = io.load_checkpoint(workdir)
+    states = flax.serialization.from_state_dict(states, saved["state"])
+    history = {k: np.asarray(saved["history"][k]).reshape(size, -1) for k in history}
+    records = json.loads(saved["metrics"])
+    logging.info("Resuming from step %d", history_steps(history))
+  io.write_metrics(workdir, records)  # no line for a chunk that is not in the checkpoint
+  batch = batch_size(grid_batch_size, size, attack.batches_well)
+  logging.info("%s, %d images per start: %s", attack.name,
+               attack.images(jax.tree.map(lambda x: x[0], states)).shape[0],
+               sharding.describe(size, batch))
+  chunk = jax.jit(lambda s, n: run_grid(attack.step, s, n, batch), static_argnums=1)
+  states = sharding.replicate(states)  # as chunk returns it: one compilation, not two
+  done = history_steps(history)
+  while done < steps:
+    n = min(log_every, steps - done)
+    start = time.time()
+    states, step_metrics = chunk(states, n)
+    jax.block_until_ready(states)
+    seconds = (time.time() - start) / n
+    history = {k: np.concatenate([history[k], np.asarray(getattr(step_metrics, k))], axis=1)
+               for k in history}
+    done += n
+    records.append(_record(history, done, n, seconds))
+    io.save_checkpoint(workdir, {"state": states, "history": history,
+                                 "metrics": json.dumps(io.to_jsonable(records))})
+    io.append_metrics(workdir, records[-1])
+    objective = next(iter(history))
+    logging.info("step %d/%d  %s: min %s  median %s  max %s  diverged %d  (%.3fs/step)",
+                 done, steps, objective, records[-1][f"{objective}_min"],
+                 records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
+                 records[-1]["diverged"], seconds)
+  return states, history
+
+
+def history_steps(history: dict) -> int:
+  """Steps done, from a history dict of float[G, steps] arrays."""
+  return int(next(iter(history.values())).shape[1])

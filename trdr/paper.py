@@ -1,0 +1,283 @@
+"""The paper's artefacts: which runs each needs, and how it is drawn from them.
+
+Runkel et al. 2024's Figs. 1–12 and Table 1 come from eight runs, each a
+`trdr.experiment.run` in a sub-directory of one work directory (`RUNS`), run once and
+reused while finished with the same config (`run_or_reuse`), resumed when interrupted:
+
+  paper_figures/affine, one_hidden      the bilevel attack from the three pure eq. 10
+                                        starts, affine (eq. 8) and one-hidden (eq. 9)
+  decoreco_figures/victim               θ* of the Haim MLP, shared by the DecoReco runs
+  decoreco_figures/sweep                the vmapped DecoReco sweep; best.json feeds the
+                                        tuned, partition and DecoReco-landscape runs
+  decoreco_figures/uniform, tuned,      DecoReco from U(0, 1) (untuned), from N(0, σ²)
+    partition                           (tuned) and from the distinct partition
+  decoreco_figures/landscape_decoreco,  the 25 eq. 10 starts, DecoReco and bilevel
+    landscape_bilevel
+
+`ARTEFACTS` maps each artefact to the runs it needs and the function that draws it; `make`
+runs what is missing and writes the artefacts (PNG and PDF; Table 1 as .md and .json)
+into the artefact's folder (paper_figures/ or decoreco_figures/).
+"""
+
+import os
+from typing import Callable, NamedTuple
+
+import ml_collections
+import numpy as np
+from absl import logging
+
+from trdr import experiment, io, plotting
+from trdr.attacks import init as inits
+
+# run name -> (sub-directory of the work directory, experiment mode)
+RUNS = {
+    "affine": ("paper_figures/affine", "landscape"),
+    "one_hidden": ("paper_figures/one_hidden", "landscape"),
+    "sweep": ("decoreco_figures/sweep", "sweep"),
+    "uniform": ("decoreco_figures/uniform", "attack"),
+    "tuned": ("decoreco_figures/tuned", "attack"),
+    "partition": ("decoreco_figures/partition", "attack"),
+    "landscape_decoreco": ("decoreco_figures/landscape_decoreco", "landscape"),
+    "landscape_bilevel": ("decoreco_figures/landscape_bilevel", "landscape"),
+}
+VICTIM_NAMES = {"affine": "affine", "one_hidden": "one-hidden"}
+# Table 1 columns: the paper's name -> the pure initialisation (`inits.PURE_INITS`).
+TABLE1_COLUMNS = {"random": "noise", "ground truth": "ground_truth", "partition": "partition"}
+# Runkel et al. 2024, Table 1: ||θ* − θ||² after the attack.
+PAPER_TABLE1 = {
+    "affine": {"random": 1.1214e-3, "ground truth": 1.3888e-3, "partition": 2.9749e-3},
+    "one_hidden": {"random": 6.1157e-5, "ground truth": 1.7055e-3, "partition": 6.3629e-3},
+}
+_INIT_TITLES = {"noise": "random U(0,1) initialisation",
+                "ground_truth": "ground-truth initialisation",
+                "partition": "initialisation from the distinct partition"}
+
+
+def run_configs(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Every run's config, from configs/report.py's sections ``paper`` and ``decoreco``: the
+  DecoReco runs share one victim directory and read the sweep's best.json."""
+  deco = os.path.join(workdir, "decoreco_figures")
+  configs = {"affine": config.paper.affine, "one_hidden": config.paper.one_hidden,
+             "landscape_bilevel": config.decoreco.bilevel}
+  for name in ("sweep", "uniform", "tuned", "partition", "landscape_decoreco"):
+    c = (config.decoreco.landscape if name == "landscape_decoreco" else
+         config.decoreco.decoreco).copy_and_resolve_references()
+    c.victim.checkpoint_dir = os.path.join(deco, "victim")
+    if name in ("uniform", "partition"):
+      c.init.kind = name
+    if name in ("tuned", "partition", "landscape_decoreco"):
+      c.attack.hparams_file = os.path.join(deco, "sweep", experiment.BEST_FILE)
+    configs[name] = c
+  return configs
+
+
+def run_dir(workdir: str, name: str) -> str:
+  """The directory of run ``name`` (a key of `RUNS`)."""
+  return os.path.join(workdir, RUNS[name][0])
+
+
+def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -> None:
+  """`experiment.run` of ``mode`` into ``directory`` (and its figures), unless it finished
+  there with this same config; an unfinished run of the same config is resumed.
+
+  Raises:
+    FileExistsError: ``directory`` holds a finished run of a different config (finished
+      results are never replaced silently: remove the folder to recompute).
+  """
+  if os.path.exists(os.path.join(directory, experiment.FINISHED[mode])):
+    if io.read_json(os.path.join(directory, io.CONFIG_FILE)) != io.to_jsonable(config):
+      raise FileExistsError(f"{directory} holds a finished run of a different config; "
+                            "remove it or use another --workdir")
+    logging.info("Reusing the finished run %s", directory)
+    return
+  experiment.run(config, directory, mode)
+  plotting.run_figures(directory)
+
+
+# ------------------------------------------------------------------------- drawing
+
+
+def _records(runs, name):
+  return io.read_json(os.path.join(runs[name], experiment.LANDSCAPE_FILE))
+
+
+def _results(runs, name):
+  with np.load(os.path.join(runs[name], experiment.RESULTS_FILE)) as saved:
+    return dict(saved)
+
+
+def _summary(runs, name):
+  return io.read_json(os.path.join(runs[name], experiment.SUMMARY_FILE))
+
+
+def _pure_figure(name, panels):
+  """Figs. 1–4: (victim, pure start, reference set, label) panels."""
+  def draw(runs, config):
+    def panel(subfig, p):
+      victim_name, init, reference, label = p
+      plotting.reconstruction_grid(
+          _results(runs, victim_name), reference, n_show=config.paper.n_show, title=label,
+          grid_index=inits.pure_index(_records(runs, victim_name), init), fig=subfig)
+    title = f"Fig. {name[3:]}: {_INIT_TITLES[panels[0][1]]}"
+    return {name: plotting.stacked(panels, title, panel, config.paper.n_show)}
+  return draw
+
+
+def _describe(c: ml_collections.ConfigDict) -> str:
+  v = c.victim
+  arch = f"width {v.width}, {v.activation}" if v.arch == "one_hidden" else "affine"
+  return (f"{arch}, n = {2 * c.data.n_per_class}, {c.attack.steps} steps, "
+          f"{'float64' if c.float64 else 'float32'}")
+
+
+def table1(runs, config) -> dict:
+  """Table 1: ||θ* − θ(x)||² at the end of the attack (a fresh lower-level solve from θ*),
+  measured and the paper's, with each start's SSIM to the three sets: table1.json and
+  table1.md."""
+  rows = {}
+  for name in ("affine", "one_hidden"):
+    records, summary = _records(runs, name), _summary(runs, name)
+    points = {col: records[inits.pure_index(records, init)]
+              for col, init in TABLE1_COLUMNS.items()}
+    rows[name] = {
+        "measured": {col: r["param_distance"] for col, r in points.items()},
+        "paper": PAPER_TABLE1[name],
+        **{f"ssim_to_{s}": {col: r[f"ssim_to_{s}"] for col, r in points.items()}
+           for s in ("train", "partition", "noise")},
+        "lower_level_start": summary.get("lower_level_start"),
+        "lower_level": summary.get("lower_level")}
+  sizes = {v: _describe(config.paper[v]) for v in rows}
+  table = {"columns": list(TABLE1_COLUMNS), "rows": rows, "sizes": sizes}
+  cols = table["columns"]
+  lines = ["| victim | " + " | ".join(f"{c}: measured | {c}: paper" for c in cols) + " |",
+           "|---|" + "---:|---:|" * len(cols)]
+  for name, row in rows.items():
+    cells = [f"{row['measured'][c]:.4e} | {row['paper'][c]:.4e}" for c in cols]
+    lines.append(f"| {VICTIM_NAMES[name]} ({sizes[name]}) | " + " | ".join(cells) + " |")
+  markdown = ("Table 1: ||θ* − θ||² after the attack (measured by trdr vs Runkel et al. "
+              "2024)\n\n" + "\n".join(lines) + "\n")
+  return {"table1.json": table, "table1.md": markdown}
+
+
+def _hp_text(summary: dict) -> str:
+  hp = summary["hyperparameters"]
+  return (f"σ = {hp['init_scale']:.3g}, lr = {hp['lr']:.3g}, λ_min = {hp['lambda_min']:.3g}, "
+          f"α = {hp['alpha']:.3g}")
+
+
+def _decoreco_grid(name, run, title, order="ssim"):
+  """Figs. 5, 6, 8: one DecoReco run's reconstructions beside their nearest training image."""
+  def draw(runs, config):
+    summary = _summary(runs, run)
+    counts = ", ".join(f"SSIM ≥ {k[8:]}: {v}" for k, v in summary["reconstructed"].items())
+    return {name: plotting.reconstruction_grid(
+        _results(runs, run), "train", n_show=config.decoreco.n_show, order=order,
+        title=f"{title} ({_hp_text(summary)}; {counts} of {summary['n_train']})")}
+  return draw
+
+
+def fig7(runs, config):
+  results, summary = _results(runs, "tuned"), _summary(runs, "tuned")
+  return {"fig7": plotting.best_per_train_grid(
+              results, n_show=config.decoreco.n_show,
+              title=f"Fig. 7: tuned σ ({_hp_text(summary)})"),
+          "fig7_ssim_vs_output": plotting.ssim_vs_output(results)}
+
+
+def fig9(runs, config):
+  results = _results(runs, "partition")
+  panels = (("train", "(a): training set"), ("partition", "(b): the same reconstructions, "
+                                                          "partition"))
+  return {"fig9": plotting.stacked(
+      panels, "Fig. 9: DecoReco from the distinct partition",
+      lambda sub, p: plotting.reconstruction_grid(results, p[0], n_show=config.decoreco.n_show,
+                                                  title=p[1], fig=sub),
+      config.decoreco.n_show)}
+
+
+def _landscapes(name):
+  """Figs. 10–12: (a) bilevel and (b) DecoReco landscapes."""
+  def draw(runs, config):
+    del config
+    panels = {label: (_records(runs, run), tuple(_results(runs, run)["grid_shape"]))
+              for label, run in (("(a) bilevel", "landscape_bilevel"),
+                                 ("(b) DecoReco", "landscape_decoreco"))}
+    return {name: plotting.combined_landscape_figures(panels)[name]}
+  return draw
+
+
+class Artefact(NamedTuple):
+  """folder: where it is written; needs: run names (in `RUNS` order: the sweep first);
+  draw: (run name -> directory, config) -> {file name: Figure | dict (JSON) | str (.md)}."""
+  folder: str
+  needs: tuple
+  draw: Callable
+
+
+_PURE = {
+    "fig1": (("affine", "noise", "train", "(a) affine"),
+             ("one_hidden", "noise", "train", "(b) one-hidden")),
+    "fig2": (("affine", "ground_truth", "train", "(a) affine"),
+             ("one_hidden", "ground_truth", "train", "(b) one-hidden")),
+    "fig3": (("affine", "partition", "train", "(a) affine, nearest training image"),
+             ("affine", "partition", "partition", "(b) affine, nearest partition image")),
+    "fig4": (("one_hidden", "partition", "train", "(a) one-hidden, nearest training image"),
+             ("one_hidden", "partition", "partition",
+              "(b) one-hidden, nearest partition image")),
+}
+_LANDSCAPES = ("sweep", "landscape_decoreco", "landscape_bilevel")
+ARTEFACTS: dict[str, Artefact] = {
+    **{name: Artefact("paper_figures", tuple(dict.fromkeys(p[0] for p in panels)),
+                      _pure_figure(name, panels)) for name, panels in _PURE.items()},
+    "table1": Artefact("paper_figures", ("affine", "one_hidden"), table1),
+    "fig5": Artefact("decoreco_figures", ("uniform",), _decoreco_grid(
+        "fig5", "uniform", "Fig. 5: U(0, 1) initialisation, no variance tuning")),
+    "fig6": Artefact("decoreco_figures", ("sweep", "tuned"),
+                     _decoreco_grid("fig6", "tuned", "Fig. 6: tuned σ")),
+    "fig7": Artefact("decoreco_figures", ("sweep", "tuned"), fig7),
+    "fig8": Artefact("decoreco_figures", ("sweep", "tuned"), _decoreco_grid(
+        "fig8", "tuned", "Fig. 8: the first reconstructions", order="index")),
+    "fig9": Artefact("decoreco_figures", ("sweep", "partition"), fig9),
+    **{name: Artefact("decoreco_figures", _LANDSCAPES, _landscapes(name))
+       for name in ("fig10", "fig11", "fig12")},
+}
+
+
+def make(config: ml_collections.ConfigDict, workdir: str, artefacts=tuple(ARTEFACTS)
+         ) -> list[str]:
+  """Runs (or reuses) what ``artefacts`` need and writes them.
+
+  Args:
+    config: configs/report.py (sections paper and decoreco).
+    workdir: the work directory of all runs (`RUNS`) and artefacts.
+    artefacts: names from `ARTEFACTS`.
+  Returns:
+    The files written.
+  Raises:
+    ValueError: unknown artefact.
+    FileExistsError: a run directory holds a finished run of another config.
+  """
+  unknown = [a for a in artefacts if a not in ARTEFACTS]
+  if unknown:
+    raise ValueError(f"unknown artefact(s) {unknown}; known: {list(ARTEFACTS)}")
+  configs = run_configs(config, workdir)
+  needed = {run for a in artefacts for run in ARTEFACTS[a].needs}
+  runs = {name: run_dir(workdir, name) for name in RUNS}
+  for name in RUNS:  # in dependency order: the sweep first
+    if name in needed:
+      run_or_reuse(RUNS[name][1], configs[name], runs[name])
+  written = []
+  for artefact in artefacts:
+    folder = os.path.join(workdir, ARTEFACTS[artefact].folder)
+    os.makedirs(folder, exist_ok=True)
+    for file_name, item in ARTEFACTS[artefact].draw(runs, config).items():
+      if isinstance(item, dict):
+        io.write_json(os.path.join(folder, file_name), item)
+        written.append(os.path.join(folder, file_name))
+      elif isinstance(item, str):
+        io.atomic_write(os.path.join(folder, file_name), item.encode())
+        written.append(os.path.join(folder, file_name))
+      else:
+        written += plotting.save_figure(item, folder, file_name)
+  logging.info("Wrote %s", written)
+  return written

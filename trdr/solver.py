@@ -1,0 +1,68 @@
+"""The L-BFGS solver of E: the victim's training and the bilevel attack's lower level.
+
+Runkel et al. 2024 minimise E(x, y; θ) over θ both to train the victim (θ*) and, inside
+the attack, to compute θ(x) = argmin_θ E (eq. 2's lower level). `minimize_energy` is that
+solver: optax L-BFGS with its zoom line search, under `lax.while_loop`.
+"""
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+import optax.tree
+
+Params = Any
+EnergyFn = Callable[[Params], jax.Array]
+
+
+class MinimizeInfo(NamedTuple):
+  """Diagnostics of one L-BFGS solve.
+
+  Attributes:
+    grad_norm: float[] ||∇θE|| at the returned θ.
+    num_iter: int32[] iterations taken.
+    memory: the L-BFGS curvature pairs (optax ``ScaleByLBFGSState``); `count` is the
+      number of updates made, pairs sit in a ring buffer (see `trdr.attacks.bilevel`).
+  """
+  grad_norm: jax.Array
+  num_iter: jax.Array
+  memory: optax.ScaleByLBFGSState
+
+
+def minimize_energy(fun: EnergyFn, params0: Params, *, max_iter: int, tol: float,
+                    memory_size: int = 10) -> tuple[Params, MinimizeInfo]:
+  """Minimises a smooth function with optax L-BFGS (zoom line search) to ||∇f|| < tol.
+
+  A `lax.while_loop`, so it is jittable and vmappable (a vmapped batch runs until every
+  member has converged or reached ``max_iter``).
+
+  Args:
+    fun: params -> float[] scalar.
+    params0: starting point, pytree of float arrays.
+    max_iter: most iterations.
+    tol: stop when the Euclidean norm of the gradient over all leaves is below this.
+    memory_size: number of L-BFGS curvature pairs kept.
+  Returns:
+    (params, MinimizeInfo).
+  """
+  opt = optax.lbfgs(memory_size=memory_size)
+  value_and_grad = optax.value_and_grad_from_state(fun)
+
+  def step(carry):
+    params, state, _, i = carry
+    value, grad = value_and_grad(params, state=state)
+    updates, state = opt.update(grad, state, params, value=value, grad=grad, value_fn=fun)
+    params = optax.apply_updates(params, updates)
+    # The line search caches the gradient at the new point: no extra evaluation.
+    grad_norm = optax.tree.norm(optax.tree.get(state, "grad"))
+    return params, state, grad_norm, i + 1
+
+  def not_done(carry):
+    _, _, grad_norm, i = carry
+    return (i < max_iter) & (grad_norm >= tol)
+
+  grad_norm0 = optax.tree.norm(jax.grad(fun)(params0))
+  init = (params0, opt.init(params0), grad_norm0, jnp.asarray(0, jnp.int32))
+  params, state, grad_norm, num_iter = jax.lax.while_loop(not_done, step, init)
+  return params, MinimizeInfo(grad_norm, num_iter, state[0])
