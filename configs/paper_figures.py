@@ -6,8 +6,8 @@ The config lives in the package (trdr/configs/paper_figures.py, importable as
 Command:
   make fig1 fig2 fig3 fig4 table1                # ":cpu", into runs/report_cpu/paper_figures
   make fig1 fig2 fig3 fig4 table1 SIZE=paper     # "", into runs/report_paper/paper_figures
-  python experiments/paper_figures.py --config=configs/paper_figures.py:cpu \
-      --workdir=runs/report_cpu/paper_figures --artefacts=fig1,table1
+  python experiments/paper.py --config=configs/report.py:cpu --workdir=runs/report_cpu \
+      --artefacts=fig1,table1
 """
 
 from trdr.configs.paper_figures import get_config  # noqa: F401

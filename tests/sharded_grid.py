@@ -8,19 +8,15 @@ to compute the same on 8 emulated CPU devices (the flag must be set before JAX i
 imported, hence a separate process). Writes every array of `compute` into OUT.npz.
 """
 
-import os
 import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trdr import data, landscape, models, sharding, victim
+from trdr import data, evaluate, loop, models, sharding, victim
 from trdr.attacks import bilevel, init as inits
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                "configs"))
-import bilevel_affine  # noqa: E402
+from trdr.configs import bilevel_affine
 
 STEPS = 3
 # Per device. 1 runs every point through the same program on 8 devices as on one, so
@@ -61,8 +57,9 @@ def config():
 
 
 def compute() -> dict[str, np.ndarray]:
-  """The toy `grid_map` for several batch sizes, `bilevel.run_grid` over the 25-point
-  grid for `BATCH_SIZES` and `landscape.evaluate` of its result, as numpy arrays.
+  """The toy `grid_map` for several batch sizes, `loop.run_grid` over the 25-point grid
+  for `BATCH_SIZES` and the evaluation of its result (`evaluate.param_distances` and
+  `evaluate.reconstructions`), as numpy arrays.
 
   Needs ``jax_enable_x64`` on.
   """
@@ -78,28 +75,32 @@ def compute() -> dict[str, np.ndarray]:
   cfg = config()
   task = data.make_binary_task(cfg.data)
   model = models.build_model(cfg.victim)
-  apply_fn = lambda p, x: model.apply({"params": p}, x)
   theta0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:],
                               jnp.float64)
   theta_star, _ = victim.train(model, theta0, task, cfg.victim)
+  target = victim.Victim(model, theta_star, cfg.victim, {})
+  labels = jnp.asarray(task.train_labels, jnp.float64)
   grid = inits.make_grid(cfg.init.lambda1, cfg.init.lambda2)
   x_rnd = inits.uniform(jax.random.key(1), task.train_images.shape, dtype=jnp.float64)
   x0 = inits.grid_images(grid, jnp.asarray(task.train_images, jnp.float64),
                          jnp.asarray(task.partition_images, jnp.float64), x_rnd)
-  attack = bilevel.make_attack(apply_fn, theta_star, jnp.asarray(task.train_labels, jnp.float64),
-                               cfg.victim, cfg.attack, jax.random.key(2))
+  attack = bilevel.build(target, cfg.attack, labels, key=jax.random.key(2))
   states = jax.vmap(attack.init)(x0)
   for batch in BATCH_SIZES:
     state, step_metrics = jax.jit(
-        lambda s: bilevel.run_grid(attack.step, s, STEPS, batch))(states)  # noqa: B023
+        lambda s: loop.run_grid(attack.step, s, STEPS, batch))(states)  # noqa: B023
     out[f"images_b{batch}"] = np.asarray(state.images)
     out[f"step_b{batch}"] = np.asarray(state.step)
     for name in step_metrics._fields:
       out[f"{name}_b{batch}"] = np.asarray(getattr(step_metrics, name))
-  energy_fn = lambda p, x, y: victim.energy(p, x, y, apply_fn=apply_fn,
-                                            weight_decay=cfg.victim.weight_decay)
-  evaluation = landscape.evaluate(theta_star, out[f"images_b{BATCH_SIZES[0]}"], task, x_rnd,
-                                  energy_fn, cfg)
+  images = out[f"images_b{BATCH_SIZES[0]}"]
+  evaluation = evaluate.reconstructions(images, task.mean,
+                                        evaluate.comparison_sets(task, x_rnd),
+                                        chunk_size=cfg.eval.ssim_chunk_size)
+  evaluation["param_distance"] = evaluate.param_distances(
+      attack.parts["energy"], theta_star, images, labels, tol=cfg.eval.lower_level_tol,
+      max_iter=cfg.eval.lower_level_max_iter, memory_size=cfg.victim.memory_size,
+      batch=loop.batch_size(cfg.attack.grid_batch_size, images.shape[0], False))
   out.update({f"eval_{k}": v for k, v in evaluation.items()})
   return out
 

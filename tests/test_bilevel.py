@@ -14,8 +14,9 @@ with warnings.catch_warnings():
   warnings.simplefilter("ignore", DeprecationWarning)
   from jaxopt import implicit_diff, linear_solve
 
-from trdr import metrics, models, victim
+from trdr import loop, models, victim
 from trdr.attacks import bilevel
+from trdr.attacks import linear_solve as solves
 
 WD = 0.1
 
@@ -39,14 +40,14 @@ def _problem(n=6, shape=(4, 4, 1), seed=0, dtype=jnp.float64, tol=1e-12):
 def _hypergradient(solve, x, labels, theta_star, energy_fn, theta_init, **kw):
   lower_level = bilevel.make_lower_level(energy_fn, max_iter=500, tol=1e-12, memory_size=10,
                                          solve=solve, **kw)
-  loss = lambda x: metrics.param_distance(theta_star, lower_level(theta_init, x, labels)[0])
+  loss = lambda x: bilevel.param_distance(theta_star, lower_level(theta_init, x, labels)[0])
   return jax.grad(loss)(x)
 
 
 def _upper_loss(x, labels, theta_star, energy_fn):
   theta, _ = victim.minimize_energy(lambda p: energy_fn(p, x, labels), theta_star,
                                     max_iter=500, tol=1e-13)
-  return metrics.param_distance(theta_star, theta)
+  return bilevel.param_distance(theta_star, theta)
 
 
 def _rel_err(a, b):
@@ -82,7 +83,7 @@ def test_matches_jaxopt_custom_root(x64):
     return victim.minimize_energy(lambda p: energy_fn(p, images, labels), theta_init,
                                   max_iter=500, tol=1e-12)[0]
 
-  reference = jax.grad(lambda z: metrics.param_distance(theta_star, solver(theta_star, z, labels)))(x)
+  reference = jax.grad(lambda z: bilevel.param_distance(theta_star, solver(theta_star, z, labels)))(x)
   ours = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
   assert _rel_err(ours, reference) < 1e-10
 
@@ -107,7 +108,7 @@ def test_quasi_newton_inverse_hessian_satisfies_secant_equation(x64):
   newest = (int(memory.count) - 2) % 4
   pick = lambda tree: jax.tree.map(lambda leaf: leaf[newest], tree)
   s, y = pick(memory.diff_params_memory), pick(memory.diff_updates_memory)
-  hy = bilevel.quasi_newton_inverse_hessian(memory, y)
+  hy = solves.quasi_newton_inverse_hessian(memory, y)
   assert optax.tree.norm(optax.tree.sub(hy, s)) < 1e-10 * optax.tree.norm(s)
 
 
@@ -135,10 +136,9 @@ def test_ground_truth_is_a_fixed_point_of_the_attack():
       "hypergradient": {"solve": "cg", "cg_tol": 1e-6, "cg_maxiter": 100},
       "optimizer": "adam", "lr": 1e-2, "lr_schedule": "constant", "steps": 3,
       "project": True})
-  attack = bilevel.make_attack(lambda p, z: model.apply({"params": p}, z), theta_star, labels,
-                               ml_collections.ConfigDict({"weight_decay": WD}), config,
-                               jax.random.key(0))
-  state, step_metrics = bilevel.run_steps(attack.step, attack.init(x_true), 3)
+  target = victim.Victim(model, theta_star, ml_collections.ConfigDict({"weight_decay": WD}), {})
+  attack = bilevel.build(target, config, labels, key=jax.random.key(0))
+  state, step_metrics = loop.run_steps(attack.step, attack.init(x_true), 3)
   np.testing.assert_allclose(step_metrics.upper_loss, 0.0, atol=1e-10)
   np.testing.assert_allclose(state.images, x_true, atol=1e-6)
 

@@ -144,18 +144,6 @@ def test_bad_inputs_raise(x64):
     decoreco.stationarity_loss(params, images, lambdas[:-1], labels, apply_fn=apply_fn)
 
 
-def test_init_candidates():
-  images, lambdas, labels = decoreco.init_candidates(jax.random.key(0), 400, (4, 4, 3),
-                                                     sigma=0.1)
-  assert images.shape == (400, 4, 4, 3) and lambdas.shape == labels.shape == (400,)
-  assert float(images.std()) == pytest.approx(0.1, rel=0.05)
-  assert 0 <= float(lambdas.min()) and float(lambdas.max()) < 1
-  assert float(lambdas.mean()) == pytest.approx(0.5, abs=0.05)
-  np.testing.assert_array_equal(labels, np.repeat([-1.0, 1.0], 200))
-  with pytest.raises(ValueError, match="even"):
-    decoreco.init_candidates(jax.random.key(0), 3, (4, 4, 3), sigma=0.1)
-
-
 def test_haim_mlp_structure_init_and_registry():
   config = ml_collections.ConfigDict(dict(arch="haim_mlp", widths=[7, 5], activation="relu",
                                           all_biases=False, num_outputs=1))

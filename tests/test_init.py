@@ -1,10 +1,11 @@
-"""Initialisations of eq. 10 and their grid."""
+"""Every start of an attack: eq. 10 mixtures and their grid, noise, the INITS registry."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from trdr import data
 from trdr.attacks import init as inits
 
 
@@ -43,3 +44,45 @@ def test_uniform_noise_range_and_mean_shift():
 def test_grid_rejects_bad_values(l1, l2):
   with pytest.raises(ValueError, match="must be a non-empty list of values in"):
     inits.make_grid(l1, l2)
+
+
+def test_gaussian_candidates_half_per_class():
+  """Haim et al.'s start: m = 2n candidates x ~ N(0, σ²), labels −1 then +1."""
+  config = data.default_data_config()
+  config.n_per_class = 100
+  task = data.make_binary_task(config)
+  images, labels = inits.candidates("gaussian", jax.random.key(0), task, jnp.float32,
+                                    init_scale=0.1, m_per_image=2)
+  assert images.shape == (400, 32, 32, 3) and labels.shape == (400,)
+  assert float(images.std()) == pytest.approx(0.1, rel=0.05)
+  np.testing.assert_array_equal(labels, np.repeat([-1.0, 1.0], 200))
+  with pytest.raises(ValueError, match="even"):
+    inits.class_labels(3)
+  with pytest.raises(ValueError, match="unknown init.kind 'blur'"):
+    inits.candidates("blur", jax.random.key(0), task, jnp.float32)
+
+
+def test_image_starts_are_the_task_images_with_their_labels():
+  config = data.default_data_config()
+  config.n_per_class = 4
+  task = data.make_binary_task(config)
+  key = jax.random.key(1)
+  for kind, expected in (("ground_truth", task.train_images),
+                         ("partition", task.partition_images)):
+    images, labels = inits.candidates(kind, key, task, jnp.float32)
+    np.testing.assert_array_equal(images, expected)
+    np.testing.assert_array_equal(labels, task.train_labels)
+  mixed, _ = inits.candidates("mixture", key, task, jnp.float32, lambda1=0.5, lambda2=0.5)
+  noise = inits.uniform(key, task.train_images.shape, task.mean)
+  np.testing.assert_allclose(mixed, inits.mixture(task.train_images, task.partition_images,
+                                                  noise, 0.5, 0.5), rtol=1e-6)
+
+
+def test_pure_index_finds_each_pure_start_in_records():
+  grid = inits.make_grid((0.0, 1.0), (0.0, 1.0))
+  records = [{"lambda1": a, "lambda2": b} for a, b in zip(grid.lambda1, grid.lambda2)]
+  for name, point in inits.PURE_INITS.items():
+    assert (records[inits.pure_index(records, name)]["lambda1"],
+            records[inits.pure_index(records, name)]["lambda2"]) == point
+  with pytest.raises(ValueError, match="not on the grid"):
+    inits.pure_index(records[:1], "partition")

@@ -10,12 +10,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trdr import data, io, landscape, models, victim
+from trdr import data, experiment, io, loop, models, paper, victim
 from trdr.attacks import bilevel, init as inits
+from trdr.configs import bilevel_affine
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "configs"))
-import bilevel_affine  # noqa: E402
+GRID_RECORD_KEYS = (
+    "lambda1", "lambda2", "param_distance", "upper_loss", "l2_to_train", "l2_to_partition",
+    "l2_to_noise", "ssim_to_train", "ssim_to_partition", "ssim_to_noise",
+    "lower_level_grad_norm_max", "lower_level_iters_mean")
 
 
 def smoke_config():
@@ -23,10 +26,19 @@ def smoke_config():
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("smoke"))
-  records = landscape.run(smoke_config(), workdir)
-  return workdir, records
+def smoke_run(smoke_report_dir):
+  """The :smoke bilevel landscape, as `make figures SIZE=smoke` ran it (same config)."""
+  workdir = paper.run_dir(smoke_report_dir, "landscape_bilevel")
+  assert io.read_json(os.path.join(workdir, "config.json")) == io.to_jsonable(smoke_config())
+  return workdir, io.read_json(os.path.join(workdir, "landscape.json"))
+
+
+def _target(config, task, dtype=jnp.float32):
+  """θ* of the config's victim, trained here, as a `victim.Victim`."""
+  model = models.build_model(config.victim)
+  theta0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:], dtype)
+  theta_star, _ = victim.train(model, theta0, task, config.victim)
+  return victim.Victim(model, theta_star, config.victim, {})
 
 
 def _logged_steps(workdir):
@@ -42,7 +54,7 @@ def _point(records, lambda1, lambda2):
 def test_writes_every_artefact(smoke_run):
   workdir, records = smoke_run
   for name in ("config.json", "landscape.json", "results.npz", "metrics.jsonl",
-               "victim/theta_star.msgpack", "victim/victim.json"):
+               "victim/victim.msgpack"):
     assert os.path.exists(os.path.join(workdir, name)), name
   for fig in ("fig10_heatmaps", "fig11_lambda2_eq_1", "fig12_lambda1_eq_1",
               "reconstructions_noise", "reconstructions_ground_truth",
@@ -52,7 +64,7 @@ def test_writes_every_artefact(smoke_run):
   assert records == io.read_json(os.path.join(workdir, "landscape.json"))
   assert len(records) == 9
   for record in records:
-    assert set(landscape.GRID_RECORD_KEYS) <= set(record)
+    assert set(GRID_RECORD_KEYS) <= set(record)
     assert all(np.isfinite(v) for v in record.values())
   assert _logged_steps(workdir) == [10, 20, 30]
 
@@ -94,7 +106,7 @@ def test_attack_reduces_the_upper_loss(smoke_run):
 def test_finished_run_is_not_overwritten(smoke_run):
   workdir, _ = smoke_run
   with pytest.raises(FileExistsError, match="finished run"):
-    landscape.run(smoke_config(), workdir)
+    experiment.run(smoke_config(), workdir, "landscape")
 
 
 def test_resumes_after_a_crash_with_the_same_results(smoke_run, tmp_path, monkeypatch):
@@ -111,11 +123,11 @@ def test_resumes_after_a_crash_with_the_same_results(smoke_run, tmp_path, monkey
 
   monkeypatch.setattr(io, "append_metrics", crash_at_step_20)
   with pytest.raises(KeyboardInterrupt):
-    landscape.run(smoke_config(), workdir)
+    experiment.run(smoke_config(), workdir, "landscape")
   assert not os.path.exists(os.path.join(workdir, "landscape.json"))
   monkeypatch.setattr(io, "append_metrics", original)
   monkeypatch.setattr(victim, "train", lambda *a, **k: pytest.fail("θ* was retrained"))
-  records = landscape.run(smoke_config(), workdir)
+  records = experiment.run(smoke_config(), workdir, "landscape")
   np.testing.assert_allclose([r["param_distance"] for r in records],
                              [r["param_distance"] for r in reference], rtol=1e-5, atol=1e-9)
   resumed = np.load(os.path.join(workdir, "results.npz"))
@@ -139,20 +151,16 @@ def test_vmapped_grid_equals_one_by_one(x64, batch_size):
   config.attack.hypergradient.cg_tol = 1e-12
   config.victim.tol = 1e-10
   task = data.make_binary_task(config.data)
-  model = models.build_model(config.victim)
-  apply_fn = lambda p, x: model.apply({"params": p}, x)
-  theta0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:],
-                              jnp.float64)
-  theta_star, _ = victim.train(model, theta0, task, config.victim)
+  target = _target(config, task, jnp.float64)
   grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
   x_rnd = inits.uniform(jax.random.key(1), task.train_images.shape, dtype=jnp.float64)
   x0 = inits.grid_images(grid, jnp.asarray(task.train_images, jnp.float64),
                          jnp.asarray(task.partition_images, jnp.float64), x_rnd)
-  attack = bilevel.make_attack(apply_fn, theta_star, jnp.asarray(task.train_labels, jnp.float64),
-                               config.victim, config.attack, jax.random.key(2))
+  attack = bilevel.build(target, config.attack, jnp.asarray(task.train_labels, jnp.float64),
+                         key=jax.random.key(2))
   states = jax.vmap(attack.init)(x0)
-  state_v, metrics_v = jax.jit(lambda s: bilevel.run_grid(attack.step, s, 4, batch_size))(states)
-  single = jax.jit(lambda x: bilevel.run_steps(attack.step, attack.init(x), 4))
+  state_v, metrics_v = jax.jit(lambda s: loop.run_grid(attack.step, s, 4, batch_size))(states)
+  single = jax.jit(lambda x: loop.run_steps(attack.step, attack.init(x), 4))
   assert float(metrics_v.upper_loss[:, -1].max()) > 0  # the attack is not a no-op here
   for g in range(x0.shape[0]):
     state_g, metrics_g = single(x0[g])
@@ -192,15 +200,12 @@ def test_attack_converges_with_the_quasi_newton_hypergradient():
   config = smoke_config()
   config.attack.hypergradient.solve = "quasi_newton"
   task = data.make_binary_task(config.data)
-  model = models.build_model(config.victim)
-  apply_fn = lambda p, x: model.apply({"params": p}, x)
-  theta0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:])
-  theta_star, _ = victim.train(model, theta0, task, config.victim)
+  target = _target(config, task)
   x_rnd = inits.uniform(jax.random.key(1), task.train_images.shape)
   starts = jnp.stack([x_rnd, jnp.asarray(task.partition_images)])
-  attack = bilevel.make_attack(apply_fn, theta_star, jnp.asarray(task.train_labels),
-                               config.victim, config.attack, jax.random.key(2))
-  _, step_metrics = jax.jit(lambda s: bilevel.run_grid(attack.step, s, 40, 1))(
+  attack = bilevel.build(target, config.attack, jnp.asarray(task.train_labels),
+                         key=jax.random.key(2))
+  _, step_metrics = jax.jit(lambda s: loop.run_grid(attack.step, s, 40, 1))(
       jax.vmap(attack.init)(starts))
   loss = np.asarray(step_metrics.upper_loss)
   # Measured: noise 8.0 -> 1.9, partition 5.9 -> 0.84 (CG reaches lower, see the benchmark).
@@ -213,7 +218,7 @@ def test_float64_switch_runs_the_whole_path_in_float64(x64, tmp_path):
   config = smoke_config()
   config.float64 = True
   config.attack.steps = 10
-  records = landscape.run(config, str(tmp_path))
+  records = experiment.run(config, str(tmp_path), "landscape")
   results = np.load(tmp_path / "results.npz")
   assert results["final_images"].dtype == np.float64
   assert results["history_upper_loss"].dtype == np.float64

@@ -11,8 +11,8 @@ import optax.tree
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from trdr import metrics, models, victim
-from trdr.attacks import bilevel
+from trdr import models, victim
+from trdr.attacks import bilevel, linear_solve
 
 WD = 0.1
 
@@ -43,7 +43,7 @@ def _problem(activation="softplus", n=6, shape=(4, 4, 1), width=8, seed=0, tol=1
 def _hypergradient(solve, x, labels, theta_star, energy_fn, **kw):
   lower_level = bilevel.make_lower_level(energy_fn, max_iter=2000, tol=1e-12, memory_size=10,
                                          solve=solve, **kw)
-  loss = lambda z: metrics.param_distance(theta_star, lower_level(theta_star, z, labels)[0])
+  loss = lambda z: bilevel.param_distance(theta_star, lower_level(theta_star, z, labels)[0])
   return jax.grad(loss)(x)
 
 
@@ -101,7 +101,7 @@ def test_hypergradient_matches_central_finite_differences(problem):
   def loss(z):
     theta, _ = victim.minimize_energy(lambda p: energy_fn(p, z.reshape(x.shape), labels),
                                       theta_star, max_iter=2000, tol=1e-13)
-    return metrics.param_distance(theta_star, theta)
+    return bilevel.param_distance(theta_star, theta)
 
   eps = 1e-5
   flat = jnp.asarray(x).ravel()
@@ -163,16 +163,16 @@ def test_damped_quasi_newton_pairs_satisfy_the_shifted_secant_equation(problem):
   _, info = victim.minimize_energy(lambda p: energy_fn(p, x, labels), theta_star,
                                    max_iter=6, tol=0.0, memory_size=4)
   mu = 0.3
-  damped = bilevel.damp_memory(info.memory, mu)
+  damped = linear_solve.damp_memory(info.memory, mu)
   newest = (int(info.memory.count) - 2) % 4
   pick = lambda tree: jax.tree.map(lambda leaf: leaf[newest], tree)
   s, y = pick(info.memory.diff_params_memory), pick(info.memory.diff_updates_memory)
-  hy = bilevel.quasi_newton_inverse_hessian(damped, optax.tree.add_scale(y, mu, s))
+  hy = linear_solve.quasi_newton_inverse_hessian(damped, optax.tree.add_scale(y, mu, s))
   assert optax.tree.norm(optax.tree.sub(hy, s)) < 1e-10 * optax.tree.norm(s)
   # Empty slots stay empty; μ = 0 leaves the pairs as they were.
   assert np.array_equal(np.asarray(damped.weights_memory) == 0,
                         np.asarray(info.memory.weights_memory) == 0)
-  undamped = bilevel.damp_memory(info.memory, 0.0)
+  undamped = linear_solve.damp_memory(info.memory, 0.0)
   np.testing.assert_allclose(undamped.weights_memory, info.memory.weights_memory, rtol=1e-12)
 
 
@@ -186,16 +186,16 @@ def test_neumann_series_on_a_well_conditioned_matrix(x64):
   matvec = lambda t: unravel(jnp.asarray(a) @ ravel_pytree(t)[0])
   alpha = 1.0 / 11.0
   for steps in (1, 5, 300):
-    approx = ravel_pytree(bilevel.neumann_inverse(matvec, b, alpha=alpha, steps=steps))[0]
+    approx = ravel_pytree(linear_solve.neumann_inverse(matvec, b, alpha=alpha, steps=steps))[0]
     truncated = (np.eye(20) - np.linalg.matrix_power(np.eye(20) - alpha * a, steps)
                  ) @ np.linalg.solve(a, flat_b)
     np.testing.assert_allclose(approx, truncated, rtol=1e-10, atol=1e-12)
   np.testing.assert_allclose(approx, np.linalg.solve(a, flat_b), rtol=1e-8)
   # The power iteration behind the default α finds λ_max = 10 from below.
-  lam = float(bilevel.largest_eigenvalue(matvec, b, steps=200))
+  lam = float(linear_solve.largest_eigenvalue(matvec, b, steps=200))
   assert 9.9 < lam <= 10.0 + 1e-9
   with pytest.raises(ValueError, match="at least 1 term"):
-    bilevel.neumann_inverse(matvec, b, alpha=alpha, steps=0)
+    linear_solve.neumann_inverse(matvec, b, alpha=alpha, steps=0)
 
 
 def test_bad_damping_or_neumann_settings_are_rejected():

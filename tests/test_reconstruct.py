@@ -3,7 +3,6 @@ the numbers they write."""
 
 import functools
 import os
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -11,13 +10,27 @@ import ml_collections
 import numpy as np
 import pytest
 
-from trdr import data, io, landscape, metrics, models, reconstruct, sharding, victim
-from trdr.attacks import decoreco
+from trdr import data, evaluate, experiment, io, metrics, models, plotting, sharding, victim
+from trdr.attacks import decoreco, init as inits
+from trdr.configs import decoreco_cifar, decoreco_landscape
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "configs"))
-import decoreco_cifar  # noqa: E402
-import decoreco_landscape  # noqa: E402
+
+def _candidates(key, m, shape, sigma, dtype=jnp.float64):
+  """Haim et al.'s start: x ~ N(0, σ²), λ ~ U(0, 1), labels −1 then +1."""
+  key_x, key_l = jax.random.split(key)
+  return (inits.gaussian(key_x, (m, *shape), sigma, dtype),
+          jax.random.uniform(key_l, (m,), dtype), inits.class_labels(m, dtype))
+
+
+def _target(model, params, config):
+  return victim.Victim(model, params, config.victim, {})
+
+
+def _run(config, workdir, mode="attack"):
+  """experiment.run, then the run's figures, as the command line does."""
+  out = experiment.run(config, str(workdir), mode)
+  plotting.run_figures(str(workdir))
+  return out
 
 
 @pytest.fixture(scope="module")
@@ -109,15 +122,14 @@ def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
   model = models.HaimMLP(widths=(8, 6), all_biases=True, first_scale=0.3)
   params = models.init_params(model, jax.random.key(0), (12, 12, 1), jnp.float64)
   m = 6
-  _, _, labels = decoreco.init_candidates(jax.random.key(1), m, (12, 12, 1), sigma=1.0,
-                                          dtype=jnp.float64)
-  settings = reconstruct.sample_settings(
+  _, _, labels = _candidates(jax.random.key(1), m, (12, 12, 1), 1.0)
+  settings = experiment.sample_settings(
       jax.random.key(2), 4, ml_collections.ConfigDict({
           "init_scale": (0.05, 0.5), "lr": (1e-3, 1e-2), "lambda_min": (0.01, 0.5),
           "alpha": (10.0, 50.0)}), jnp.float64)
   keys = jax.random.split(jax.random.key(3), 4)
-  starts = jax.vmap(lambda k, s: decoreco.init_state(*decoreco.init_candidates(
-      k, m, (12, 12, 1), sigma=s, dtype=jnp.float64)[:2]))(keys, settings.init_scale)
+  starts = jax.vmap(lambda k, s: decoreco.init_state(*_candidates(
+      k, m, (12, 12, 1), s)[:2]))(keys, settings.init_scale)
   run = functools.partial(decoreco.run_steps, num_steps=15,
                           loss_and_grad=decoreco.autodiff_loss_and_grad(model, params, labels))
   together, losses = jax.jit(lambda s, h: sharding.grid_map(
@@ -137,8 +149,8 @@ def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
 
 def test_sample_settings_ranges(x64_module):
   ranges = decoreco_cifar.get_config("").sweep.ranges
-  s = reconstruct.sample_settings(jax.random.key(0), 2000, ranges, jnp.float64)
-  for name in reconstruct.HPARAM_NAMES:
+  s = experiment.sample_settings(jax.random.key(0), 2000, ranges, jnp.float64)
+  for name in experiment.HPARAM_NAMES:
     low, high = ranges[name]
     values = np.asarray(getattr(s, name))
     assert values.min() >= low and values.max() <= high, name
@@ -148,7 +160,7 @@ def test_sample_settings_ranges(x64_module):
   bad = ranges.copy_and_resolve_references()
   bad.lr = (0.0, 1.0)
   with pytest.raises(ValueError, match="log-uniform"):
-    reconstruct.sample_settings(jax.random.key(0), 2, bad, jnp.float64)
+    experiment.sample_settings(jax.random.key(0), 2, bad, jnp.float64)
 
 
 # --------------------------------------------------------------------------- scores
@@ -180,7 +192,7 @@ def test_matched_score_counts_a_reconstruction_once_per_training_image():
 @pytest.fixture(scope="module")
 def gaussian_run(victim_dir, tmp_path_factory):
   workdir = str(tmp_path_factory.mktemp("gaussian"))
-  return workdir, reconstruct.run(smoke_config(victim_dir), workdir)
+  return workdir, _run(smoke_config(victim_dir), workdir)
 
 
 def test_smoke_run_writes_consistent_numbers(gaussian_run):
@@ -192,10 +204,10 @@ def test_smoke_run_writes_consistent_numbers(gaussian_run):
   results = np.load(os.path.join(workdir, "results.npz"))
   n = results["train_images"].shape[0]
   assert summary["candidates"] == 2 * n == results["final_images"].shape[0]
-  assert results["losses"].shape == (40,) and np.all(np.isfinite(results["losses"]))
-  assert results["losses"][-1] < results["losses"][0]
+  losses = results["history_loss"]
+  assert losses.shape == (40,) and np.all(np.isfinite(losses)) and losses[-1] < losses[0]
   # Per-training-image best SSIM recomputed from scratch.
-  shown = reconstruct.to_display(results["final_images"], results["mean"])
+  shown = evaluate.to_display(results["final_images"], results["mean"], "minmax")
   train = np.clip(results["train_images"] + results["mean"], 0, 1)
   ssim = np.asarray(metrics.pairwise_ssim(shown, train))
   np.testing.assert_allclose(results["best_ssim_per_train"], ssim.max(axis=0), atol=1e-6)
@@ -203,11 +215,12 @@ def test_smoke_run_writes_consistent_numbers(gaussian_run):
     assert summary["reconstructed"][f"ssim_ge_{t:g}"] == int(np.sum(ssim.max(axis=0) >= t))
   assert np.isfinite(summary["score"]) and summary["victim"]["train_accuracy"] == 1.0
   with pytest.raises(FileExistsError, match="--overwrite"):
-    reconstruct.run(smoke_config(os.path.join(workdir, "victim_unused")), workdir)
+    experiment.run(smoke_config(os.path.join(workdir, "victim_unused")), workdir, "attack")
 
 
 def test_ground_truth_initialisation_keeps_the_training_images(victim_dir, tmp_path):
-  summary = reconstruct.run(smoke_config(victim_dir, kind="ground_truth"), str(tmp_path))
+  summary = experiment.run(smoke_config(victim_dir, kind="ground_truth"), str(tmp_path),
+                           "attack")
   results = np.load(os.path.join(tmp_path, "results.npz"))
   assert summary["candidates"] == results["train_images"].shape[0]
   # Most candidates' SSIM-nearest training image is still their own starting image (at
@@ -218,7 +231,7 @@ def test_ground_truth_initialisation_keeps_the_training_images(victim_dir, tmp_p
 
 def test_sweep_ranks_settings_and_feeds_the_run(victim_dir, tmp_path):
   config = smoke_config(victim_dir)
-  summary = reconstruct.sweep(config, str(tmp_path / "sweep"))
+  summary = experiment.run(config, str(tmp_path / "sweep"), "sweep")
   rows = io.read_json(str(tmp_path / "sweep" / "sweep.json"))
   assert len(rows) == config.sweep.num_settings
   scores = [r["score"] for r in rows]
@@ -226,18 +239,18 @@ def test_sweep_ranks_settings_and_feeds_the_run(victim_dir, tmp_path):
   best = io.read_json(str(tmp_path / "sweep" / "best.json"))
   assert best == rows[0] == summary["best"]
   config.attack.hparams_file = str(tmp_path / "sweep" / "best.json")
-  run_summary = reconstruct.run(config, str(tmp_path / "run"))
-  for name in reconstruct.HPARAM_NAMES:
+  run_summary = experiment.run(config, str(tmp_path / "run"), "attack")
+  for name in experiment.HPARAM_NAMES:
     assert run_summary["hyperparameters"][name] == pytest.approx(best[name])
   config.attack.hparams_file = str(tmp_path / "missing.json")
   with pytest.raises(FileNotFoundError, match="run the sweep"):
-    reconstruct.hyperparameters(config)
+    experiment.attack_config(config)
 
 
 def test_decoreco_landscape_stays_near_its_initialisation(victim_dir, tmp_path):
   config = decoreco_landscape.get_config("smoke")
   config.victim.checkpoint_dir = victim_dir
-  records = landscape.run(config, str(tmp_path))
+  records = _run(config, tmp_path, "landscape")
   assert len(records) == 9
   point = {(r["lambda1"], r["lambda2"]): r for r in records}
   gt, part, noise = point[1.0, 1.0], point[0.0, 1.0], point[0.0, 0.0]
@@ -254,12 +267,12 @@ def test_gradient_norm_form_decreases_the_victims_gradient(x64_module):
   """Runkel et al. eq. 3 as an attack: ||∇θE(x, y; θ*)||² falls; λ is left alone."""
   model = models.HaimMLP(widths=(8, 6), all_biases=True, first_scale=0.3)
   params = models.init_params(model, jax.random.key(0), (12, 12, 1), jnp.float64)
-  x, lam, labels = decoreco.init_candidates(jax.random.key(1), 6, (12, 12, 1), sigma=0.3,
-                                            dtype=jnp.float64)
+  x, lam, labels = _candidates(jax.random.key(1), 6, (12, 12, 1), 0.3)
   config = decoreco_cifar.get_config("smoke")
   config.attack.form = "gradient_norm"
   config.victim.weight_decay = 1e-3
-  loss_and_grad = reconstruct.make_loss_and_grad(config, model, params, labels)
+  target = _target(model, params, config)
+  loss_and_grad = decoreco.make_loss_and_grad(target, config.attack, labels)
   hp = decoreco.Hyperparameters(0.3, 0.05, 0.05, 20.0)
   state, losses = jax.jit(lambda s: decoreco.run_steps(s, hp, 50, loss_and_grad=loss_and_grad))(
       decoreco.init_state(x, lam))
@@ -267,10 +280,10 @@ def test_gradient_norm_form_decreases_the_victims_gradient(x64_module):
   np.testing.assert_array_equal(state.lambdas, lam)
   config.attack.form = "multiclass"
   with pytest.raises(ValueError, match="does not fit a victim with num_outputs = 1"):
-    reconstruct.make_loss_and_grad(config, model, params, labels)
+    decoreco.make_loss_and_grad(target, config.attack, labels)
   config.attack.form = "hinge"
   with pytest.raises(ValueError, match="unknown attack.form 'hinge'"):
-    reconstruct.make_loss_and_grad(config, model, params, labels)
+    decoreco.make_loss_and_grad(target, config.attack, labels)
 
 
 def test_attack_uses_the_fused_gradient_and_it_equals_autodiff(x64_module):
@@ -279,11 +292,11 @@ def test_attack_uses_the_fused_gradient_and_it_equals_autodiff(x64_module):
   config = decoreco_cifar.get_config("smoke")
   model = models.HaimMLP(widths=(8, 6))
   params = models.init_params(model, jax.random.key(0), (12, 12, 1), jnp.float64)
-  x, lam, labels = decoreco.init_candidates(jax.random.key(1), 6, (12, 12, 1), sigma=0.5,
-                                            dtype=jnp.float64)
+  x, lam, labels = _candidates(jax.random.key(1), 6, (12, 12, 1), 0.5)
   config.victim.widths = (8, 6)
-  assert reconstruct.fused_applies(config, params)
-  fused = reconstruct.make_loss_and_grad(config, model, params, labels)
+  target = _target(model, params, config)
+  assert decoreco.fused_applies(target)
+  fused = decoreco.make_loss_and_grad(target, config.attack, labels)
   autodiff = decoreco.autodiff_loss_and_grad(model, params, labels)
   alphas, lambda_mins = jnp.asarray([10.0, 20.0, 60.0]), jnp.asarray([0.01, 0.3, 0.5])
   out_f = jax.jit(jax.vmap(lambda a, l: fused(x, lam, a, l)))(alphas, lambda_mins)
@@ -291,7 +304,7 @@ def test_attack_uses_the_fused_gradient_and_it_equals_autodiff(x64_module):
   for f, a in zip(jax.tree.leaves(out_f), jax.tree.leaves(out_a)):
     np.testing.assert_allclose(f, a, rtol=1e-9, atol=1e-14)
   config.attack.fused = False
-  assert reconstruct.make_loss_and_grad(config, model, params, labels).__name__ != "fused"
+  assert decoreco.make_loss_and_grad(target, config.attack, labels).__name__ != "fused"
 
 
 def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, victim_dir, tmp_path,
@@ -307,10 +320,10 @@ def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, victim_dir, tmp
 
   monkeypatch.setattr(io, "append_metrics", crash)
   with pytest.raises(KeyboardInterrupt):
-    reconstruct.run(smoke_config(victim_dir), str(tmp_path))
+    experiment.run(smoke_config(victim_dir), str(tmp_path), "attack")
   assert len(calls) == 1 and not os.path.exists(tmp_path / "summary.json")
   monkeypatch.undo()
-  reconstruct.run(smoke_config(victim_dir), str(tmp_path))
+  experiment.run(smoke_config(victim_dir), str(tmp_path), "attack")
   a = np.load(os.path.join(finished, "results.npz"))
   b = np.load(tmp_path / "results.npz")
   assert sorted(a.files) == sorted(b.files)
@@ -329,7 +342,7 @@ def test_other_victim_losses_train_and_attack(x64_module, loss, outputs, form, l
   config.victim.lr = lr
   config.victim.loss_threshold = 1e-3
   config.attack.steps, config.attack.log_every = 20, 20
-  summary = reconstruct.run(config, str(tmp_path))
+  summary = experiment.run(config, str(tmp_path), "attack")
   assert summary["victim"]["reached_threshold"] and summary["victim"]["train_accuracy"] == 1.0
-  losses = np.load(tmp_path / "results.npz")["losses"]
+  losses = np.load(tmp_path / "results.npz")["history_loss"]
   assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]

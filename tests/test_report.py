@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from trdr import membership, report
+from trdr import membership, report, verdicts
 
 
 # ------------------------------------------------------------------------ membership
@@ -45,11 +45,6 @@ def test_auc_of_an_empty_class_is_nan_and_bad_input_raises():
     membership.auc([1.0, 2.0], [True])
   with pytest.raises(ValueError, match="finite"):
     membership.auc([1.0, np.nan], [True, False])
-
-
-def test_average_ranks_share_ties():
-  np.testing.assert_array_equal(membership.average_ranks(np.array([10.0, 20.0, 10.0, 5.0])),
-                                [2.5, 4.0, 2.5, 1.0])
 
 
 def test_nearest_real_takes_the_larger_ssim_and_a_tie_is_a_member():
@@ -125,26 +120,26 @@ def _pure_records(noise_ssim=0.05, gt_ssim=1.0, gt_l2=0.0, part=(3.0, 15.0, 0.8,
 
 def test_fig1_flips_with_the_ssim_to_the_training_set():
   good, bad = _pure_records(noise_ssim=0.05), _pure_records(noise_ssim=0.6)
-  assert report.verdict_fig1({"affine": good, "one_hidden": good})["verdict"] == "reproduced"
-  assert report.verdict_fig1({"affine": good, "one_hidden": bad})["verdict"] == "partly"
-  assert report.verdict_fig1({"affine": bad, "one_hidden": bad})["verdict"] == "not reproduced"
+  assert verdicts.verdict_fig1({"affine": good, "one_hidden": good})["verdict"] == "reproduced"
+  assert verdicts.verdict_fig1({"affine": good, "one_hidden": bad})["verdict"] == "partly"
+  assert verdicts.verdict_fig1({"affine": bad, "one_hidden": bad})["verdict"] == "not reproduced"
 
 
 def test_fig2_needs_both_high_ssim_and_small_l2():
   ok = _pure_records()
-  assert report.verdict_fig2({"affine": ok, "one_hidden": ok})["verdict"] == "reproduced"
+  assert verdicts.verdict_fig2({"affine": ok, "one_hidden": ok})["verdict"] == "reproduced"
   far = _pure_records(gt_l2=5.0)
   dissimilar = _pure_records(gt_ssim=0.5)
-  assert report.verdict_fig2({"affine": far, "one_hidden": dissimilar})["verdict"] == (
+  assert verdicts.verdict_fig2({"affine": far, "one_hidden": dissimilar})["verdict"] == (
       "not reproduced")
 
 
 def test_partition_initialisation_flips_when_closer_to_the_training_set():
-  assert report.verdict_partition_init("fig3", _pure_records())["verdict"] == "reproduced"
+  assert verdicts.verdict_partition_init("fig3", _pure_records())["verdict"] == "reproduced"
   swapped = _pure_records(part=(15.0, 3.0, 0.2, 0.8))
-  assert report.verdict_partition_init("fig4", swapped)["verdict"] == "not reproduced"
+  assert verdicts.verdict_partition_init("fig4", swapped)["verdict"] == "not reproduced"
   mixed = _pure_records(part=(3.0, 15.0, 0.2, 0.8))
-  v = report.verdict_partition_init("fig3", mixed)
+  v = verdicts.verdict_partition_init("fig3", mixed)
   assert v["verdict"] == "partly" and v["artefact"] == "fig3"
 
 
@@ -152,9 +147,9 @@ def test_table1_small_distances():
   def table(values):
     return {"rows": {"affine": {"measured": dict(zip(("random", "ground truth", "partition"),
                                                      values))}}}
-  assert report.verdict_table1(table((1e-4, 1e-7, 3e-3)))["verdict"] == "reproduced"
-  assert report.verdict_table1(table((0.5, 1e-7, 3e-3)))["verdict"] == "partly"
-  assert report.verdict_table1(table((0.5, 0.2, 0.3)))["verdict"] == "not reproduced"
+  assert verdicts.verdict_table1(table((1e-4, 1e-7, 3e-3)))["verdict"] == "reproduced"
+  assert verdicts.verdict_table1(table((0.5, 1e-7, 3e-3)))["verdict"] == "partly"
+  assert verdicts.verdict_table1(table((0.5, 0.2, 0.3)))["verdict"] == "not reproduced"
 
 
 def _summary(count, n=10):
@@ -163,38 +158,38 @@ def _summary(count, n=10):
 
 
 def test_fig5_uniform_must_reconstruct_fewer_than_tuned():
-  assert report.verdict_fig5(_summary(0), _summary(3))["verdict"] == "reproduced"
-  assert report.verdict_fig5(_summary(3), _summary(3))["verdict"] == "not reproduced"
-  assert report.verdict_fig5(_summary(0), _summary(0))["verdict"] == "not reproduced"
+  assert verdicts.verdict_fig5(_summary(0), _summary(3))["verdict"] == "reproduced"
+  assert verdicts.verdict_fig5(_summary(3), _summary(3))["verdict"] == "not reproduced"
+  assert verdicts.verdict_fig5(_summary(0), _summary(0))["verdict"] == "not reproduced"
 
 
 def test_fig6_counts_of_reconstructed_training_images():
-  assert report.verdict_fig6(_summary(3))["verdict"] == "reproduced"
-  assert report.verdict_fig6(_summary(1, n=100))["verdict"] == "partly"
-  assert report.verdict_fig6(_summary(0))["verdict"] == "not reproduced"
+  assert verdicts.verdict_fig6(_summary(3))["verdict"] == "reproduced"
+  assert verdicts.verdict_fig6(_summary(1, n=100))["verdict"] == "partly"
+  assert verdicts.verdict_fig6(_summary(0))["verdict"] == "not reproduced"
 
 
 def test_fig7_needs_reconstructions_and_margin_images_reconstructed_best():
   best = np.array([0.9, 0.6, 0.3, 0.1])
-  assert report.verdict_fig7(best, [0.1, -0.5, 2.0, -4.0])["verdict"] == "reproduced"
-  assert report.verdict_fig7(best, [4.0, -2.0, 0.5, 0.1])["verdict"] == "partly"
-  assert report.verdict_fig7(best * 0.3, [0.1, -0.5, 2.0, -4.0])["verdict"] == (
+  assert verdicts.verdict_fig7(best, [0.1, -0.5, 2.0, -4.0])["verdict"] == "reproduced"
+  assert verdicts.verdict_fig7(best, [4.0, -2.0, 0.5, 0.1])["verdict"] == "partly"
+  assert verdicts.verdict_fig7(best * 0.3, [0.1, -0.5, 2.0, -4.0])["verdict"] == (
       "not reproduced")
 
 
 def test_fig8_minority_of_candidates():
-  assert report.verdict_fig8([0.5, 0.1, 0.2, 0.1])["verdict"] == "reproduced"
-  assert report.verdict_fig8([0.5, 0.6, 0.7, 0.1])["verdict"] == "partly"
-  assert report.verdict_fig8([0.1, 0.1, 0.2, 0.1])["verdict"] == "not reproduced"
+  assert verdicts.verdict_fig8([0.5, 0.1, 0.2, 0.1])["verdict"] == "reproduced"
+  assert verdicts.verdict_fig8([0.5, 0.6, 0.7, 0.1])["verdict"] == "partly"
+  assert verdicts.verdict_fig8([0.1, 0.1, 0.2, 0.1])["verdict"] == "not reproduced"
 
 
 def test_fig9_partition_closer_than_train():
   near_partition = {"train_l2": [14.0, 16.0], "partition_l2": [8.0, 9.0],
                     "train_ssim": [0.2, 0.3], "partition_ssim": [0.6, 0.7]}
-  assert report.verdict_fig9(near_partition)["verdict"] == "reproduced"
+  assert verdicts.verdict_fig9(near_partition)["verdict"] == "reproduced"
   near_train = {"train_l2": [8.0, 9.0], "partition_l2": [14.0, 16.0],
                 "train_ssim": [0.6, 0.7], "partition_ssim": [0.2, 0.3]}
-  assert report.verdict_fig9(near_train)["verdict"] == "not reproduced"
+  assert verdicts.verdict_fig9(near_train)["verdict"] == "not reproduced"
 
 
 def _landscape(l2_fn):
@@ -209,21 +204,21 @@ def test_landscape_trends_flip_per_attack_and_line():
   only_lambda1 = _landscape(lambda a, b: 20.0 - 10 * a)   # flat along λ1 = 1
   both = {"bilevel": decreasing, "decoreco": decreasing}
   for name in ("fig10", "fig11", "fig12"):
-    assert report.verdict_landscape(name, both)["verdict"] == "reproduced", name
-    assert report.verdict_landscape(name, {"bilevel": decreasing, "decoreco": increasing}
+    assert verdicts.verdict_landscape(name, both)["verdict"] == "reproduced", name
+    assert verdicts.verdict_landscape(name, {"bilevel": decreasing, "decoreco": increasing}
                                     )["verdict"] == "partly", name
-    assert report.verdict_landscape(name, {"bilevel": increasing, "decoreco": increasing}
+    assert verdicts.verdict_landscape(name, {"bilevel": increasing, "decoreco": increasing}
                                     )["verdict"] == "not reproduced", name
   mixed = {"bilevel": only_lambda1, "decoreco": only_lambda1}
-  assert report.verdict_landscape("fig11", mixed)["verdict"] == "reproduced"
-  assert report.verdict_landscape("fig12", mixed)["verdict"] == "not reproduced"
-  assert report.verdict_landscape("fig10", mixed)["verdict"] == "partly"
+  assert verdicts.verdict_landscape("fig11", mixed)["verdict"] == "reproduced"
+  assert verdicts.verdict_landscape("fig12", mixed)["verdict"] == "not reproduced"
+  assert verdicts.verdict_landscape("fig10", mixed)["verdict"] == "partly"
 
 
 def test_spearman():
-  assert report.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
-  assert report.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
-  assert np.isnan(report.spearman([1, 2, 3], [5, 5, 5]))
+  assert verdicts.spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+  assert verdicts.spearman([1, 2, 3, 4], [1, 3, 2, 4]) == pytest.approx(0.8)
+  assert np.isnan(verdicts.spearman([1, 2, 3], [5, 5, 5]))
 
 
 def _measured(*rows):
@@ -233,20 +228,20 @@ def _measured(*rows):
 
 
 def test_membership_verdict_from_auc():
-  assert report.verdict_membership(_measured((0.5, True), (0.45, True)))["verdict"] == (
+  assert verdicts.verdict_membership(_measured((0.5, True), (0.45, True)))["verdict"] == (
       "reproduced")
-  assert report.verdict_membership(_measured((0.5, True), (0.1, True)))["verdict"] == (
+  assert verdicts.verdict_membership(_measured((0.5, True), (0.1, True)))["verdict"] == (
       "not reproduced")
-  assert report.verdict_membership(_measured((0.5, True), (0.7, True)))["verdict"] == "partly"
+  assert verdicts.verdict_membership(_measured((0.5, True), (0.7, True)))["verdict"] == "partly"
   # A high AUC over too few reconstructions does not count.
-  assert report.verdict_membership(_measured((0.55, True), (1.0, False)))["verdict"] == (
+  assert verdicts.verdict_membership(_measured((0.55, True), (1.0, False)))["verdict"] == (
       "reproduced")
-  assert report.verdict_membership(_measured((1.0, False)))["verdict"] == "uninformative"
+  assert verdicts.verdict_membership(_measured((1.0, False)))["verdict"] == "uninformative"
 
 
 def test_every_artefact_has_a_claim_and_a_rule_that_formats():
   for name in (*report.ARTEFACTS, "membership"):
-    claim, rule = report._claim(name, report.RULES)
+    claim, rule = verdicts._claim(name, verdicts.RULES)
     assert claim and rule and "{" not in rule, name
 
 
@@ -284,9 +279,9 @@ def test_report_has_one_computed_verdict_per_artefact(smoke_report):
                     *(f"Fig. {i}" for i in range(5, 13)), "Membership ambiguity"]
   for section, name in zip(sections, (*report.ARTEFACTS, "membership")):
     (line,) = re.findall(r"\*\*Verdict: ([a-z ]+)\*\*", section)
-    assert line in report.VERDICTS and line == saved["verdicts"][name]["verdict"], name
+    assert line in verdicts.VERDICTS and line == saved["verdicts"][name]["verdict"], name
   # Recomputing the verdicts from the saved runs gives the same result.
-  again = report.verdicts(report.collect(workdir))
+  again = verdicts.verdicts(report.collect(workdir))
   for name, v in again.items():
     assert v["verdict"] == saved["verdicts"][name]["verdict"], name
   # The smoke runs show the qualitative findings that do not depend on size.

@@ -109,7 +109,7 @@ def test_sigkilled_run_resumes_to_the_same_results(tmp_path, processes):
   assert _without_timing(io.read_metrics(killed)) == expected_metrics
 
   err = _finish(overwrite)
-  assert "Resuming" not in err and f"outer step 1/{STEPS} " in err
+  assert "Resuming" not in err and f"step 1/{STEPS} " in err
   rerun = _results(reference)
   assert all(np.array_equal(rerun[name], expected[name]) for name in expected)
   assert _without_timing(io.read_metrics(reference)) == expected_metrics

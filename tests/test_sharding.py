@@ -47,7 +47,7 @@ def test_grid_map_equals_a_loop_over_points(g, batch_size):
 
 
 def test_grid_map_on_one_device_is_vmap_or_lax_map():
-  """With one device, grid_map is exactly bilevel.run_grid's former vmap / lax.map."""
+  """With one device, grid_map is exactly a vmap (batch ≥ G) or a lax.map."""
   xs = _points(10)
   for batch_size, reference in ((10, jax.vmap(_fn)(xs)),
                                 (4, jax.lax.map(_fn, xs, batch_size=4))):
@@ -79,7 +79,7 @@ def test_grid_map_rejects_bad_inputs():
 
 
 def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
-  """`bilevel.run_grid` and `landscape.evaluate` over a 25-point float64 grid (padded to
+  """`loop.run_grid` and the evaluation over a 25-point float64 grid (padded to
   32 on 8 devices, 4 per device) give the single-device numbers.
 
   The 8 CPU devices are emulated with XLA_FLAGS in a subprocess (the flag only acts

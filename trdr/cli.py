@@ -43,22 +43,17 @@ def experiment_main(mode: str):
   return main
 
 
-def _workdir() -> str:
-  if not _WORKDIR.value:
-    raise flags.ValidationError("--workdir is required")
-  return _WORKDIR.value
-
-
 def paper_main(argv):
-  """``main`` of experiments/paper.py: the requested artefacts (`paper.make`)."""
+  """``main`` of experiments/paper.py (--workdir required): the requested artefacts."""
   del argv
-  for path in paper.make(_CONFIG.value, _workdir(), _ARTEFACTS.value):
+  for path in paper.make(_CONFIG.value, _WORKDIR.value, _ARTEFACTS.value):
     print(path)
 
 
 def report_main(argv):
-  """``main`` of experiments/report.py: every artefact, the verdicts and report.md."""
+  """``main`` of experiments/report.py (--workdir required): every artefact, the verdicts
+  and report.md."""
   del argv
-  for name, v in report.run(_CONFIG.value, _workdir()).items():
+  for name, v in report.run(_CONFIG.value, _WORKDIR.value).items():
     print(f"{name}: {v['verdict']}")
-  print(f"Wrote {os.path.join(_workdir(), 'report.md')}")
+  print(f"Wrote {os.path.join(_WORKDIR.value, 'report.md')}")

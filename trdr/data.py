@@ -303,10 +303,8 @@ def parse_classes(classes: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
     raise bad
   groups = []
   for group in classes:
-    if not isinstance(group, (tuple, list)) or not group:
-      raise bad
-    if not all(isinstance(c, (int, np.integer)) and not isinstance(c, bool)
-               for c in group):
+    if not isinstance(group, (tuple, list)) or not group or not all(
+        isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in group):
       raise bad
     groups.append(tuple(int(c) for c in group))
   shared = sorted(set(groups[0]) & set(groups[1]))
@@ -366,9 +364,7 @@ def make_binary_task(data_config: Any) -> BinaryTask:
   pm = np.repeat(np.array([-1.0, 1.0], np.float32), n)
   test_keep = np.flatnonzero(np.isin(test_labels, groups[0] + groups[1]))
 
-  def scale(images):
-    return images.astype(np.float32) / np.float32(255.0)
-
+  scale = lambda images: images.astype(np.float32) / np.float32(255.0)
   train = scale(data["train_images"][train_index])
   partition = scale(data["train_images"][partition_index])
   test = scale(data["test_images"][test_keep])
@@ -379,18 +375,11 @@ def make_binary_task(data_config: Any) -> BinaryTask:
   logging.info("binary task from %s: classes %s vs %s, %d train, %d partition, "
                "%d test images of shape %s", data_config.source, groups[0],
                groups[1], len(train), len(partition), len(test), train.shape[1:])
-  return BinaryTask(
-      train_images=train,
-      train_labels=pm,
-      partition_images=partition,
-      partition_labels=pm.copy(),
-      test_images=test,
-      test_labels=np.where(np.isin(test_labels[test_keep], groups[1]),
-                           np.float32(1.0), np.float32(-1.0)),
-      mean=mean,
-      train_index=train_index,
-      partition_index=partition_index,
-  )
+  test_pm = np.where(np.isin(test_labels[test_keep], groups[1]), np.float32(1.0),
+                     np.float32(-1.0))
+  return BinaryTask(train_images=train, train_labels=pm, partition_images=partition,
+                    partition_labels=pm.copy(), test_images=test, test_labels=test_pm,
+                    mean=mean, train_index=train_index, partition_index=partition_index)
 
 
 def default_data_config() -> ml_collections.ConfigDict:

@@ -7,7 +7,7 @@
   `reconstructions` each reconstruction's SSIM-nearest image of every set with the L2
                     distance to it; per training image the SSIM of its best
                     reconstruction and the counts at SSIM thresholds
-  `param_distances` ||θ* − θ(x)||² with θ(x) re-solved from θ* (Runkel eq. 2's upper
+  `param_distances` ||θ* − θ(x)||² with θ(x) re-solved from θ* (eq. 2's upper
                     loss, Table 1), independent of the attack's warm starts
   `grid_records`    one landscape.json record per eq. 10 grid point
   `in_run_score`    Haim et al.'s NCC score, which the sweep ranks settings by

@@ -3,7 +3,7 @@
   run(config, workdir, mode) : task -> victim -> attack -> loop -> evaluation -> files
 
 Modes (`MODES`):
-  "landscape"  the (λ1, λ2) grid of Runkel eq. 10 starts (Sec. 4.3, 4.5; Figs. 1–4, 10–12),
+  "landscape"  the (λ1, λ2) grid of eq. 10 starts (Runkel et al. Sec. 4.3, 4.5; Figs. 1–4, 10–12),
                G = len(λ1)·len(λ2) attacks on the n training labels; landscape.json
   "attack"     one attack (G = 1) from ``config.init.kind`` (`trdr.attacks.init.INITS`)
   "sweep"      DecoReco's hyperparameters (σ, lr, λ_min, α): S settings drawn from Haim et

@@ -227,7 +227,8 @@ def load_run(run_dir: str, name: str) -> Reconstructions:
   if decoreco:
     scores["lambda"] = np.broadcast_to(results["final_lambdas"], images.shape[:-3])
   else:
-    scores["param_distance"] = np.broadcast_to(results["param_distance"][:, None],
+    distance = np.asarray(results["param_distance"])  # one per grid point (or run)
+    scores["param_distance"] = np.broadcast_to(distance.reshape(distance.shape + (1,)),
                                                images.shape[:-3])
   return Reconstructions(
       name=name, attack="decoreco" if decoreco else "bilevel",

@@ -1,8 +1,8 @@
 """Victim classifiers Φ(x; θ) as Flax Linen modules, and a registry keyed by name.
 
 Every model maps images float[N, H, W, C] to one logit per image, float[N] (the Haim MLP
-with num_outputs C > 1 to float[N, C]); the binary label convention is y ∈ {−1, +1} (see `trdr.data`). Parameters θ are the module's
-``params`` collection, a pytree of arrays.
+with num_outputs C > 1 to float[N, C]); the binary label convention is y ∈ {−1, +1}
+(see `trdr.data`). Parameters θ are the module's ``params`` collection, a pytree of arrays.
 """
 
 from typing import Callable
@@ -14,14 +14,17 @@ import ml_collections
 
 
 class Affine(nn.Module):
-  """Affine classifier Φ(x; θ) = x θ_wᵀ + θ_b (Runkel et al. 2024, eq. 8).
+  """Affine classifier Φ(x; θ) = x θ_wᵀ + θ_b (the paper's eq. 8; see `__call__`).
 
   θ = {"dense": {"kernel": float[D, 1], "bias": float[1]}} with D = H·W·C.
   """
 
   @nn.compact
   def __call__(self, images: jax.Array) -> jax.Array:
-    """Args: images float[N, H, W, C]. Returns: logits float[N]."""
+    """Φ(x; θ) = x θ_wᵀ + θ_b (Runkel eq. 8).
+
+    Args: images float[N, H, W, C]. Returns: logits float[N].
+    """
     x = images.reshape((images.shape[0], -1))
     return nn.Dense(1, name="dense", param_dtype=images.dtype)(x)[:, 0]
 
@@ -37,7 +40,7 @@ ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
 
 
 class OneHidden(nn.Module):
-  """One-hidden-layer network Φ(x; θ) = σ(x θ_w1ᵀ + θ_b1) θ_w2ᵀ + θ_b2 (Runkel et al., eq. 9).
+  """One-hidden-layer network Φ(x; θ) = σ(x θ_w1ᵀ + θ_b1) θ_w2ᵀ + θ_b2 (the paper's eq. 9).
 
   θ = {"hidden": {"kernel": float[D, width], "bias": float[width]},
        "output": {"kernel": float[width, 1], "bias": float[1]}} with D = H·W·C; the paper
@@ -52,7 +55,9 @@ class OneHidden(nn.Module):
 
   @nn.compact
   def __call__(self, images: jax.Array) -> jax.Array:
-    """Args: images float[N, H, W, C]. Returns: logits float[N].
+    """Φ(x; θ) = σ(x θ_w1ᵀ + θ_b1) θ_w2ᵀ + θ_b2 (Runkel eq. 9).
+
+    Args: images float[N, H, W, C]. Returns: logits float[N].
 
     Raises:
       ValueError: unknown activation or non-positive width.

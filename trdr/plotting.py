@@ -113,7 +113,7 @@ def combined_landscape_figures(panels: dict[str, tuple[list[dict], tuple]]
     _heatmaps(sub, records, shape)
     sub.suptitle(label)
   figs["fig10"] = fig
-  for (name, fixed_key, fixed, free_key), short in zip(CURVES, ("fig11", "fig12")):
+  for (_, fixed_key, fixed, free_key), short in zip(CURVES, ("fig11", "fig12")):
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5),
                              constrained_layout=True, squeeze=False)
     for ax, (label, (records, _)) in zip(axes[0], panels.items()):

@@ -130,7 +130,7 @@ def markdown(results: dict, table1_md: str, measured: dict, variant: str) -> str
 
   Args:
     results: artefact -> verdict dict (`verdicts`, plus "membership").
-    table1_md: Table 1 as Markdown (`trdr.figures.table1_markdown`).
+    table1_md: Table 1 as Markdown (`trdr.paper.table1`, table1.md).
     measured: `trdr.membership.measure` output.
     variant: the config variant ("", "cpu" or "smoke"), named in the header.
   """

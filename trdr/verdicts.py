@@ -164,7 +164,7 @@ def verdict_partition_init(name: str, records: list[dict], rules: dict = RULES) 
 
 
 def verdict_table1(table: dict, rules: dict = RULES) -> dict:
-  """Table 1 from table1.json (`trdr.figures.table1`)."""
+  """Table 1 from table1.json (`trdr.paper.table1`)."""
   measured, checks = {}, {}
   limit = rules["table1_max_param_distance"]
   for v, row in table["rows"].items():

@@ -14,7 +14,7 @@ from trdr.attacks.protocol import Attack
 
 ATTACKS: dict[str, Callable[..., Attack]] = {
     "bilevel": bilevel.build,    # Runkel et al. 2024, eq. 2 and 7
-    "decoreco": decoreco.build,  # Haim et al. 2022 (KKT), Buzaglo et al. 2023, Runkel eq. 3
+    "decoreco": decoreco.build,  # Haim et al. 2022 (KKT), Buzaglo et al. 2023, eq. 3 form
 }
 
 __all__ = ["ATTACKS", "Attack"]

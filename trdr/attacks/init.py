@@ -114,6 +114,17 @@ def pure_index(records: list[dict], name: str) -> int:
 # ----------------------------------------------------------- the start of one attack
 
 
+def class_labels(m: int, dtype=jnp.float32) -> jax.Array:
+  """Labels of m noise candidates, half per class: float[m], −1 then +1 (Haim et al.).
+
+  Raises:
+    ValueError: m not a positive even number.
+  """
+  if m <= 0 or m % 2:
+    raise ValueError(f"m must be a positive even number of candidates, got {m}")
+  return jnp.repeat(jnp.asarray([-1.0, 1.0], dtype), m // 2)
+
+
 def _noise(kind):
   def start(key, task, dtype, *, init_scale, m_per_image, lambda1, lambda2):
     del lambda1, lambda2
@@ -121,7 +132,7 @@ def _noise(kind):
       raise ValueError(f"candidates_per_image must be >= 1, got {m_per_image}")
     n, shape = task.train_images.shape[0], task.train_images.shape[1:]
     m = m_per_image * n
-    labels = jnp.repeat(jnp.asarray([-1.0, 1.0], dtype), m // 2)
+    labels = class_labels(m, dtype)
     if kind == "gaussian":
       return gaussian(key, (m, *shape), init_scale, dtype), labels
     return uniform(key, (m, *shape), task.mean, dtype), labels

@@ -229,7 +229,7 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
   # Residuals R = c θ − G and their squared norms; P_k and f_i.
   loss = jnp.zeros((), dtype)
   rbs = []
-  for k, (y, bias) in enumerate(zip(ys, biases)):
+  for y, bias in zip(ys, biases):
     rb = None if bias is None else c * bias - jnp.sum(y, axis=0)
     rbs.append(rb)
     if rb is not None:

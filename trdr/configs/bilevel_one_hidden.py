@@ -30,9 +30,9 @@ and the implicit hypergradient would not be that of a stationary point.
 Runtime (measured 2026-11-21, `make fig1 ...` logs), CPU, 2 cores, ":cpu": 2 min 22 s wall
 on a quiet machine (θ* in 4 s; 1.1 s per outer step for the 4 grid points at first,
 0.3 s at the end as the warm-started lower-level solves shorten); 6.0 min with the cores
-shared with other jobs (load average ≈ 4). ":smoke": ≈ 30 s. Paper size: not run — no GPU was available to
-this session, and at width 6144, n = 500 one forward+backward alone takes ≈ 137 ms on
-this CPU (shared/ANCHORS.md).
+shared with other jobs (load average ≈ 4). ":smoke": ≈ 30 s. Paper size: not run — no
+GPU was available to this session, and at width 6144, n = 500 one forward+backward alone
+takes ≈ 137 ms on this CPU (shared/ANCHORS.md).
 """
 
 import ml_collections

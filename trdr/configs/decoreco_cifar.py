@@ -87,7 +87,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.fused = True           # kkt_mlp for ReLU Haim MLPs (else autodiff)
 
   config.init = ml_collections.ConfigDict()
-  config.init.kind = "gaussian"       # "gaussian" | "uniform" | "ground_truth" | "partition" | "mixture"
+  config.init.kind = "gaussian"  # a trdr.attacks.init.INITS name: gaussian, uniform, ...
   config.init.lambda1 = 1.0           # for "mixture" (eq. 10)
   config.init.lambda2 = 1.0
 

@@ -1,14 +1,14 @@
 r"""Figs. 5–12 of Runkel et al. 2024: DecoReco runs and the two energy landscapes.
 
 Command:
-  make fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12            # ":cpu", runs/report_cpu/decoreco_figures
+  make fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12   # ":cpu", runs/report_cpu/decoreco_figures
   make fig5 ... SIZE=paper                                   # "", one GPU
-  python experiments/decoreco_figures.py --config=configs/decoreco_figures.py:cpu \
-      --workdir=runs/report_cpu/decoreco_figures --artefacts=fig5,fig8
+  python experiments/paper.py --config=configs/report.py:cpu --workdir=runs/report_cpu \
+      --artefacts=fig5,fig8
 
 Sections: decoreco (configs/decoreco_cifar.py, same variant), landscape
 (configs/decoreco_landscape.py), bilevel (configs/bilevel_affine.py, "smoke" for :smoke):
-see `trdr.decoreco_figures` for which run feeds which figure. The sweep runs first; its
+see `trdr.paper` for which run feeds which figure. The sweep runs first; its
 best.json sets (σ, lr, λ_min, α) of the tuned, partition and landscape runs.
 
 Runtime (measured 2026-11-21, this 2-core CPU, ":cpu", from scratch within `make figures`

@@ -3,13 +3,13 @@ r"""Figs. 1–4 and Table 1 of Runkel et al. 2024: both victims from the pure in
 Command:
   make fig1 fig2 fig3 fig4 table1                # ":cpu", into runs/report_cpu/paper_figures
   make fig1 fig2 fig3 fig4 table1 SIZE=paper     # "", into runs/report_paper/paper_figures
-  python experiments/paper_figures.py --config=configs/paper_figures.py:cpu \
-      --workdir=runs/report_cpu/paper_figures --artefacts=fig1,table1
+  python experiments/paper.py --config=configs/report.py:cpu --workdir=runs/report_cpu \
+      --artefacts=fig1,table1
 
 Figures: Fig. 1 (random U(0,1) initialisation; affine (a), one-hidden (b)), Fig. 2
 (ground truth), Fig. 3 (affine, partition; nearest training (a) / partition (b) image),
 Fig. 4 (the same for the one-hidden victim), Table 1 (||θ* − θ||², table1.md/.json beside
-the paper's values). Assembled by `trdr.figures` from two landscape runs:
+the paper's values). Assembled by `trdr.paper` from two landscape runs:
   affine:      configs/bilevel_affine.py (its victim and attack; "smoke" for :smoke), grid
                λ1, λ2 ∈ {0, 1} — the three pure initialisations plus (1, 0) = noise again;
   one_hidden:  configs/bilevel_one_hidden.py with the same variant ("" paper size, "cpu",
@@ -19,8 +19,8 @@ The runs are reused once finished (delete the run directory to recompute).
 Runtime (measured 2026-11-21), CPU, 2 cores, ":cpu", `make fig1 fig2 fig3 fig4 table1`
 from an empty runs/: 3 min 42 s wall on a quiet machine (affine run 52 s, one-hidden run
 2 min 22 s, the rest Python start-up and figures); 9 min 04 s with the cores shared with
-other jobs (load average ≈ 4). Again with finished runs (reused): 23 s. ":smoke": 30–50 s. Paper size on one GPU: not run
-(no GPU was available to this session).
+other jobs (load average ≈ 4). Again with finished runs (reused): 23 s. ":smoke": 30–50 s.
+Paper size on one GPU: not run (no GPU was available to this session).
 """
 
 import ml_collections

@@ -1,0 +1,122 @@
+"""The paper's artefacts (Figs. 1–12, Table 1) on configs/report.py:smoke: the paper's
+findings in numbers, every artefact written, the sweep's best setting used downstream,
+finished runs reused."""
+
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from trdr import experiment, io, paper
+from trdr.attacks import init as inits
+from trdr.configs import report as report_config
+
+VICTIMS = ("affine", "one_hidden")
+
+
+@pytest.fixture(scope="module")
+def smoke(smoke_report_dir):
+  """The report's :smoke runs (conftest.py), reused: paper.make redraws every artefact."""
+  previous = jax.config.jax_enable_x64
+  config = report_config.get_config("smoke")
+  written = paper.make(config, smoke_report_dir)
+  table = io.read_json(os.path.join(smoke_report_dir, "paper_figures", "table1.json"))
+  yield config, smoke_report_dir, written, table
+  jax.config.update("jax_enable_x64", previous)
+
+
+@pytest.mark.parametrize("victim", VICTIMS)
+def test_ground_truth_initialisation_recovers_the_training_images(smoke, victim):
+  row = smoke[3]["rows"][victim]
+  assert row["measured"]["ground truth"] < 1e-5     # θ(x) = θ*: a fixed point
+  assert row["ssim_to_train"]["ground truth"] > 0.999
+
+
+@pytest.mark.parametrize("victim", VICTIMS)
+def test_random_initialisation_stays_noise_while_the_parameters_match(smoke, victim):
+  """Random → noise-like images (nearest to their own initial noise, far from the
+  training set) although ||θ* − θ||² fell to a fraction of its initial value."""
+  _, workdir, _, table = smoke
+  row = table["rows"][victim]
+  assert row["ssim_to_noise"]["random"] > 0.8
+  assert row["ssim_to_train"]["random"] < 0.2
+  run = paper.run_dir(workdir, victim)
+  records = io.read_json(os.path.join(run, experiment.LANDSCAPE_FILE))
+  with np.load(os.path.join(run, experiment.RESULTS_FILE)) as results:
+    initial = results["history_upper_loss"][inits.pure_index(records, "noise"), 0]
+  assert row["measured"]["random"] < 0.5 * initial, (row["measured"]["random"], initial)
+
+
+@pytest.mark.parametrize("victim", VICTIMS)
+def test_partition_initialisation_resembles_the_partition_not_the_training_set(smoke, victim):
+  _, workdir, _, table = smoke
+  row = table["rows"][victim]
+  assert row["ssim_to_partition"]["partition"] > row["ssim_to_train"]["partition"] + 0.3
+  records = io.read_json(os.path.join(paper.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
+  part = records[inits.pure_index(records, "partition")]
+  assert part["l2_to_partition"] < part["l2_to_train"]
+
+
+def test_table1_holds_the_measured_and_the_paper_values(smoke):
+  _, workdir, _, table = smoke
+  for victim in VICTIMS:
+    row = table["rows"][victim]
+    assert row["paper"] == paper.PAPER_TABLE1[victim]
+    records = io.read_json(os.path.join(paper.run_dir(workdir, victim),
+                                        experiment.LANDSCAPE_FILE))
+    for column, init in paper.TABLE1_COLUMNS.items():
+      assert row["measured"][column] == records[inits.pure_index(records, init)][
+          "param_distance"]
+    assert row["lower_level_start"] == "previous"
+    assert row["lower_level"]["fraction_converged"] == 1.0
+  with open(os.path.join(workdir, "paper_figures", "table1.md")) as f:
+    markdown = f.read()
+  assert f"{table['rows']['one_hidden']['measured']['random']:.4e}" in markdown
+  assert "6.1157e-05" in markdown and "1.1214e-03" in markdown
+
+
+def test_every_artefact_is_written(smoke):
+  _, workdir, written, _ = smoke
+  figures = [(a.folder, name) for name, a in paper.ARTEFACTS.items() if name != "table1"]
+  for folder, name in [*figures, ("decoreco_figures", "fig7_ssim_vs_output")]:
+    for ext in ("png", "pdf"):
+      path = os.path.join(workdir, folder, f"{name}.{ext}")
+      assert path in written and os.path.getsize(path) > 1000, path
+  for name in ("fig1", "fig2", "fig3", "fig4"):
+    assert os.path.getsize(os.path.join(workdir, "paper_figures", f"{name}.png")) > 10_000
+
+
+def test_sweep_best_setting_feeds_the_tuned_runs(smoke):
+  _, workdir, _, _ = smoke
+  best = io.read_json(os.path.join(paper.run_dir(workdir, "sweep"), "best.json"))
+  for run in ("tuned", "partition", "landscape_decoreco"):
+    hp = io.read_json(os.path.join(paper.run_dir(workdir, run), "summary.json"))[
+        "hyperparameters"]
+    assert hp == {k: pytest.approx(best[k]) for k in hp}, run
+  uniform = io.read_json(os.path.join(paper.run_dir(workdir, "uniform"), "summary.json"))
+  assert uniform["init"] == "uniform" and uniform["hyperparameters"]["lr"] == 0.4
+  # All DecoReco runs attacked the one shared θ*.
+  assert not os.path.exists(os.path.join(paper.run_dir(workdir, "tuned"), "victim"))
+
+
+def test_partition_run_is_closer_to_the_partition(smoke):
+  results = np.load(os.path.join(paper.run_dir(smoke[1], "partition"), "results.npz"))
+  assert results["partition_ssim"].mean() > results["train_ssim"].mean()
+
+
+def test_finished_runs_are_reused_not_recomputed(smoke, monkeypatch):
+  config, workdir, _, table = smoke
+  monkeypatch.setattr(experiment, "run", lambda *a, **k: pytest.fail("a finished run reran"))
+  paper.make(config, workdir, ["table1", "fig8"])
+  assert io.read_json(os.path.join(workdir, "paper_figures", "table1.json")) == table
+  other = config.copy_and_resolve_references()
+  other.paper.affine.attack.steps = 5
+  with pytest.raises(FileExistsError, match="different config"):
+    paper.make(other, workdir, ["fig3"])
+  other = config.copy_and_resolve_references()
+  other.decoreco.decoreco.attack.lr = 0.3
+  with pytest.raises(FileExistsError, match="different config"):
+    paper.make(other, workdir, ["fig5"])
+  with pytest.raises(ValueError, match="unknown artefact"):
+    paper.make(config, workdir, ["fig13"])
