@@ -1,0 +1,58 @@
+"""What the benchmark sections share: timing, a float64 scope, a fresh victim, DecoReco starts."""
+
+import contextlib
+import tempfile
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from trdr import data, victim
+from trdr.attacks import init as inits
+
+
+def median_time(fn, repeats: int) -> float:
+  """Median seconds of ``repeats`` calls of ``fn`` (until its result is ready), after one
+  untimed call that compiles and warms up."""
+  jax.block_until_ready(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(fn())
+    times.append(time.perf_counter() - start)
+  return float(np.median(times))
+
+
+@contextlib.contextmanager
+def x64(enabled: bool):
+  """JAX's process-wide ``jax_enable_x64`` set to ``enabled`` inside the block, restored
+  after it."""
+  previous = jax.config.jax_enable_x64
+  jax.config.update("jax_enable_x64", bool(enabled))
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_x64", previous)
+
+
+def trained_victim(config: ml_collections.ConfigDict) -> tuple[data.BinaryTask, victim.Victim]:
+  """(task, victim) of the config's data and victim, θ* trained afresh in the config's
+  precision (`trdr.victim.load_or_train` into a temporary directory: nothing is reused)."""
+  task = data.make_binary_task(config.data)
+  with tempfile.TemporaryDirectory() as directory:
+    return task, victim.load_or_train(config, task, directory)
+
+
+def decoreco_candidates(key: jax.Array, m: int, shape, sigma, dtype
+                        ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Haim et al.'s start of m candidates (``sigma`` may be traced).
+
+  Returns:
+    (images float[m, *shape] ~ N(0, σ²), lambdas float[m] ~ U(0, 1), labels float[m]:
+    −1 for the first m/2, +1 for the rest).
+  """
+  key_x, key_lambda = jax.random.split(key)
+  return (inits.gaussian(key_x, (m, *shape), sigma, dtype),
+          jax.random.uniform(key_lambda, (m,), dtype),
+          inits.class_labels(m, dtype))

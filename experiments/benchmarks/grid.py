@@ -1,0 +1,68 @@
+"""Section 1: the eq. 10 grid attacked as one vmapped computation, in vmapped batches, and
+one start at a time.
+
+The bilevel attack (`trdr.attacks.ATTACKS`) from every (λ1, λ2) start of the config's grid,
+``steps`` outer steps, each way jitted once and timed (median of ``repeats``): one
+`jax.vmap` over all grid points, one computation mapped over the grid in vmapped batches
+of the config's size (`trdr.loop.run_grid`, batch `trdr.loop.batch_size`), and a Python
+loop over the grid points. Printed: the times, their ratios, and the largest difference of
+the final images and of l from the loop's (in float32 they agree to the lower-level
+tolerance; tests/test_landscape.py checks equality in float64 at tight tolerances).
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from benchmarks import common
+from trdr import loop
+from trdr.attacks import ATTACKS, init as inits
+
+
+def run(config: ml_collections.ConfigDict, steps: int, repeats: int) -> None:
+  """Prints section 1 for the bilevel ``config``, in the config's precision."""
+  with common.x64(config.float64):
+    dtype = jnp.float64 if config.float64 else jnp.float32
+    task, target = common.trained_victim(config)
+    print(f"victim: {target.metadata['report']}")
+    grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
+    key_noise, key_attack = jax.random.split(jax.random.key(config.seed))
+    x_gt = jnp.asarray(task.train_images, dtype)
+    x_rnd = inits.uniform(key_noise, x_gt.shape, task.mean, dtype)
+    x0 = inits.grid_images(grid, x_gt, jnp.asarray(task.partition_images, dtype), x_rnd)
+    labels = jnp.asarray(task.train_labels, dtype)
+    attack = ATTACKS["bilevel"](target, config.attack, labels, key=key_attack, box=(0.0, 1.0))
+    g, n = x0.shape[:2]
+    batch = loop.batch_size(config.attack.grid_batch_size, g, attack.batches_well)
+    states = jax.vmap(lambda x: attack.init(x, key_attack))(x0)
+    vmapped = jax.jit(lambda s: loop.run_grid(attack.step, s, steps, g))
+    mapped = jax.jit(lambda s: loop.run_grid(attack.step, s, steps, batch))
+    single = jax.jit(lambda x: loop.run_steps(attack.step, attack.init(x, key_attack), steps))
+    looped = lambda: [single(x0[i]) for i in range(g)]
+    t_vmap = common.median_time(lambda: vmapped(states), repeats)
+    t_map = common.median_time(lambda: mapped(states), repeats)
+    t_loop = common.median_time(looped, repeats)
+    reference = looped()
+    print(f"\n== eq. 10 grid: {g} initialisations x {n} images, {steps} outer steps "
+          f"(solve={config.attack.hypergradient.solve}, backend={jax.default_backend()}) ==")
+    print(f"{'':44s} {'seconds':>9s} {'loop / this':>12s} "
+          f"{'max |Δ images| / rel. |Δ l| vs loop':>36s}")
+    for name, seconds, result in (
+        (f"jax.vmap over all {g} grid points", t_vmap, vmapped(states)),
+        (f"one computation, vmapped batches of {batch}", t_map, mapped(states)),
+        ("Python loop over grid points", t_loop, None)):
+      difference = "(reference)" if result is None else _difference(result, reference)
+      print(f"{name:44s} {seconds:9.3f} {t_loop / seconds:11.2f}x {difference:>36s}")
+
+
+def _difference(result, reference) -> str:
+  """Largest |Δ| of the final images and largest relative |Δ| of l of the grid ``result``
+  (states, metrics), against the loop's per-point results."""
+  state, step_metrics = result
+  images = max(float(np.abs(state.images[i] - r[0].images).max())
+               for i, r in enumerate(reference))
+  loss = max(float(np.max(np.abs(step_metrics.upper_loss[i] - r[1].upper_loss)
+                          / np.maximum(np.abs(r[1].upper_loss), 1e-12)))
+             for i, r in enumerate(reference))
+  return f"{images:.1e} / {loss:.1e}"
