@@ -83,7 +83,8 @@ def test_matches_jaxopt_custom_root(x64):
     return victim.minimize_energy(lambda p: energy_fn(p, images, labels), theta_init,
                                   max_iter=500, tol=1e-12)[0]
 
-  reference = jax.grad(lambda z: bilevel.param_distance(theta_star, solver(theta_star, z, labels)))(x)
+  reference = jax.grad(
+      lambda z: bilevel.param_distance(theta_star, solver(theta_star, z, labels)))(x)
   ours = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
   assert _rel_err(ours, reference) < 1e-10
 

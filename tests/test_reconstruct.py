@@ -10,9 +10,10 @@ import ml_collections
 import numpy as np
 import pytest
 
-from trdr import data, evaluate, experiment, io, metrics, models, plotting, sharding, victim
+from trdr import data, evaluate, experiment, io, metrics, models, paper, plotting, sharding
+from trdr import victim
 from trdr.attacks import decoreco, init as inits
-from trdr.configs import decoreco_cifar, decoreco_landscape
+from trdr.configs import bilevel_affine, decoreco_cifar, decoreco_landscape
 
 
 def _candidates(key, m, shape, sigma, dtype=jnp.float64):
@@ -34,9 +35,10 @@ def _run(config, workdir, mode="attack"):
 
 
 @pytest.fixture(scope="module")
-def victim_dir(tmp_path_factory):
-  """One θ* shared by the smoke runs of this module (all use the same victim config)."""
-  return str(tmp_path_factory.mktemp("victim"))
+def victim_dir(smoke_report_dir):
+  """The θ* of the report's :smoke DecoReco runs (conftest.py): the smoke runs of this
+  module have the same victim config, so they reuse it instead of training their own."""
+  return os.path.join(smoke_report_dir, "decoreco_figures", "victim")
 
 
 def smoke_config(victim_dir, **init):
@@ -137,8 +139,8 @@ def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
   batched, _ = jax.jit(lambda s, h: sharding.grid_map(
       lambda sh: run(sh[0], sh[1]), (s, h), 3))(starts, settings)
   for i in range(4):
-    alone, alone_losses = jax.jit(run)(jax.tree.map(lambda t: t[i], starts),
-                                       jax.tree.map(lambda t: t[i], settings))
+    pick = lambda tree, i=i: jax.tree.map(lambda t: t[i], tree)
+    alone, alone_losses = jax.jit(run)(pick(starts), pick(settings))
     np.testing.assert_allclose(together.images[i], alone.images, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(together.lambdas[i], alone.lambdas, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(losses[i], alone_losses, rtol=1e-9)
@@ -229,22 +231,26 @@ def test_ground_truth_initialisation_keeps_the_training_images(victim_dir, tmp_p
   assert summary["reconstructed"]["ssim_ge_0.5"] >= 0.7 * summary["n_train"]
 
 
-def test_sweep_ranks_settings_and_feeds_the_run(victim_dir, tmp_path):
+def test_sweep_ranks_settings_and_feeds_the_run(smoke_report_dir, victim_dir, tmp_path):
+  """The report's :smoke sweep (decoreco_cifar.py:smoke, conftest.py): settings ranked by
+  the in-run score, the best one in best.json, which the tuned run read."""
   config = smoke_config(victim_dir)
-  summary = experiment.run(config, str(tmp_path / "sweep"), "sweep")
-  rows = io.read_json(str(tmp_path / "sweep" / "sweep.json"))
+  sweep_dir = paper.run_dir(smoke_report_dir, "sweep")
+  rows = io.read_json(os.path.join(sweep_dir, "sweep.json"))
   assert len(rows) == config.sweep.num_settings
   scores = [r["score"] for r in rows]
   assert scores == sorted(scores) and [r["rank"] for r in rows] == [1, 2, 3]
-  best = io.read_json(str(tmp_path / "sweep" / "best.json"))
-  assert best == rows[0] == summary["best"]
-  config.attack.hparams_file = str(tmp_path / "sweep" / "best.json")
-  run_summary = experiment.run(config, str(tmp_path / "run"), "attack")
+  best = io.read_json(os.path.join(sweep_dir, "best.json"))
+  assert best == rows[0] == io.read_json(os.path.join(sweep_dir, "summary.json"))["best"]
+  tuned = io.read_json(os.path.join(paper.run_dir(smoke_report_dir, "tuned"), "summary.json"))
   for name in experiment.HPARAM_NAMES:
-    assert run_summary["hyperparameters"][name] == pytest.approx(best[name])
+    assert tuned["hyperparameters"][name] == pytest.approx(best[name])
   config.attack.hparams_file = str(tmp_path / "missing.json")
   with pytest.raises(FileNotFoundError, match="run the sweep"):
     experiment.attack_config(config)
+  with pytest.raises(ValueError, match="tunes DecoReco"):
+    experiment.run(bilevel_affine.get_config("smoke"), str(tmp_path / "bilevel"), "sweep")
+  assert not os.path.exists(tmp_path / "bilevel")   # refused before anything was written
 
 
 def test_decoreco_landscape_stays_near_its_initialisation(victim_dir, tmp_path):
@@ -299,8 +305,8 @@ def test_attack_uses_the_fused_gradient_and_it_equals_autodiff(x64_module):
   fused = decoreco.make_loss_and_grad(target, config.attack, labels)
   autodiff = decoreco.autodiff_loss_and_grad(model, params, labels)
   alphas, lambda_mins = jnp.asarray([10.0, 20.0, 60.0]), jnp.asarray([0.01, 0.3, 0.5])
-  out_f = jax.jit(jax.vmap(lambda a, l: fused(x, lam, a, l)))(alphas, lambda_mins)
-  out_a = jax.jit(jax.vmap(lambda a, l: autodiff(x, lam, a, l)))(alphas, lambda_mins)
+  out_f = jax.jit(jax.vmap(lambda a, m: fused(x, lam, a, m)))(alphas, lambda_mins)
+  out_a = jax.jit(jax.vmap(lambda a, m: autodiff(x, lam, a, m)))(alphas, lambda_mins)
   for f, a in zip(jax.tree.leaves(out_f), jax.tree.leaves(out_a)):
     np.testing.assert_allclose(f, a, rtol=1e-9, atol=1e-14)
   config.attack.fused = False
