@@ -218,6 +218,8 @@ def test_float64_switch_runs_the_whole_path_in_float64(x64, tmp_path):
   config = smoke_config()
   config.float64 = True
   config.attack.steps = 10
+  config.data.n_per_class = 10                      # the path, not the size, is tested
+  config.init.lambda1 = config.init.lambda2 = (0.0, 1.0)
   records = experiment.run(config, str(tmp_path), "landscape")
   results = np.load(tmp_path / "results.npz")
   assert results["final_images"].dtype == np.float64

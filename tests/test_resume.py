@@ -19,6 +19,7 @@ def _command(workdir, *extra):
   return [sys.executable, os.path.join(REPO, "experiments", "landscape.py"),
           f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
           f"--workdir={workdir}", f"--config.attack.steps={STEPS}",
+          "--config.data.n_per_class=10",            # the protocol, not the size, is tested
           "--config.attack.log_every=1", *extra]
 
 
