@@ -1,5 +1,6 @@
 """Tests of trdr.metrics: SSIM (dm-pix), fast all-pairs SSIM, nearest neighbours, L2."""
 
+import math
 from pathlib import Path
 
 import dm_pix
@@ -12,6 +13,26 @@ import trdr
 from trdr import metrics
 
 _ASSET = Path(trdr.__file__).parent / "assets" / "cifar10_sample.npz"
+
+
+# float32 unit roundoff: the rounding error bound of one float32 operation.
+_U32 = 2.0**-24
+
+
+def _l2_rtol(d):
+  """Relative error bound of a float32 L2 distance over d values taken from the
+  differences (trdr.metrics._l2_rows): (d + 4)u/2 to first order (the subtraction and
+  square, 3u per term; the sum of d terms >= 0 in any order, (d - 1)u; halved by the
+  square root, which adds u), plus u/2 for the second-order terms, ~((d + 2)u)^2/2,
+  which are below u/2 for d < 4000. 9.2e-5 for d = 32*32*3."""
+  return (d + 5) * _U32 / 2
+
+
+def _l2_float64(a, b):
+  """Reference ||a - b||_2 over the last three axes, in float64 (float32 inputs are
+  exact in float64; its own error, ~d * 1.1e-16 relative, is negligible here)."""
+  diff = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+  return np.sqrt(np.sum(diff * diff, axis=(-3, -2, -1)))
 
 
 def _rand(rng, shape):
@@ -146,14 +167,39 @@ def test_pairwise_l2_equals_direct_norm():
   q, c = _smooth(rng, 6), _rand(rng, (5, 32, 32, 3))
   c[1] = q[3]
   out = metrics.pairwise_l2(q, c)
-  ref = np.linalg.norm(
-      (q[:, None].astype(np.float64) - c[None].astype(np.float64)).reshape(6, 5, -1), axis=-1
-  )
   assert out.shape == (6, 5) and out.dtype == jnp.float32
-  np.testing.assert_allclose(out, ref, rtol=1e-5, atol=2e-3)
-  assert float(out[3, 1]) < 2e-3
-  assert np.all(np.asarray(out) >= 0)
+  # Computed from the differences: relative error <= _l2_rtol(D) on every pair. (The
+  # matmul identity |q|^2 + |c|^2 - 2 q.c cancels: its absolute error is up to
+  # ~eps_f32 * |q|^2 in the square, i.e. ~1e-2 in the distance of these images.)
+  np.testing.assert_allclose(out, _l2_float64(q[:, None], c[None]),
+                             rtol=_l2_rtol(32 * 32 * 3), atol=0)
+  assert float(out[3, 1]) == 0.0  # identical images: no cancellation, exactly 0
   assert metrics.pairwise_l2(q.reshape(2, 3, 32, 32, 3), c).shape == (2, 3, 5)
+
+
+def test_l2_of_identical_images_is_zero_and_matched_l2_is_accurate():
+  """The L2 reported for each nearest neighbour (and by pairwise_l2) is ||q - c|| from
+  the differences: exactly 0 for an identical pair, otherwise within the float32
+  rounding bound of the float64 norm, also for bright images with large norms (where
+  the matmul identity cancels worst) and for 28x28x1 images."""
+  rng = np.random.default_rng(13)
+  for shape in ((32, 32, 3), (28, 28, 1)):
+    d = math.prod(shape)
+    c = (0.9 + 0.1 * _rand(rng, (8,) + shape)).astype(np.float32)  # bright: large |c|
+    c[:4] = _smooth(rng, 4, *shape)
+    noisy = np.clip(c[[5, 2, 7]] + 0.01 * rng.standard_normal((3,) + shape), 0, 1)
+    q = np.concatenate([c[[6, 1]], noisy.astype(np.float32)])  # 2 identical, 3 noisy
+    nn = metrics.nearest_neighbours(q, c, chunk_size=2)
+    np.testing.assert_array_equal(nn.index, [6, 1, 5, 2, 7])
+    assert nn.l2.dtype == jnp.float32
+    assert np.all(np.asarray(nn.l2[:2]) == 0.0)  # exactly, not merely small
+    ref = _l2_float64(q, c[np.asarray(nn.index)])
+    assert np.all(ref[2:] > 0.1)  # the noisy pairs are not 0
+    np.testing.assert_allclose(nn.l2, ref, rtol=_l2_rtol(d), atol=0)
+    pairwise = metrics.pairwise_l2(q, c)
+    assert np.all(np.asarray(pairwise)[[0, 1], [6, 1]] == 0.0)
+    np.testing.assert_allclose(pairwise, _l2_float64(q[:, None], c[None]),
+                               rtol=_l2_rtol(d), atol=0)
 
 
 # -------------------------------------------------------------- nearest_neighbours
@@ -171,9 +217,8 @@ def test_nearest_neighbours_planted():
   assert nn.ssim.dtype == jnp.float32 and nn.l2.dtype == jnp.float32
   direct = dm_pix.ssim(jnp.asarray(q), jnp.asarray(c[perm]))
   np.testing.assert_allclose(nn.ssim, direct, atol=1e-6)
-  np.testing.assert_allclose(
-      nn.l2, np.linalg.norm((q - c[perm]).reshape(12, -1), axis=1), rtol=1e-5
-  )
+  np.testing.assert_allclose(nn.l2, _l2_float64(q, c[perm]), rtol=_l2_rtol(32 * 32 * 3),
+                             atol=0)
   # The index is the argmax of the dm_pix SSIM row.
   np.testing.assert_array_equal(nn.index, np.argmax(_dm_pix_all_pairs(q, c), axis=1))
 
@@ -194,7 +239,8 @@ def test_nearest_neighbours_ranks_by_ssim_not_l2():
   nn = metrics.nearest_neighbours(q, c)
   assert int(nn.index[0]) == 0
   np.testing.assert_allclose(nn.ssim[0], dm_pix.ssim(q[0], c[0]), atol=1e-6)
-  np.testing.assert_allclose(nn.l2[0], np.linalg.norm(x - c[0]), rtol=1e-5)
+  np.testing.assert_allclose(nn.l2[0], _l2_float64(q[0], c[0]), rtol=_l2_rtol(32 * 32 * 3),
+                             atol=0)
 
 
 def test_nearest_neighbours_leading_batch_dims():
