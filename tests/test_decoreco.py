@@ -235,7 +235,7 @@ def test_residual_vanishes_at_true_training_set_of_converged_victim(x64):
   # Error argument. With A = [y_i ∇θΦ_i / n] (P x n, P = 49,440 parameters) and
   # c = wd θ, stationarity gives c − A λ* = ∇θE(θ) =: g for λ* = σ(−yΦ) > 0, and
   # ||g|| = info.grad_norm < 1e-9. Float64 rounding perturbs A λ − c by at most
-  # ~eps64 · D · (||c|| + ||A|| ||λ*||) (inner products of ≤ D = 3072 terms; ~1e-14
+  # ~eps64 · D · (||c|| + ||A|| ||λ*||) (inner products of ≤ D = 3072 terms; ~1e-13
   # here), added to ||g||.
   lambda_star = np.asarray(jax.nn.sigmoid(-y * apply_fn(theta, x)))
   singular = np.linalg.svd(a, compute_uv=False)

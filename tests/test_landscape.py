@@ -175,7 +175,7 @@ def test_vmapped_grid_equals_one_by_one(x64, batch_size):
   # also per pixel), and lr times it their images after the step (lr_k ≤ lr; the
   # projection onto [0, 1] is 1-Lipschitz). The upper loss l = ||θ − θ*||² differs by
   # ≤ (2√l + δθ)δθ. Float64 rounding (~1e-13 relative: sums of ≤ 3073 terms) and
-  # second-order terms (~(τ/wd)²) are negligible. ~4e-5 per step here, against pixel
+  # second-order terms (~(τ/wd)²) are negligible. ≤ 3e-5 per step here, against pixel
   # steps ~1e-2.
   tau, wd, lr = config.attack.lower_level.tol, config.victim.weight_decay, config.attack.lr
   eps = np.finfo(np.float64).eps
