@@ -147,3 +147,26 @@ def test_ground_truth_is_a_fixed_point_of_the_attack():
 def test_unknown_solve_is_rejected():
   with pytest.raises(ValueError, match="unknown hypergradient solve 'lu'"):
     bilevel.make_lower_level(lambda p, x, y: 0.0, max_iter=1, tol=0.0, memory_size=1, solve="lu")
+
+
+# ------------------------------------------ the upper-level loss, ||θ_a − θ_b||²
+
+
+def test_param_distance():
+  a = {"dense": {"kernel": jnp.ones((3, 2)), "bias": jnp.zeros(2)}, "scale": jnp.array(2.0)}
+  b = {"dense": {"kernel": jnp.zeros((3, 2)), "bias": jnp.full(2, 3.0)}, "scale": jnp.array(0.5)}
+  np.testing.assert_allclose(bilevel.param_distance(a, b), 6 * 1 + 2 * 9 + 1.5**2)
+  np.testing.assert_allclose(bilevel.param_distance(a, a), 0.0)
+  np.testing.assert_allclose(bilevel.param_distance(a, b), bilevel.param_distance(b, a))
+  assert bilevel.param_distance(a, b).shape == ()
+  # float16 leaves are promoted: 2 * 300^2 overflows float16 but not float32.
+  half = bilevel.param_distance([np.full(2, 300, np.float16)], [np.zeros(2, np.float16)])
+  np.testing.assert_allclose(half, 2 * 300.0**2)
+
+
+def test_param_distance_mismatch_errors():
+  a = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+  with pytest.raises(ValueError, match="structures differ"):
+    bilevel.param_distance(a, {"w": jnp.ones((3, 2))})
+  with pytest.raises(ValueError, match=r"\['w'\].*\(3, 2\).*\(2, 3\)"):
+    bilevel.param_distance(a, {"w": jnp.ones((2, 3)), "b": jnp.zeros(2)})

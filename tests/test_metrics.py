@@ -1,5 +1,6 @@
 """Tests of trdr.metrics: SSIM (dm-pix), fast all-pairs SSIM, nearest neighbours, L2."""
 
+import math
 from pathlib import Path
 
 import dm_pix
@@ -14,80 +15,100 @@ from trdr import metrics
 _ASSET = Path(trdr.__file__).parent / "assets" / "cifar10_sample.npz"
 
 
+# float32 unit roundoff: the rounding error bound of one float32 operation.
+_U32 = 2.0**-24
+
+
+def _l2_rtol(d):
+  """Relative error bound of a float32 L2 distance over d values taken from the
+  differences (trdr.metrics._l2_rows): (d + 4)u/2 to first order (the subtraction and
+  square, 3u per term; the sum of d terms >= 0 in any order, (d - 1)u; halved by the
+  square root, which adds u), plus u/2 for the second-order terms, ~((d + 2)u)^2/2,
+  which are below u/2 for d < 4000. 9.2e-5 for d = 32*32*3."""
+  return (d + 5) * _U32 / 2
+
+
+def _l2_float64(a, b):
+  """Reference ||a - b||_2 over the last three axes, in float64 (float32 inputs are
+  exact in float64; its own error, ~d * 1.1e-16 relative, is negligible here)."""
+  diff = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+  return np.sqrt(np.sum(diff * diff, axis=(-3, -2, -1)))
+
+
 def _rand(rng, shape):
-    return rng.random(shape, dtype=np.float32)
+  return rng.random(shape, dtype=np.float32)
 
 
 def _smooth(rng, n, h=32, w=32, c=3):
-    """Natural-ish images: smooth random fields + edges, in [0, 1]."""
-    yy, xx = np.meshgrid(np.linspace(0, 1, h), np.linspace(0, 1, w), indexing="ij")
-    out = np.empty((n, h, w, c), np.float32)
-    for i in range(n):
-        for ch in range(c):
-            a, b, ph = rng.uniform(1, 4, 3)
-            img = 0.5 + 0.25 * np.sin(2 * np.pi * (a * xx + b * yy) + ph)
-            img += 0.2 * (xx > rng.uniform(0.2, 0.8))  # an edge
-            out[i, :, :, ch] = img
-    return np.clip(out + 0.02 * rng.standard_normal(out.shape), 0, 1).astype(np.float32)
+  """Natural-ish images: smooth random fields + edges, in [0, 1]."""
+  yy, xx = np.meshgrid(np.linspace(0, 1, h), np.linspace(0, 1, w), indexing="ij")
+  out = np.empty((n, h, w, c), np.float32)
+  for i in range(n):
+    for ch in range(c):
+      a, b, ph = rng.uniform(1, 4, 3)
+      img = 0.5 + 0.25 * np.sin(2 * np.pi * (a * xx + b * yy) + ph)
+      img += 0.2 * (xx > rng.uniform(0.2, 0.8))  # an edge
+      out[i, :, :, ch] = img
+  return np.clip(out + 0.02 * rng.standard_normal(out.shape), 0, 1).astype(np.float32)
 
 
 def _real_images(n, rng):
-    if _ASSET.exists():
-        with np.load(_ASSET) as d:
-            imgs = d["train_images"][:n].astype(np.float32) / 255.0
-        return imgs
-    return _smooth(rng, n)
+  if _ASSET.exists():
+    with np.load(_ASSET) as d:
+      imgs = d["train_images"][:n].astype(np.float32) / 255.0
+    return imgs
+  return _smooth(rng, n)
 
 
 @jax.jit
 def _dm_pix_all_pairs_jit(q, c):
-    return jax.vmap(jax.vmap(dm_pix.ssim, (None, 0)), (0, None))(q, c)
+  return jax.vmap(jax.vmap(dm_pix.ssim, (None, 0)), (0, None))(q, c)
 
 
 def _dm_pix_all_pairs(q, c):
-    """Reference: dm_pix.ssim(q[i], c[j]) for every pair, as float[N, M]."""
-    return np.asarray(_dm_pix_all_pairs_jit(jnp.asarray(q), jnp.asarray(c)))
+  """Reference: dm_pix.ssim(q[i], c[j]) for every pair, as float[N, M]."""
+  return np.asarray(_dm_pix_all_pairs_jit(jnp.asarray(q), jnp.asarray(c)))
 
 
 # ----------------------------------------------------------------------------- ssim
 
 
 def test_ssim_identity_is_one():
-    rng = np.random.default_rng(0)
-    for x in (_rand(rng, (4, 32, 32, 3)), _smooth(rng, 4), _real_images(4, rng)):
-        np.testing.assert_allclose(metrics.ssim(x, x), np.ones(4), atol=1e-6)
-    x1 = _rand(rng, (28, 28, 1))
-    np.testing.assert_allclose(metrics.ssim(x1, x1), 1.0, atol=1e-6)
+  rng = np.random.default_rng(0)
+  for x in (_rand(rng, (4, 32, 32, 3)), _smooth(rng, 4), _real_images(4, rng)):
+    np.testing.assert_allclose(metrics.ssim(x, x), np.ones(4), atol=1e-6)
+  x1 = _rand(rng, (28, 28, 1))
+  np.testing.assert_allclose(metrics.ssim(x1, x1), 1.0, atol=1e-6)
 
 
 def test_ssim_symmetric_and_matches_dm_pix():
-    rng = np.random.default_rng(1)
-    a, b = _smooth(rng, 5), _rand(rng, (5, 32, 32, 3))
-    s_ab, s_ba = metrics.ssim(a, b), metrics.ssim(b, a)
-    np.testing.assert_allclose(s_ab, s_ba, atol=1e-6)
-    np.testing.assert_allclose(s_ab, dm_pix.ssim(jnp.asarray(a), jnp.asarray(b)), atol=1e-6)
-    assert s_ab.shape == (5,)
-    assert np.all(np.asarray(s_ab) < 1.0) and np.all(np.asarray(s_ab) > -1.0)
+  rng = np.random.default_rng(1)
+  a, b = _smooth(rng, 5), _rand(rng, (5, 32, 32, 3))
+  s_ab, s_ba = metrics.ssim(a, b), metrics.ssim(b, a)
+  np.testing.assert_allclose(s_ab, s_ba, atol=1e-6)
+  np.testing.assert_allclose(s_ab, dm_pix.ssim(jnp.asarray(a), jnp.asarray(b)), atol=1e-6)
+  assert s_ab.shape == (5,)
+  assert np.all(np.asarray(s_ab) < 1.0) and np.all(np.asarray(s_ab) > -1.0)
 
 
 def test_ssim_broadcasts_batch_dims():
-    rng = np.random.default_rng(2)
-    a = _rand(rng, (2, 3, 16, 16, 1))
-    b = _rand(rng, (3, 16, 16, 1))
-    out = metrics.ssim(a, b)
-    assert out.shape == (2, 3)
-    for i in range(2):
-        for j in range(3):
-            np.testing.assert_allclose(out[i, j], dm_pix.ssim(a[i, j], b[j]), atol=1e-6)
-    assert metrics.ssim(a[0, 0], b[0]).shape == ()
+  rng = np.random.default_rng(2)
+  a = _rand(rng, (2, 3, 16, 16, 1))
+  b = _rand(rng, (3, 16, 16, 1))
+  out = metrics.ssim(a, b)
+  assert out.shape == (2, 3)
+  for i in range(2):
+    for j in range(3):
+      np.testing.assert_allclose(out[i, j], dm_pix.ssim(a[i, j], b[j]), atol=1e-6)
+  assert metrics.ssim(a[0, 0], b[0]).shape == ()
 
 
 def test_ssim_max_val():
-    rng = np.random.default_rng(3)
-    a, b = _smooth(rng, 2), _smooth(rng, 2)
-    np.testing.assert_allclose(
-        metrics.ssim(255 * a, 255 * b, max_val=255.0), metrics.ssim(a, b), atol=1e-5
-    )
+  rng = np.random.default_rng(3)
+  a, b = _smooth(rng, 2), _smooth(rng, 2)
+  np.testing.assert_allclose(
+      metrics.ssim(255 * a, 255 * b, max_val=255.0), metrics.ssim(a, b), atol=1e-5
+  )
 
 
 # -------------------------------------------------------------------- pairwise_ssim
@@ -95,169 +116,171 @@ def test_ssim_max_val():
 
 @pytest.mark.parametrize("shape", [(32, 32, 3), (28, 28, 1), (11, 11, 2), (13, 17, 3)])
 def test_pairwise_ssim_equals_dm_pix_on_every_pair(shape):
-    rng = np.random.default_rng(4)
-    q = _rand(rng, (7,) + shape)
-    c = _rand(rng, (9,) + shape)
-    c[4] = q[2]  # an identical pair
-    # chunk_size=3 exercises the padded last chunk (7 = 3 + 3 + 1).
-    out = metrics.pairwise_ssim(q, c, chunk_size=3)
-    assert out.shape == (7, 9) and out.dtype == jnp.float32
-    np.testing.assert_allclose(out, _dm_pix_all_pairs(q, c), atol=1e-5, rtol=0)
-    np.testing.assert_allclose(out[2, 4], 1.0, atol=1e-6)
+  rng = np.random.default_rng(4)
+  q = _rand(rng, (7,) + shape)
+  c = _rand(rng, (9,) + shape)
+  c[4] = q[2]  # an identical pair
+  # chunk_size=3 exercises the padded last chunk (7 = 3 + 3 + 1).
+  out = metrics.pairwise_ssim(q, c, chunk_size=3)
+  assert out.shape == (7, 9) and out.dtype == jnp.float32
+  np.testing.assert_allclose(out, _dm_pix_all_pairs(q, c), atol=1e-5, rtol=0)
+  np.testing.assert_allclose(out[2, 4], 1.0, atol=1e-6)
 
 
 def test_pairwise_ssim_real_images_and_chunking():
-    rng = np.random.default_rng(5)
-    imgs = _real_images(24, rng)
-    q = np.clip(imgs[:10] + 0.05 * rng.standard_normal(imgs[:10].shape), 0, 1)
-    q = q.astype(np.float32)
-    c = imgs[8:]
-    ref = _dm_pix_all_pairs(q, c)
-    # dm_pix itself is only accurate to ~5e-6 on real images (float32 cancellation
-    # in G*(xy) - mu_x mu_y); the fast form is more accurate, so they agree to ~1e-5.
-    for chunk in (1, 4, 256):
-        out = metrics.pairwise_ssim(q, c, chunk_size=chunk)
-        np.testing.assert_allclose(out, ref, atol=2e-5, rtol=0)
-    # Leading batch dims of the queries.
-    out = metrics.pairwise_ssim(q.reshape(2, 5, 32, 32, 3), c)
-    assert out.shape == (2, 5, 16)
-    np.testing.assert_allclose(out.reshape(10, 16), ref, atol=2e-5, rtol=0)
+  rng = np.random.default_rng(5)
+  imgs = _real_images(24, rng)
+  q = np.clip(imgs[:10] + 0.05 * rng.standard_normal(imgs[:10].shape), 0, 1)
+  q = q.astype(np.float32)
+  c = imgs[8:]
+  ref = _dm_pix_all_pairs(q, c)
+  # dm_pix itself is only accurate to ~5e-6 on real images (float32 cancellation
+  # in G*(xy) - mu_x mu_y); the fast form is more accurate, so they agree to ~1e-5.
+  for chunk in (1, 4, 256):
+    out = metrics.pairwise_ssim(q, c, chunk_size=chunk)
+    np.testing.assert_allclose(out, ref, atol=2e-5, rtol=0)
+  # Leading batch dims of the queries.
+  out = metrics.pairwise_ssim(q.reshape(2, 5, 32, 32, 3), c)
+  assert out.shape == (2, 5, 16)
+  np.testing.assert_allclose(out.reshape(10, 16), ref, atol=2e-5, rtol=0)
 
 
 def test_pairwise_ssim_max_val():
-    rng = np.random.default_rng(6)
-    q, c = 255 * _smooth(rng, 3), 255 * _smooth(rng, 4)
-    out = metrics.pairwise_ssim(q, c, max_val=255.0)
-    f = jax.vmap(jax.vmap(lambda x, y: dm_pix.ssim(x, y, max_val=255.0), (None, 0)), (0, None))
-    np.testing.assert_allclose(out, f(jnp.asarray(q), jnp.asarray(c)), atol=1e-5)
+  rng = np.random.default_rng(6)
+  q, c = 255 * _smooth(rng, 3), 255 * _smooth(rng, 4)
+  out = metrics.pairwise_ssim(q, c, max_val=255.0)
+  f = jax.vmap(jax.vmap(lambda x, y: dm_pix.ssim(x, y, max_val=255.0), (None, 0)), (0, None))
+  np.testing.assert_allclose(out, f(jnp.asarray(q), jnp.asarray(c)), atol=1e-5)
 
 
 def test_pairwise_ssim_empty():
-    rng = np.random.default_rng(7)
-    c = _rand(rng, (4, 16, 16, 1))
-    assert metrics.pairwise_ssim(np.zeros((0, 16, 16, 1), np.float32), c).shape == (0, 4)
+  rng = np.random.default_rng(7)
+  c = _rand(rng, (4, 16, 16, 1))
+  assert metrics.pairwise_ssim(np.zeros((0, 16, 16, 1), np.float32), c).shape == (0, 4)
 
 
 # --------------------------------------------------------------------- pairwise_l2
 
 
 def test_pairwise_l2_equals_direct_norm():
-    rng = np.random.default_rng(8)
-    q, c = _smooth(rng, 6), _rand(rng, (5, 32, 32, 3))
-    c[1] = q[3]
-    out = metrics.pairwise_l2(q, c)
-    ref = np.linalg.norm(
-        (q[:, None].astype(np.float64) - c[None].astype(np.float64)).reshape(6, 5, -1), axis=-1
-    )
-    assert out.shape == (6, 5) and out.dtype == jnp.float32
-    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=2e-3)
-    assert float(out[3, 1]) < 2e-3
-    assert np.all(np.asarray(out) >= 0)
-    assert metrics.pairwise_l2(q.reshape(2, 3, 32, 32, 3), c).shape == (2, 3, 5)
+  rng = np.random.default_rng(8)
+  q, c = _smooth(rng, 6), _rand(rng, (5, 32, 32, 3))
+  c[1] = q[3]
+  out = metrics.pairwise_l2(q, c)
+  assert out.shape == (6, 5) and out.dtype == jnp.float32
+  # Computed from the differences: relative error <= _l2_rtol(D) on every pair. (The
+  # matmul identity |q|^2 + |c|^2 - 2 q.c cancels: its absolute error is up to
+  # ~eps_f32 * |q|^2 in the square, i.e. ~1e-2 in the distance of these images.)
+  np.testing.assert_allclose(out, _l2_float64(q[:, None], c[None]),
+                             rtol=_l2_rtol(32 * 32 * 3), atol=0)
+  assert float(out[3, 1]) == 0.0  # identical images: no cancellation, exactly 0
+  assert metrics.pairwise_l2(q.reshape(2, 3, 32, 32, 3), c).shape == (2, 3, 5)
+
+
+def test_l2_of_identical_images_is_zero_and_matched_l2_is_accurate():
+  """The L2 reported for each nearest neighbour (and by pairwise_l2) is ||q - c|| from
+  the differences: exactly 0 for an identical pair, otherwise within the float32
+  rounding bound of the float64 norm, also for bright images with large norms (where
+  the matmul identity cancels worst) and for 28x28x1 images."""
+  rng = np.random.default_rng(13)
+  for shape in ((32, 32, 3), (28, 28, 1)):
+    d = math.prod(shape)
+    c = (0.9 + 0.1 * _rand(rng, (8,) + shape)).astype(np.float32)  # bright: large |c|
+    c[:4] = _smooth(rng, 4, *shape)
+    noisy = np.clip(c[[5, 2, 7]] + 0.01 * rng.standard_normal((3,) + shape), 0, 1)
+    q = np.concatenate([c[[6, 1]], noisy.astype(np.float32)])  # 2 identical, 3 noisy
+    nn = metrics.nearest_neighbours(q, c, chunk_size=2)
+    np.testing.assert_array_equal(nn.index, [6, 1, 5, 2, 7])
+    assert nn.l2.dtype == jnp.float32
+    assert np.all(np.asarray(nn.l2[:2]) == 0.0)  # exactly, not merely small
+    ref = _l2_float64(q, c[np.asarray(nn.index)])
+    assert np.all(ref[2:] > 0.1)  # the noisy pairs are not 0
+    np.testing.assert_allclose(nn.l2, ref, rtol=_l2_rtol(d), atol=0)
+    pairwise = metrics.pairwise_l2(q, c)
+    assert np.all(np.asarray(pairwise)[[0, 1], [6, 1]] == 0.0)
+    np.testing.assert_allclose(pairwise, _l2_float64(q[:, None], c[None]),
+                               rtol=_l2_rtol(d), atol=0)
 
 
 # -------------------------------------------------------------- nearest_neighbours
 
 
 def test_nearest_neighbours_planted():
-    rng = np.random.default_rng(9)
-    c = _smooth(rng, 40)
-    perm = rng.permutation(40)[:12]
-    q = np.clip(c[perm] + 0.03 * rng.standard_normal((12, 32, 32, 3)), 0, 1)
-    q = q.astype(np.float32)
-    nn = metrics.nearest_neighbours(q, c, chunk_size=5)
-    np.testing.assert_array_equal(nn.index, perm)
-    assert nn.index.dtype == jnp.int32
-    assert nn.ssim.dtype == jnp.float32 and nn.l2.dtype == jnp.float32
-    direct = dm_pix.ssim(jnp.asarray(q), jnp.asarray(c[perm]))
-    np.testing.assert_allclose(nn.ssim, direct, atol=1e-6)
-    np.testing.assert_allclose(
-        nn.l2, np.linalg.norm((q - c[perm]).reshape(12, -1), axis=1), rtol=1e-5
-    )
-    # The index is the argmax of the dm_pix SSIM row.
-    np.testing.assert_array_equal(nn.index, np.argmax(_dm_pix_all_pairs(q, c), axis=1))
+  rng = np.random.default_rng(9)
+  c = _smooth(rng, 40)
+  perm = rng.permutation(40)[:12]
+  q = np.clip(c[perm] + 0.03 * rng.standard_normal((12, 32, 32, 3)), 0, 1)
+  q = q.astype(np.float32)
+  nn = metrics.nearest_neighbours(q, c, chunk_size=5)
+  np.testing.assert_array_equal(nn.index, perm)
+  assert nn.index.dtype == jnp.int32
+  assert nn.ssim.dtype == jnp.float32 and nn.l2.dtype == jnp.float32
+  direct = dm_pix.ssim(jnp.asarray(q), jnp.asarray(c[perm]))
+  np.testing.assert_allclose(nn.ssim, direct, atol=1e-6)
+  np.testing.assert_allclose(nn.l2, _l2_float64(q, c[perm]), rtol=_l2_rtol(32 * 32 * 3),
+                             atol=0)
+  # The index is the argmax of the dm_pix SSIM row.
+  np.testing.assert_array_equal(nn.index, np.argmax(_dm_pix_all_pairs(q, c), axis=1))
 
 
 def test_nearest_neighbours_ranks_by_ssim_not_l2():
-    rng = np.random.default_rng(10)
-    x = 0.3 + 0.2 * _rand(rng, (32, 32, 3))  # a textured query in [0.3, 0.5]
-    # Candidate 0: the same texture 0.3 brighter (far in L2, high SSIM: only the
-    # luminance term drops); candidate 1: a flat image at the query's mean plus faint
-    # noise (near in L2, no shared structure, low SSIM); candidate 2: uniform noise.
-    brighter = x + 0.3
-    flat = x.mean() + 0.002 * rng.standard_normal(x.shape)
-    c = np.stack([brighter, flat, _rand(rng, x.shape)]).astype(np.float32)
-    q = x[None].astype(np.float32)
-    l2 = np.asarray(metrics.pairwise_l2(q, c))[0]
-    s = np.asarray(metrics.pairwise_ssim(q, c))[0]
-    assert np.argmin(l2) == 1 and np.argmax(s) == 0  # the two criteria disagree
-    nn = metrics.nearest_neighbours(q, c)
-    assert int(nn.index[0]) == 0
-    np.testing.assert_allclose(nn.ssim[0], dm_pix.ssim(q[0], c[0]), atol=1e-6)
-    np.testing.assert_allclose(nn.l2[0], np.linalg.norm(x - c[0]), rtol=1e-5)
+  rng = np.random.default_rng(10)
+  x = 0.3 + 0.2 * _rand(rng, (32, 32, 3))  # a textured query in [0.3, 0.5]
+  # Candidate 0: the same texture 0.3 brighter (far in L2, high SSIM: only the
+  # luminance term drops); candidate 1: a flat image at the query's mean plus faint
+  # noise (near in L2, no shared structure, low SSIM); candidate 2: uniform noise.
+  brighter = x + 0.3
+  flat = x.mean() + 0.002 * rng.standard_normal(x.shape)
+  c = np.stack([brighter, flat, _rand(rng, x.shape)]).astype(np.float32)
+  q = x[None].astype(np.float32)
+  l2 = np.asarray(metrics.pairwise_l2(q, c))[0]
+  s = np.asarray(metrics.pairwise_ssim(q, c))[0]
+  assert np.argmin(l2) == 1 and np.argmax(s) == 0  # the two criteria disagree
+  nn = metrics.nearest_neighbours(q, c)
+  assert int(nn.index[0]) == 0
+  np.testing.assert_allclose(nn.ssim[0], dm_pix.ssim(q[0], c[0]), atol=1e-6)
+  np.testing.assert_allclose(nn.l2[0], _l2_float64(q[0], c[0]), rtol=_l2_rtol(32 * 32 * 3),
+                             atol=0)
 
 
 def test_nearest_neighbours_leading_batch_dims():
-    rng = np.random.default_rng(11)
-    c = _rand(rng, (10, 28, 28, 1))
-    idx = rng.integers(0, 10, size=(2, 3, 4))
-    q = np.clip(c[idx] + 0.05 * rng.standard_normal(idx.shape + (28, 28, 1)), 0, 1)
-    q = q.astype(np.float32)
-    nn = metrics.nearest_neighbours(q, c, chunk_size=7)
-    assert nn.index.shape == nn.ssim.shape == nn.l2.shape == (2, 3, 4)
-    np.testing.assert_array_equal(nn.index, idx)
-    flat = metrics.nearest_neighbours(q.reshape(24, 28, 28, 1), c)
-    np.testing.assert_array_equal(nn.index.reshape(-1), flat.index)
-    np.testing.assert_allclose(nn.ssim.reshape(-1), flat.ssim, atol=1e-6)
-    single = metrics.nearest_neighbours(q[1, 2, 3], c)
-    assert single.index.shape == () and int(single.index) == idx[1, 2, 3]
-
-
-# ------------------------------------------------------------------ param_distance
-
-
-def test_param_distance():
-    a = {"dense": {"kernel": jnp.ones((3, 2)), "bias": jnp.zeros(2)}, "scale": jnp.array(2.0)}
-    b = {"dense": {"kernel": jnp.zeros((3, 2)), "bias": jnp.full(2, 3.0)}, "scale": jnp.array(0.5)}
-    np.testing.assert_allclose(metrics.param_distance(a, b), 6 * 1 + 2 * 9 + 1.5**2)
-    np.testing.assert_allclose(metrics.param_distance(a, a), 0.0)
-    np.testing.assert_allclose(metrics.param_distance(a, b), metrics.param_distance(b, a))
-    assert metrics.param_distance(a, b).shape == ()
-    # float16 leaves are promoted: 2 * 300^2 overflows float16 but not float32.
-    half = metrics.param_distance([np.full(2, 300, np.float16)], [np.zeros(2, np.float16)])
-    np.testing.assert_allclose(half, 2 * 300.0**2)
-
-
-def test_param_distance_mismatch_errors():
-    a = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
-    with pytest.raises(ValueError, match="structures differ"):
-        metrics.param_distance(a, {"w": jnp.ones((3, 2))})
-    with pytest.raises(ValueError, match=r"\['w'\].*\(3, 2\).*\(2, 3\)"):
-        metrics.param_distance(a, {"w": jnp.ones((2, 3)), "b": jnp.zeros(2)})
+  rng = np.random.default_rng(11)
+  c = _rand(rng, (10, 28, 28, 1))
+  idx = rng.integers(0, 10, size=(2, 3, 4))
+  q = np.clip(c[idx] + 0.05 * rng.standard_normal(idx.shape + (28, 28, 1)), 0, 1)
+  q = q.astype(np.float32)
+  nn = metrics.nearest_neighbours(q, c, chunk_size=7)
+  assert nn.index.shape == nn.ssim.shape == nn.l2.shape == (2, 3, 4)
+  np.testing.assert_array_equal(nn.index, idx)
+  flat = metrics.nearest_neighbours(q.reshape(24, 28, 28, 1), c)
+  np.testing.assert_array_equal(nn.index.reshape(-1), flat.index)
+  np.testing.assert_allclose(nn.ssim.reshape(-1), flat.ssim, atol=1e-6)
+  single = metrics.nearest_neighbours(q[1, 2, 3], c)
+  assert single.index.shape == () and int(single.index) == idx[1, 2, 3]
 
 
 # ------------------------------------------------------------------------- errors
 
 
 def test_errors():
-    rng = np.random.default_rng(12)
-    x32 = _rand(rng, (2, 32, 32, 3))
-    x28 = _rand(rng, (2, 28, 28, 3))
-    tiny = _rand(rng, (2, 10, 32, 3))
-    all_fns = (metrics.ssim, metrics.pairwise_ssim, metrics.nearest_neighbours, metrics.pairwise_l2)
-    for fn in all_fns:
-        with pytest.raises(ValueError, match="same image shape"):
-            fn(x32, x28)
-    for fn in (metrics.ssim, metrics.pairwise_ssim, metrics.nearest_neighbours):
-        with pytest.raises(ValueError, match="smaller than the 11x11"):
-            fn(tiny, tiny)
-    with pytest.raises(ValueError, match="do not broadcast"):
-        metrics.ssim(_rand(rng, (2, 16, 16, 1)), _rand(rng, (3, 16, 16, 1)))
-    with pytest.raises(ValueError, match=r"\(M, H, W, C\)"):
-        metrics.pairwise_ssim(x32, x32[0])
-    with pytest.raises(ValueError, match="at least one"):
-        metrics.nearest_neighbours(x32, x32[:0])
-    with pytest.raises(ValueError, match="chunk_size"):
-        metrics.pairwise_ssim(x32, x32, chunk_size=0)
-    with pytest.raises(TypeError, match="floating-point"):
-        metrics.ssim(np.zeros((16, 16, 1), np.uint8), np.zeros((16, 16, 1), np.uint8))
+  rng = np.random.default_rng(12)
+  x32 = _rand(rng, (2, 32, 32, 3))
+  x28 = _rand(rng, (2, 28, 28, 3))
+  tiny = _rand(rng, (2, 10, 32, 3))
+  all_fns = (metrics.ssim, metrics.pairwise_ssim, metrics.nearest_neighbours, metrics.pairwise_l2)
+  for fn in all_fns:
+    with pytest.raises(ValueError, match="same image shape"):
+      fn(x32, x28)
+  for fn in (metrics.ssim, metrics.pairwise_ssim, metrics.nearest_neighbours):
+    with pytest.raises(ValueError, match="smaller than the 11x11"):
+      fn(tiny, tiny)
+  with pytest.raises(ValueError, match="do not broadcast"):
+    metrics.ssim(_rand(rng, (2, 16, 16, 1)), _rand(rng, (3, 16, 16, 1)))
+  with pytest.raises(ValueError, match=r"\(M, H, W, C\)"):
+    metrics.pairwise_ssim(x32, x32[0])
+  with pytest.raises(ValueError, match="at least one"):
+    metrics.nearest_neighbours(x32, x32[:0])
+  with pytest.raises(ValueError, match="chunk_size"):
+    metrics.pairwise_ssim(x32, x32, chunk_size=0)
+  with pytest.raises(TypeError, match="floating-point"):
+    metrics.ssim(np.zeros((16, 16, 1), np.uint8), np.zeros((16, 16, 1), np.uint8))

@@ -88,7 +88,8 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
   sizes 1, 3, 4 (a device's whole shard) and 100.
   """
   path = tmp_path / "sharded.npz"
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+  env = {**os.environ, "XLA_FLAGS": (  # kept: .ci/run pins the ISA (--xla_cpu_max_isa)
+             os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip(),
          "JAX_PLATFORMS": "cpu"}
   proc = subprocess.Popen([sys.executable, os.path.join(TESTS, "sharded_grid.py"), str(path)],
                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

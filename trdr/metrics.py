@@ -1,47 +1,15 @@
 """Image and parameter similarity metrics for evaluating reconstructions.
 
-* :func:`ssim` is the structural similarity index (SSIM) of Wang, Bovik, Sheikh &
-  Simoncelli, "Image quality assessment: from error visibility to structural
-  similarity", IEEE TIP 13(4), 2004, computed by ``dm_pix.ssim`` (its defaults: an
-  11x11 Gaussian window with sigma 1.5, 'valid' padding, k1=0.01, k2=0.03, the SSIM
-  map averaged over positions and channels).
-* :func:`pairwise_ssim` computes the same quantity for every (query, candidate) pair
-  through an exact algebraic reformulation (see below) that is 10-35x faster than
-  ``dm_pix.ssim`` batched over pairs; it is tested to agree with ``dm_pix.ssim`` on
-  every pair to float32 rounding (<= ~5e-6, the size of dm_pix's own rounding error).
+* :func:`ssim` and :func:`pairwise_ssim` (structural similarity of image pairs, and of
+  every (query, candidate) pair by an exact fast reformulation) live in
+  :mod:`trdr.ssim` and are re-exported here.
 * :func:`nearest_neighbours` finds, for each reconstruction, the candidate image with
   the highest SSIM (the "structurally most similar" image), and reports that pair's
   SSIM recomputed with ``dm_pix.ssim`` and its Euclidean distance.
-* :func:`pairwise_l2` and :func:`param_distance` are Euclidean distances between
-  images and between parameter pytrees (the latter is the paper's Table 1 quantity,
-  Runkel et al., arXiv 2412.08544).
-
-Fast all-pairs SSIM
--------------------
-With the normalised Gaussian window ``g`` (121 taps ``g_k > 0``) and ``G * z`` the
-'valid' filtering of ``z`` with it (per channel), SSIM needs, per position ``p`` and
-channel ``c``, ``mu_x = G*x``, ``sigma_x^2 = G*(x^2) - mu_x^2`` (the same for ``y``)
-and the covariance ``sigma_xy = G*(x y) - mu_x mu_y``. Everything except
-``G*(x y)`` depends on one image only and is computed once per image. The pair term is
-a weighted inner product of the two images' windows,
-
-    G*(x y)[p, c] = sum_k (g_k x[p + k, c]) y[p + k, c],
-
-so for a chunk of ``n`` queries against ``M`` candidates it is, for each position, a
-``(C, n, 121) x (C, 121, M)`` batched matrix product. The positions are visited in a
-``lax.fori_loop`` that slices the windows straight out of the images (no 121-fold
-patch tensor is stored), applies the SSIM-map formula of ``dm_pix.ssim`` (including
-its clipping of variances and covariance) to the ``(C, n, M)`` product while it is
-still in cache, and accumulates the map's sum. Each image channel is centred on its
-mean first (covariances are shift invariant), which makes the covariance more
-accurate than dm_pix's uncentred float32 form.
-
-Measured on the project's 2-core AVX-512 CPU, 500 x 1500 pairs of 32x32x3 images:
-~0.55-0.7M pairs/s on a quiet machine (~0.3M with another process busy on both
-cores), i.e. ~30 s (~60 s) for the 12,500 x 1,500 nearest-neighbour search, peak
-RSS 0.8 GB; ``jit(vmap(dm_pix.ssim))`` over the pairs runs at 8-16k pairs/s and
-``dm_pix.ssim`` mapped over queries (all candidates batched) at 29-54k pairs/s.
-28x28x1 images: ~1.5M pairs/s.
+* :func:`pairwise_l2` is the Euclidean distance between images (the distance between
+  parameter pytrees, Table 1's quantity, is `trdr.attacks.bilevel.param_distance`).
+* :func:`ncc_distances`, :func:`matched_score`, :func:`best_per_candidate` and
+  :func:`minmax_scale` score DecoReco reconstructions as Haim et al. (2022) do.
 """
 
 from __future__ import annotations
@@ -50,11 +18,26 @@ import functools
 import math
 from typing import Any, NamedTuple
 
-import dm_pix
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
+
+# Re-exported: callers use trdr.metrics.ssim / trdr.metrics.pairwise_ssim.
+from trdr.ssim import pairwise_ssim, ssim
+# The SSIM engine's internals that the chunked nearest-neighbour search runs.
+from trdr.ssim import (
+    _DEFAULT_CHUNK,
+    _Prepared,
+    _as_float_images,
+    _check_candidates,
+    _check_chunk_size,
+    _check_same_image_shape,
+    _chunks,
+    _dm_pix_ssim,
+    _pad_rows,
+    _prepare,
+    _ssim_block,
+)
 
 __all__ = [
     "NearestNeighbours",
@@ -65,377 +48,112 @@ __all__ = [
     "nearest_neighbours",
     "pairwise_l2",
     "pairwise_ssim",
-    "param_distance",
     "ssim",
 ]
-
-# dm_pix.ssim defaults; pairwise_ssim reproduces exactly these.
-_FILTER_SIZE = 11
-_FILTER_SIGMA = 1.5
-_K1 = 0.01
-_K2 = 0.03
-
-_DEFAULT_CHUNK = 512
-
-
-# ----------------------------------------------------------------------------- checks
-
-
-def _as_float_images(x: Any, name: str) -> jax.Array:
-    """Converts ``x`` to a float array of images [..., H, W, C] and checks its shape."""
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise TypeError(
-            f"{name} must be a floating-point image array with values in [0, max_val], "
-            f"got dtype {x.dtype}"
-        )
-    if x.ndim < 3:
-        raise ValueError(f"{name} must have shape (..., H, W, C), got shape {x.shape}")
-    h, w = x.shape[-3], x.shape[-2]
-    if h < _FILTER_SIZE or w < _FILTER_SIZE:
-        raise ValueError(
-            f"{name} has images of size {h}x{w}, smaller than the {_FILTER_SIZE}x"
-            f"{_FILTER_SIZE} SSIM filter; H and W must be >= {_FILTER_SIZE}"
-        )
-    return x
-
-
-def _check_same_image_shape(a: jax.Array, b: jax.Array, na: str, nb: str) -> None:
-    if a.shape[-3:] != b.shape[-3:]:
-        raise ValueError(
-            f"{na} and {nb} must have the same image shape (H, W, C), got "
-            f"{a.shape[-3:]} and {b.shape[-3:]} (full shapes {a.shape} and {b.shape})"
-        )
-
-
-def _check_candidates(candidates: Any) -> jax.Array:
-    if jnp.ndim(candidates) != 4:
-        raise ValueError(
-            f"candidates must have shape (M, H, W, C), got shape {jnp.shape(candidates)}"
-        )
-    return _as_float_images(candidates, "candidates")
-
-
-# ------------------------------------------------------------------------------- SSIM
-
-
-_dm_pix_ssim = jax.jit(dm_pix.ssim, static_argnames=("max_val",))
-
-
-def ssim(a: Any, b: Any, *, max_val: float = 1.0) -> jax.Array:
-    """Structural similarity index of image pairs (thin wrapper of ``dm_pix.ssim``).
-
-    SSIM as defined by Wang et al., "Image quality assessment: from error visibility
-    to structural similarity", IEEE TIP 13(4), 2004, with ``dm_pix.ssim``'s defaults:
-    11x11 Gaussian window (sigma 1.5) applied per channel with 'valid' padding,
-    k1 = 0.01, k2 = 0.03; the SSIM map is averaged over positions and channels (no
-    colour-space transform).
-
-    Unlike ``dm_pix.ssim`` (which takes one image or one batch of equal shape), the
-    leading batch dimensions of ``a`` and ``b`` are broadcast against each other
-    (NumPy rules); the pairs are then passed to ``dm_pix.ssim`` as one batch.
-
-    Args:
-      a: float[..., H, W, C] images with values in [0, max_val]; H, W >= 11.
-      b: float[..., H, W, C] images, same (H, W, C) as ``a``; batch dims broadcast.
-      max_val: dynamic range of the pixel values (1.0 for images in [0, 1]).
-
-    Returns:
-      float[broadcast(a.shape[:-3], b.shape[:-3])] SSIM of each pair, in [-1, 1]
-      (1 for identical images). dtype follows ``dm_pix`` (float32 for float32 input).
-
-    Raises:
-      TypeError: if an input is not floating point.
-      ValueError: if an input has fewer than 3 dims, the image shapes differ, images
-        are smaller than the 11x11 filter, or the batch dims do not broadcast.
-    """
-    a = _as_float_images(a, "a")
-    b = _as_float_images(b, "b")
-    _check_same_image_shape(a, b, "a", "b")
-    try:
-        batch = jnp.broadcast_shapes(a.shape[:-3], b.shape[:-3])
-    except ValueError as e:
-        raise ValueError(
-            f"batch dims of a {a.shape[:-3]} and b {b.shape[:-3]} do not broadcast"
-        ) from e
-    img = a.shape[-3:]
-    if not batch:
-        return _dm_pix_ssim(a, b, max_val=float(max_val))
-    n = math.prod(batch)
-    a4 = jnp.broadcast_to(a, batch + img).reshape((n,) + img)
-    b4 = jnp.broadcast_to(b, batch + img).reshape((n,) + img)
-    return _dm_pix_ssim(a4, b4, max_val=float(max_val)).reshape(batch)
-
-
-def _gaussian_filter_1d() -> jax.Array:
-    """dm_pix.ssim's normalised 1D Gaussian (built with the same float32 ops)."""
-    hw = _FILTER_SIZE // 2
-    shift = (2 * hw - _FILTER_SIZE + 1) / 2
-    f_i = ((jnp.arange(_FILTER_SIZE, dtype=jnp.int32) - hw + shift) / _FILTER_SIGMA) ** 2
-    filt = jnp.exp(-0.5 * f_i.astype(jnp.float32))
-    return filt / jnp.sum(filt)
-
-
-def _blur(z: jax.Array, filt: jax.Array) -> jax.Array:
-    """Separable 'valid' Gaussian filter of z[N, H, W, C] along W then H (as dm_pix)."""
-    conv = jax.vmap(
-        lambda v: jnp.convolve(v, filt, mode="valid", precision=lax.Precision.HIGHEST)
-    )
-    n, h, w, c = z.shape
-    zx = jnp.moveaxis(z, 2, -1).reshape(-1, w)  # (N*H*C, W)
-    zx = jnp.moveaxis(conv(zx).reshape(n, h, c, -1), -1, 2)  # (N, H, W', C)
-    wo = zx.shape[2]
-    zy = jnp.moveaxis(zx, 1, -1).reshape(-1, h)  # (N*W'*C, H)
-    return jnp.moveaxis(conv(zy).reshape(n, wo, c, -1), -1, 1)  # (N, H', W', C)
-
-
-class _Prepared(NamedTuple):
-    """Per-image SSIM statistics, computed once per image set."""
-
-    centred: jax.Array  # float32[C, H, W, N]: x - mean_HW(x), channel-major, batch-minor
-    mu: jax.Array  # float32[P, C, N]: local means G*x at the P = H'W' positions
-    mu_centred: jax.Array  # float32[P, C, N]: G*(x - mean_HW(x))
-    var: jax.Array  # float32[P, C, N]: local variances (centred form), >= eps^2 as in dm_pix
-
-
-@jax.jit
-def _prepare(x: jax.Array) -> _Prepared:
-    x = x.astype(jnp.float32)
-    filt = _gaussian_filter_1d()
-    mu = _blur(x, filt)
-    # (Co)variances are shift invariant: sigma_xy = G*(x'y') - mu_x' mu_y' for
-    # x' = x - a, y' = y - b. Centring each image channel on its mean keeps the two
-    # terms small, so their difference loses less float32 precision than dm_pix's
-    # uncentred form (on CIFAR-10 images: max error vs a float64 evaluation of SSIM
-    # ~6e-7, against ~5e-6 for dm_pix.ssim in float32).
-    mean = jnp.mean(x, axis=(1, 2), keepdims=True)
-    xc = x - mean
-    mu_c = _blur(xc, filt)
-    eps = jnp.finfo(jnp.float32).eps ** 2
-    var = jnp.maximum(eps, _blur(xc * xc, filt) - mu_c * mu_c)
-    n, ho, wo, c = mu.shape
-
-    def to_pcn(s):
-        return jnp.transpose(s, (1, 2, 3, 0)).reshape(ho * wo, c, n)
-
-    return _Prepared(
-        jnp.transpose(xc, (3, 1, 2, 0)), to_pcn(mu), to_pcn(mu_c), to_pcn(var)
-    )
-
-
-@functools.partial(jax.jit, static_argnames=("max_val",))
-def _ssim_block(q: _Prepared, c: _Prepared, *, max_val: float) -> jax.Array:
-    """float32[n, M] SSIM of every pair of n prepared queries and M prepared candidates."""
-    ch, h, w, n = q.centred.shape
-    m = c.centred.shape[-1]
-    ho, wo = h - _FILTER_SIZE + 1, w - _FILTER_SIZE + 1
-    n_pos = ho * wo
-    k = _FILTER_SIZE
-    filt = _gaussian_filter_1d()
-    g = (filt[:, None] * filt[None, :])[None, :, :, None]  # (1, 11, 11, 1), > 0
-    c1 = (_K1 * max_val) ** 2
-    c2 = (_K2 * max_val) ** 2
-    # Two positions per loop step where possible (slightly better pipelining).
-    step = 2 if n_pos % 2 == 0 else 1
-
-    def ssim_map_sum(p):
-        hp, wp = p // wo, p % wo
-        xs = lax.dynamic_slice(q.centred, (0, hp, wp, 0), (ch, k, k, n)) * g
-        ys = lax.dynamic_slice(c.centred, (0, hp, wp, 0), (ch, k, k, m))
-        # G*(x'y') at position p for all pairs of centred images x', y':
-        # (C, n, 121) x (C, 121, M) -> (C, n, M).
-        gxy = lax.dot_general(
-            xs.reshape(ch, k * k, n),
-            ys.reshape(ch, k * k, m),
-            (((1,), (1,)), ((0,), (0,))),
-            precision=lax.Precision.HIGHEST,
-        )
-
-        def at(a):
-            return lax.dynamic_index_in_dim(a, p, 0, keepdims=False)
-
-        mu0, mu1 = at(q.mu)[:, :, None], at(c.mu)[:, None, :]
-        s00, s11 = at(q.var)[:, :, None], at(c.var)[:, None, :]
-        # The SSIM map as in dm_pix.ssim (same clipping of the covariance).
-        mu01 = mu0 * mu1
-        s01 = gxy - at(q.mu_centred)[:, :, None] * at(c.mu_centred)[:, None, :]
-        s01 = jnp.sign(s01) * jnp.minimum(jnp.sqrt(s00 * s11), jnp.abs(s01))
-        numer = (2 * mu01 + c1) * (2 * s01 + c2)
-        denom = (mu0 * mu0 + mu1 * mu1 + c1) * (s00 + s11 + c2)
-        smap = numer / denom
-        return functools.reduce(jnp.add, [smap[i] for i in range(ch)])
-
-    def body(i, acc):
-        for j in range(step):
-            acc = acc + ssim_map_sum(i * step + j)
-        return acc
-
-    total = lax.fori_loop(0, n_pos // step, body, jnp.zeros((n, m), jnp.float32))
-    return total / (n_pos * ch)
-
-
-def _pad_rows(x: jax.Array, size: int) -> jax.Array:
-    if x.shape[0] == size:
-        return x
-    return jnp.pad(x, ((0, size - x.shape[0]),) + ((0, 0),) * (x.ndim - 1))
-
-
-def _chunks(n: int, chunk_size: int):
-    """Yields (start, stop, size) for n >= 1 rows in equal chunks of <= chunk_size.
-
-    All chunks get the same padded size (one compilation), chosen as small as
-    possible: e.g. 12,500 rows with chunk_size 512 give 25 chunks of 500.
-    """
-    size = -(-n // -(-n // chunk_size))  # ceil(n / ceil(n / chunk_size))
-    for start in range(0, n, size):
-        yield start, min(start + size, n), size
-
-
-def _check_chunk_size(chunk_size: int) -> None:
-    if not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-
-
-def pairwise_ssim(
-    queries: Any,
-    candidates: Any,
-    *,
-    max_val: float = 1.0,
-    chunk_size: int = _DEFAULT_CHUNK,
-) -> jax.Array:
-    """SSIM of every (query, candidate) pair; equals ``dm_pix.ssim`` on each pair.
-
-    ``out[..., j] == dm_pix.ssim(queries[...], candidates[j])`` up to float32
-    rounding (~1e-6): same Gaussian window, padding, constants, clipping and mean as
-    :func:`ssim`, computed by the exact reformulation described in the module
-    docstring (pair term as a batched matrix product). Queries are processed in
-    chunks of ``chunk_size``; peak extra memory is O(chunk_size * M) floats plus the
-    images themselves.
-
-    Args:
-      queries: float[..., H, W, C] images in [0, max_val]; H, W >= 11, any C.
-      candidates: float[M, H, W, C] images in [0, max_val], same (H, W, C).
-      max_val: dynamic range of the pixel values.
-      chunk_size: maximum number of queries per jitted block; the queries are split
-        into equal blocks (padded to one size, so one compilation). Throughput is
-        flat for 256-1000 on a 2-core CPU with M = 1500 candidates of 32x32x3.
-
-    Returns:
-      float32[..., M] SSIM values in [-1, 1].
-
-    Raises:
-      TypeError: if an input is not floating point.
-      ValueError: if the image shapes differ, images are smaller than 11x11,
-        candidates is not 4-D, or chunk_size < 1.
-    """
-    _check_chunk_size(chunk_size)
-    queries = _as_float_images(queries, "queries")
-    candidates = _check_candidates(candidates)
-    _check_same_image_shape(queries, candidates, "queries", "candidates")
-    batch, img = queries.shape[:-3], queries.shape[-3:]
-    m = candidates.shape[0]
-    n = math.prod(batch)
-    if n == 0 or m == 0:
-        return jnp.zeros(batch + (m,), jnp.float32)
-    flat = queries.reshape((n,) + img)
-    cand = _prepare(candidates)
-    blocks = []
-    for start, stop, size in _chunks(n, chunk_size):
-        q = _prepare(_pad_rows(flat[start:stop], size))
-        blocks.append(_ssim_block(q, cand, max_val=float(max_val))[: stop - start])
-    return jnp.concatenate(blocks, axis=0).reshape(batch + (m,))
 
 
 # --------------------------------------------------------------------------------- L2
 
 
+def _l2_rows(a: jax.Array, b: jax.Array) -> jax.Array:
+  """float32[n] ||a_i - b_i||_2 of rows a, b [n, ...], from the differences themselves.
+
+  Error: with u = 2^-24 (float32 unit roundoff) and D entries per row, each squared
+  difference carries <= 3u relative error (the subtraction, doubled by the square,
+  and the square's rounding), their sum in any order adds <= (D - 1)u (all terms are
+  >= 0; Higham, "Accuracy and Stability of Numerical Algorithms", 2002, sec. 4.2),
+  and the square root halves that and adds u: (D + 4)u/2 to first order, 9.2e-5 for
+  D = 32*32*3 (second-order terms, ~((D + 2)u)^2/2, are below u/2 for D < 4000);
+  typically ~sqrt(D) u. No cancellation: identical rows give exactly 0.
+  """
+  d = a.astype(jnp.float32) - b.astype(jnp.float32)
+  return jnp.sqrt(jnp.sum((d * d).reshape(d.shape[0], -1), axis=1))
+
+
 @jax.jit
 def _pairwise_l2(q: jax.Array, c: jax.Array) -> jax.Array:
-    q = q.reshape(q.shape[0], -1).astype(jnp.float32)
-    c = c.reshape(c.shape[0], -1).astype(jnp.float32)
-    # Distances are translation invariant; centring on the candidates' mean keeps the
-    # norms small and so limits the cancellation in |q|^2 + |c|^2 - 2 q.c.
-    centre = jnp.mean(c, axis=0)
-    q = q - centre
-    c = c - centre
-    qc = jnp.matmul(q, c.T, precision=lax.Precision.HIGHEST)
-    sq = jnp.sum(q * q, axis=1)[:, None] + jnp.sum(c * c, axis=1)[None, :] - 2 * qc
-    return jnp.sqrt(jnp.maximum(sq, 0.0))
+  # One query at a time against all candidates: XLA fuses the difference, square and
+  # row sum, so only the [N, M] result is stored (no [N, M, D] difference tensor).
+  q, c = q.astype(jnp.float32), c.astype(jnp.float32)
+  return lax.map(lambda qi: _l2_rows(c, jnp.broadcast_to(qi, c.shape)), q)
 
 
 def pairwise_l2(queries: Any, candidates: Any) -> jax.Array:
-    """Euclidean distance ``||q - c||_2`` over all pixel values of every pair.
+  """Euclidean distance ``||q - c||_2`` over all pixel values of every pair.
 
-    Computed with the matrix-product identity ``|q|^2 + |c|^2 - 2 q.c`` (after
-    centring both sets on the candidates' mean, which leaves distances unchanged but
-    reduces cancellation), clamped at 0 before the square root. Absolute error is
-    about ``sqrt(eps_f32) * ||q - centre||`` in the worst case (near-identical pairs);
-    use a direct ``jnp.linalg.norm(q - c)`` where a single pair must be exact.
+  Computed from the differences ``q - c`` themselves (in float32, one query at a time
+  against all candidates), not with the matrix-product identity
+  ``|q|^2 + |c|^2 - 2 q.c``, which cancels catastrophically for near-identical pairs
+  (an absolute error ~sqrt(eps_f32) ||q||: 5e-3 instead of 0 for two identical
+  32x32x3 images). Relative error of every distance <= (D + 4) * 2^-24 / 2 to first
+  order for D = H*W*C values per image (9.2e-5 for 32x32x3; typically
+  ~sqrt(D) * 2^-24), and identical images give exactly 0. Cost: N*M*D fused
+  subtract-square-adds, ~0.4M pairs/s of 32x32x3 images on the project's 2-core CPU
+  (the identity's matrix product: ~1.3M pairs/s).
 
-    Args:
-      queries: float[..., H, W, C] images (any value range).
-      candidates: float[M, H, W, C] images with the same (H, W, C).
+  Args:
+    queries: float[..., H, W, C] images (any value range).
+    candidates: float[M, H, W, C] images with the same (H, W, C).
 
-    Returns:
-      float32[..., M] distances, >= 0.
+  Returns:
+    float32[..., M] distances, >= 0.
 
-    Raises:
-      TypeError: if an input is not floating point.
-      ValueError: if the image shapes differ or candidates is not 4-D.
-    """
-    queries = jnp.asarray(queries)
-    candidates = jnp.asarray(candidates)
-    for x, name in ((queries, "queries"), (candidates, "candidates")):
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise TypeError(f"{name} must be floating point, got dtype {x.dtype}")
-    if queries.ndim < 3:
-        raise ValueError(f"queries must have shape (..., H, W, C), got {queries.shape}")
-    if candidates.ndim != 4:
-        raise ValueError(f"candidates must have shape (M, H, W, C), got {candidates.shape}")
-    _check_same_image_shape(queries, candidates, "queries", "candidates")
-    batch = queries.shape[:-3]
-    m = candidates.shape[0]
-    n = math.prod(batch)
-    if n == 0 or m == 0:
-        return jnp.zeros(batch + (m,), jnp.float32)
-    return _pairwise_l2(queries.reshape((n,) + queries.shape[-3:]), candidates).reshape(
-        batch + (m,)
-    )
+  Raises:
+    TypeError: if an input is not floating point.
+    ValueError: if the image shapes differ or candidates is not 4-D.
+  """
+  queries = jnp.asarray(queries)
+  candidates = jnp.asarray(candidates)
+  for x, name in ((queries, "queries"), (candidates, "candidates")):
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+      raise TypeError(f"{name} must be floating point, got dtype {x.dtype}")
+  if queries.ndim < 3:
+    raise ValueError(f"queries must have shape (..., H, W, C), got {queries.shape}")
+  if candidates.ndim != 4:
+    raise ValueError(f"candidates must have shape (M, H, W, C), got {candidates.shape}")
+  _check_same_image_shape(queries, candidates, "queries", "candidates")
+  batch = queries.shape[:-3]
+  m = candidates.shape[0]
+  n = math.prod(batch)
+  if n == 0 or m == 0:
+    return jnp.zeros(batch + (m,), jnp.float32)
+  return _pairwise_l2(queries.reshape((n,) + queries.shape[-3:]), candidates).reshape(
+      batch + (m,)
+  )
 
 
 # -------------------------------------------------------------------- nearest neighbour
 
 
 class NearestNeighbours(NamedTuple):
-    """Structurally most similar candidate of each query.
+  """Structurally most similar candidate of each query.
 
-    Attributes:
-      index: int32[...] index into the candidates of the highest-SSIM candidate (the
-        first one on exact ties).
-      ssim: float32[...] SSIM of (query, candidates[index]), recomputed with
-        ``dm_pix.ssim``; in [-1, 1].
-      l2: float32[...] Euclidean distance ``||query - candidates[index]||_2`` over all
-        pixel values, computed directly from the difference.
-    """
+  Attributes:
+    index: int32[...] index into the candidates of the highest-SSIM candidate (the
+      first one on exact ties).
+    ssim: float32[...] SSIM of (query, candidates[index]), recomputed with
+      ``dm_pix.ssim``; in [-1, 1].
+    l2: float32[...] Euclidean distance ``||query - candidates[index]||_2`` over all
+      pixel values, computed directly from the difference: relative error
+      <= (D + 4) * 2^-24 / 2 to first order for D = H*W*C (9.2e-5 for 32x32x3),
+      exactly 0 for identical images.
+  """
 
-    index: jax.Array
-    ssim: jax.Array
-    l2: jax.Array
+  index: jax.Array
+  ssim: jax.Array
+  l2: jax.Array
 
 
 @functools.partial(jax.jit, static_argnames=("max_val",))
 def _nn_block(
     queries: jax.Array, candidates: jax.Array, cand: _Prepared, *, max_val: float
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(index, dm_pix SSIM, L2) of the best candidate for each of n queries [n, H, W, C]."""
-    sims = _ssim_block(_prepare(queries), cand, max_val=max_val)
-    index = jnp.argmax(sims, axis=1).astype(jnp.int32)
-    matched = candidates[index]
-    sim = _dm_pix_ssim(queries, matched, max_val=max_val).astype(jnp.float32)
-    diff = (queries.astype(jnp.float32) - matched.astype(jnp.float32)).reshape(
-        queries.shape[0], -1
-    )
-    return index, sim, jnp.sqrt(jnp.sum(diff * diff, axis=1))
+  """(index, dm_pix SSIM, L2) of the best candidate for each of n queries [n, H, W, C]."""
+  sims = _ssim_block(_prepare(queries), cand, max_val=max_val)
+  index = jnp.argmax(sims, axis=1).astype(jnp.int32)
+  matched = candidates[index]
+  sim = _dm_pix_ssim(queries, matched, max_val=max_val).astype(jnp.float32)
+  return index, sim, _l2_rows(queries, matched)
 
 
 def nearest_neighbours(
@@ -445,178 +163,135 @@ def nearest_neighbours(
     max_val: float = 1.0,
     chunk_size: int = _DEFAULT_CHUNK,
 ) -> NearestNeighbours:
-    """Finds each query's highest-SSIM candidate (argmax of :func:`pairwise_ssim`).
+  """Finds each query's highest-SSIM candidate (argmax of :func:`pairwise_ssim`).
 
-    The search uses the fast exact all-pairs SSIM (:func:`pairwise_ssim`); the SSIM
-    reported for the matched pair is then recomputed with ``dm_pix.ssim``, and the L2
-    distance directly as ``||q - c||_2`` (not via the matmul identity). The full
-    (N, M) SSIM matrix is never materialised: each chunk of ``chunk_size`` queries
-    keeps only its argmax. Ties (equal float32 SSIM) go to the lowest index.
+  The search uses the fast exact all-pairs SSIM (:func:`pairwise_ssim`); the SSIM
+  reported for the matched pair is then recomputed with ``dm_pix.ssim``, and the L2
+  distance directly as ``||q - c||_2`` (not via the matmul identity). The full
+  (N, M) SSIM matrix is never materialised: each chunk of ``chunk_size`` queries
+  keeps only its argmax. Ties (equal float32 SSIM) go to the lowest index.
 
-    Args:
-      queries: float[..., H, W, C] images in [0, max_val] with any leading batch dims,
-        e.g. (25, 500, 32, 32, 3) for 25 grid points x 500 reconstructions.
-      candidates: float[M, H, W, C] images in [0, max_val] with the same (H, W, C),
-        M >= 1.
-      max_val: dynamic range of the pixel values.
-      chunk_size: maximum number of queries per jitted block (see
-        :func:`pairwise_ssim`).
+  Args:
+    queries: float[..., H, W, C] images in [0, max_val] with any leading batch dims,
+      e.g. (25, 500, 32, 32, 3) for 25 grid points x 500 reconstructions.
+    candidates: float[M, H, W, C] images in [0, max_val] with the same (H, W, C),
+      M >= 1.
+    max_val: dynamic range of the pixel values.
+    chunk_size: maximum number of queries per jitted block (see
+      :func:`pairwise_ssim`).
 
-    Returns:
-      NearestNeighbours whose fields have the leading shape ``queries.shape[:-3]``.
+  Returns:
+    NearestNeighbours whose fields have the leading shape ``queries.shape[:-3]``.
 
-    Raises:
-      TypeError: if an input is not floating point.
-      ValueError: if the image shapes differ, images are smaller than 11x11,
-        candidates is not 4-D or empty, or chunk_size < 1.
-    """
-    _check_chunk_size(chunk_size)
-    queries = _as_float_images(queries, "queries")
-    candidates = _check_candidates(candidates)
-    _check_same_image_shape(queries, candidates, "queries", "candidates")
-    if candidates.shape[0] == 0:
-        raise ValueError("candidates must contain at least one image")
-    batch, img = queries.shape[:-3], queries.shape[-3:]
-    n = math.prod(batch)
-    if n == 0:
-        empty = jnp.zeros(batch, jnp.float32)
-        return NearestNeighbours(jnp.zeros(batch, jnp.int32), empty, empty)
-    flat = queries.reshape((n,) + img)
-    cand = _prepare(candidates)
-    parts = []
-    for start, stop, size in _chunks(n, chunk_size):
-        block = _nn_block(
-            _pad_rows(flat[start:stop], size), candidates, cand, max_val=float(max_val)
-        )
-        parts.append([x[: stop - start] for x in block])
-    index, sim, l2 = (jnp.concatenate(x).reshape(batch) for x in zip(*parts))
-    return NearestNeighbours(index, sim, l2)
-
-
-# ------------------------------------------------------------------ parameter distance
-
-
-def param_distance(theta_a: Any, theta_b: Any) -> jax.Array:
-    """Squared Euclidean distance ``||theta_a - theta_b||^2`` between two pytrees.
-
-    The sum over all leaves of the squared differences of their entries: the
-    parameter-space distance reported in Table 1 of Runkel et al., "Training Data
-    Reconstruction: Privacy due to Uncertainty?" (arXiv 2412.08544).
-
-    Args:
-      theta_a: pytree of arrays (e.g. flax parameters).
-      theta_b: pytree with the same structure and leaf shapes as ``theta_a``.
-
-    Returns:
-      Scalar array, >= 0, in the promoted leaf dtype (at least float32).
-
-    Raises:
-      ValueError: if the tree structures differ or a pair of leaves differs in shape;
-        the message names the mismatch (structures or the leaf path).
-    """
-    flat_a, tree_a = jax.tree_util.tree_flatten_with_path(theta_a)
-    flat_b, tree_b = jax.tree_util.tree_flatten_with_path(theta_b)
-    if tree_a != tree_b:
-        raise ValueError(
-            f"param_distance: pytree structures differ:\n  theta_a: {tree_a}\n"
-            f"  theta_b: {tree_b}"
-        )
-    total = jnp.zeros((), jnp.float32)
-    for (path, a), (_, b) in zip(flat_a, flat_b):
-        a = jnp.asarray(a)
-        b = jnp.asarray(b)
-        if a.shape != b.shape:
-            raise ValueError(
-                f"param_distance: leaf {jax.tree_util.keystr(path)} has shape "
-                f"{a.shape} in theta_a but {b.shape} in theta_b"
-            )
-        dtype = jnp.promote_types(jnp.result_type(a, b), jnp.float32)
-        d = a.astype(dtype) - b.astype(dtype)
-        total = total + jnp.sum(d * d)
-    return total
+  Raises:
+    TypeError: if an input is not floating point.
+    ValueError: if the image shapes differ, images are smaller than 11x11,
+      candidates is not 4-D or empty, or chunk_size < 1.
+  """
+  _check_chunk_size(chunk_size)
+  queries = _as_float_images(queries, "queries")
+  candidates = _check_candidates(candidates)
+  _check_same_image_shape(queries, candidates, "queries", "candidates")
+  if candidates.shape[0] == 0:
+    raise ValueError("candidates must contain at least one image")
+  batch, img = queries.shape[:-3], queries.shape[-3:]
+  n = math.prod(batch)
+  if n == 0:
+    empty = jnp.zeros(batch, jnp.float32)
+    return NearestNeighbours(jnp.zeros(batch, jnp.int32), empty, empty)
+  flat = queries.reshape((n,) + img)
+  cand = _prepare(candidates)
+  parts = []
+  for start, stop, size in _chunks(n, chunk_size):
+    block = _nn_block(
+        _pad_rows(flat[start:stop], size), candidates, cand, max_val=float(max_val)
+    )
+    parts.append([x[: stop - start] for x in block])
+  index, sim, l2 = (jnp.concatenate(x).reshape(batch) for x in zip(*parts))
+  return NearestNeighbours(index, sim, l2)
 
 
 # ------------------------------------------------------- DecoReco (Haim et al. 2022)
 
 
 def minmax_scale(images: Any) -> jax.Array:
-    """Each image scaled to span [0, 1]: (x − min x) / (max x − min x), per image.
+  """Each image scaled to span [0, 1]: (x − min x) / (max x − min x), per image.
 
-    Haim et al. 2022 show and score reconstructions this way after adding the mean back.
+  Haim et al. 2022 show and score reconstructions this way after adding the mean back.
 
-    Args:
-      images: float[..., H, W, C].
-    Returns:
-      float[..., H, W, C] in [0, 1] (a constant image maps to 0).
-    """
-    x = jnp.asarray(images)
-    lo = jnp.min(x, axis=(-3, -2, -1), keepdims=True)
-    hi = jnp.max(x, axis=(-3, -2, -1), keepdims=True)
-    return (x - lo) / jnp.where(hi > lo, hi - lo, 1.0)
+  Args:
+    images: float[..., H, W, C].
+  Returns:
+    float[..., H, W, C] in [0, 1] (a constant image maps to 0).
+  """
+  x = jnp.asarray(images)
+  lo = jnp.min(x, axis=(-3, -2, -1), keepdims=True)
+  hi = jnp.max(x, axis=(-3, -2, -1), keepdims=True)
+  return (x - lo) / jnp.where(hi > lo, hi - lo, 1.0)
 
 
 @functools.partial(jax.jit, static_argnames="downsample")
 def ncc_distances(queries: Any, candidates: Any, downsample: int = 2) -> jax.Array:
-    """Haim et al.'s CIFAR distance: squared L2 between per-image, per-channel
-    standardised images after a bicubic downsample by ``downsample``.
+  """Haim et al.'s CIFAR distance: squared L2 between per-image, per-channel
+  standardised images after a bicubic downsample by ``downsample``.
 
-    Equivalent to 2·P·(1 − normalised cross-correlation) for P = pixels per channel
-    after downsampling, summed over channels.
+  Equivalent to 2·P·(1 − normalised cross-correlation) for P = pixels per channel
+  after downsampling, summed over channels.
 
-    Args:
-      queries: float[Q, H, W, C].
-      candidates: float[M, H, W, C].
-      downsample: integer factor (2 in the reference code: ½ resolution).
-    Returns:
-      float32[Q, M] ≥ 0.
-    """
-    def prepare(x):
-        x = jnp.asarray(x, jnp.float32)
-        n, h, w, c = x.shape
-        x = jax.image.resize(x, (n, h // downsample, w // downsample, c), "bicubic")
-        mean = jnp.mean(x, axis=(1, 2), keepdims=True)
-        std = jnp.std(x, axis=(1, 2), keepdims=True)
-        return ((x - mean) / jnp.where(std > 0, std, 1.0)).reshape(n, -1)
+  Args:
+    queries: float[Q, H, W, C].
+    candidates: float[M, H, W, C].
+    downsample: integer factor (2 in the reference code: ½ resolution).
+  Returns:
+    float32[Q, M] ≥ 0.
+  """
+  def prepare(x):
+    x = jnp.asarray(x, jnp.float32)
+    n, h, w, c = x.shape
+    x = jax.image.resize(x, (n, h // downsample, w // downsample, c), "bicubic")
+    mean = jnp.mean(x, axis=(1, 2), keepdims=True)
+    std = jnp.std(x, axis=(1, 2), keepdims=True)
+    return ((x - mean) / jnp.where(std > 0, std, 1.0)).reshape(n, -1)
 
-    q, c = prepare(queries), prepare(candidates)
-    sq = (jnp.sum(q * q, axis=1)[:, None] + jnp.sum(c * c, axis=1)[None, :]
-          - 2 * jnp.matmul(q, c.T, precision=lax.Precision.HIGHEST))
-    return jnp.maximum(sq, 0.0)
+  q, c = prepare(queries), prepare(candidates)
+  sq = (jnp.sum(q * q, axis=1)[:, None] + jnp.sum(c * c, axis=1)[None, :]
+        - 2 * jnp.matmul(q, c.T, precision=lax.Precision.HIGHEST))
+  return jnp.maximum(sq, 0.0)
 
 
 def best_per_candidate(similarity: Any, larger_is_better: bool = True
                        ) -> tuple[jax.Array, jax.Array]:
-    """For every candidate (column), its best query (row): at most one match per candidate.
+  """For every candidate (column), its best query (row): at most one match per candidate.
 
-    Args:
-      similarity: float[..., Q, M], e.g. SSIM of Q reconstructions against M training
-        images (leading batch dims allowed).
-      larger_is_better: True for similarities (SSIM), False for distances.
-    Returns:
-      (value float[..., M], index int32[..., Q-axis argmax/argmin]).
-    """
-    s = jnp.asarray(similarity)
-    if larger_is_better:
-        return jnp.max(s, axis=-2), jnp.argmax(s, axis=-2).astype(jnp.int32)
-    return jnp.min(s, axis=-2), jnp.argmin(s, axis=-2).astype(jnp.int32)
+  Args:
+    similarity: float[..., Q, M], e.g. SSIM of Q reconstructions against M training
+      images (leading batch dims allowed).
+    larger_is_better: True for similarities (SSIM), False for distances.
+  Returns:
+    (value float[..., M], index int32[..., Q-axis argmax/argmin]).
+  """
+  s = jnp.asarray(similarity)
+  if larger_is_better:
+    return jnp.max(s, axis=-2), jnp.argmax(s, axis=-2).astype(jnp.int32)
+  return jnp.min(s, axis=-2), jnp.argmin(s, axis=-2).astype(jnp.int32)
 
 
 def matched_score(distances: Any, k: int = 10) -> jax.Array:
-    """Haim et al.'s in-run score: mean of the k smallest per-training-image distances.
+  """Haim et al.'s in-run score: mean of the k smallest per-training-image distances.
 
-    Each training image (column) is matched to its closest reconstruction (row), so a
-    reconstruction counts at most once per training image; lower is better.
+  Each training image (column) is matched to its closest reconstruction (row), so a
+  reconstruction counts at most once per training image; lower is better.
 
-    Args:
-      distances: float[..., Q, M] (e.g. `ncc_distances`), leading batch dims allowed.
-      k: number of best-matched training images averaged (10 in the reference); at most M.
-    Returns:
-      float[...] score.
-    Raises:
-      ValueError: k < 1 or k > M.
-    """
-    d = jnp.asarray(distances)
-    if not 1 <= k <= d.shape[-1]:
-        raise ValueError(f"k must be in [1, {d.shape[-1]}] (training images), got {k}")
-    best = jnp.min(d, axis=-2)
-    return jnp.mean(jnp.sort(best, axis=-1)[..., :k], axis=-1)
+  Args:
+    distances: float[..., Q, M] (e.g. `ncc_distances`), leading batch dims allowed.
+    k: number of best-matched training images averaged (10 in the reference); at most M.
+  Returns:
+    float[...] score.
+  Raises:
+    ValueError: k < 1 or k > M.
+  """
+  d = jnp.asarray(distances)
+  if not 1 <= k <= d.shape[-1]:
+    raise ValueError(f"k must be in [1, {d.shape[-1]}] (training images), got {k}")
+  best = jnp.min(d, axis=-2)
+  return jnp.mean(jnp.sort(best, axis=-1)[..., :k], axis=-1)
