@@ -168,7 +168,9 @@ class StepMetrics(NamedTuple):
   num_iter: jax.Array
 
 
-LOWER_LEVEL_STARTS = ("theta_star", "previous", "random")
+# Where each lower-level solve starts: θ*, the previous outer step's θ(x), or θ0 ~ U(0, 1)
+# ("uniform", the paper's random θ initialisation; "uniform" always means U(0, 1) draws).
+LOWER_LEVEL_STARTS = ("theta_star", "previous", "uniform")
 
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -206,7 +208,7 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
       hypergradient.{solve, cg_tol, cg_maxiter, and optionally damping (default 0),
       neumann_alpha (0), neumann_steps (100)}, optimizer, lr, lr_schedule, steps, project.
     labels: float[n] in {−1, +1}, the known labels of the unknown images.
-    key: PRNG key for the ``"random"`` lower-level start (folded with the step number).
+    key: PRNG key for the ``"uniform"`` lower-level start (folded with the step number).
     box: (low, high) pixel bounds for the projection, broadcastable to the images.
   Returns:
     The `Attack`; its state is an `AttackState`, its metrics `StepMetrics` (the first,
