@@ -12,7 +12,7 @@ import scipy.optimize
 from jax.flatten_util import ravel_pytree
 
 from trdr import data, models, victim
-from trdr.attacks import decoreco
+from trdr.attacks import decoreco, gradient_norm
 
 ALPHA = 20.0
 PRIOR = dict(x_min=-1.0, x_max=1.0, lambda_min=0.05, lambda_weight=5.0)
@@ -129,7 +129,7 @@ def test_gradient_norm_loss_is_weight_decay_residual_at_sigmoid_multipliers(x64)
   params, images, _, labels, apply_fn = _small_problem("binary", "softplus")
   wd = 0.3
   lambdas = jax.nn.sigmoid(-labels * apply_fn(params, images))
-  eq3 = decoreco.gradient_norm_loss(params, images, labels, apply_fn=apply_fn, weight_decay=wd)
+  eq3 = gradient_norm.loss(params, images, labels, apply_fn=apply_fn, weight_decay=wd)
   kkt = decoreco.stationarity_residual(params, images, lambdas, labels, apply_fn=apply_fn,
                                        form="weight_decay", weight_decay=wd)
   assert float(eq3) > 1e-6
