@@ -11,7 +11,7 @@ import numpy as np
 import optax.tree
 import pytest
 
-from trdr import data, experiment, io, loop, models, paper, victim
+from trdr import data, experiment, io, loop, models, paper, plotting, victim
 from trdr.attacks import bilevel, init as inits
 from trdr.configs import bilevel_affine
 
@@ -53,7 +53,9 @@ def _point(records, lambda1, lambda2):
 
 
 def test_writes_every_artefact(smoke_run):
+  """Its files, and the figures `plotting.run_figures` draws from them alone."""
   workdir, records = smoke_run
+  plotting.run_figures(workdir)
   for name in ("config.json", "landscape.json", "results.npz", "metrics.jsonl",
                "victim/victim.msgpack"):
     assert os.path.exists(os.path.join(workdir, name)), name

@@ -77,8 +77,9 @@ def run_dir(workdir: str, name: str) -> str:
 
 
 def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -> None:
-  """`experiment.run` of ``mode`` into ``directory`` (and its figures), unless it finished
-  there with this same config; an unfinished run of the same config is resumed.
+  """`experiment.run` of ``mode`` into ``directory``, unless it finished there with this
+  same config; an unfinished run of the same config is resumed. Only the artefacts are
+  drawn (`make`); a run's own figures are `plotting.run_figures` away.
 
   Raises:
     FileExistsError: ``directory`` holds a finished run of a different config (finished
@@ -91,7 +92,6 @@ def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -
     logging.info("Reusing the finished run %s", directory)
     return
   experiment.run(config, directory, mode)
-  plotting.run_figures(directory)
 
 
 # ------------------------------------------------------------------------- drawing
