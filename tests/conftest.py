@@ -1,8 +1,15 @@
 """Shared fixtures."""
 
+import contextlib
 import os
+import pathlib
+import shlex
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 
 import filelock
 import jax
@@ -30,29 +37,100 @@ def x64_module():
   yield from _enable_x64()
 
 
+# ------------------------------------------------- the :smoke report, built once per session
+#
+# `experiments/report.py --config=configs/report.py:smoke` takes about 2.5 minutes, most of
+# it XLA compilation, and four test files read its runs. It is started in the background as
+# soon as a test process has collected a test that needs it, so it runs beside the tests
+# that do not (the two xdist workers never idle on it), and it runs once per session: its
+# directory is shared by the controller, the workers and their subprocesses through an
+# environment variable the controller sets before the workers start.
+
+_SESSION_DIR = "TRDR_TEST_SESSION_DIR"
+_REPORT_TIMEOUT_S = 1800
+
+
+def pytest_configure(config):
+  del config
+  if _SESSION_DIR not in os.environ:  # the controller (or a run without xdist)
+    os.environ[_SESSION_DIR] = tempfile.mkdtemp(prefix="trdr-tests-")
+
+
+def pytest_unconfigure(config):
+  del config
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    return
+  session = pathlib.Path(os.environ.pop(_SESSION_DIR))
+  pid_file = session / "report_smoke.pid"
+  if pid_file.exists() and not (session / "report_smoke.returncode").exists():
+    with contextlib.suppress(ProcessLookupError):  # a session cut short: stop its report
+      os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+  shutil.rmtree(session, ignore_errors=True)
+
+
+@pytest.hookimpl(trylast=True)  # after -k / --deselect have chosen the items
+def pytest_collection_modifyitems(config, items):
+  del config
+  if any("smoke_report_dir" in getattr(item, "fixturenames", ()) for item in items):
+    _start_smoke_report()
+
+
+def _start_smoke_report() -> pathlib.Path:
+  """Starts the :smoke report in the background unless a process of this session has;
+  returns its work dir. Its exit status goes to `report_smoke.returncode` when it ends
+  (written by rename, so a reader never sees half of it), its output to `.log`."""
+  session = pathlib.Path(os.environ[_SESSION_DIR])
+  workdir = session / "report_smoke"
+  with filelock.FileLock(session / "report_smoke.lock"):
+    pid_file = session / "report_smoke.pid"
+    if not pid_file.exists():
+      env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+          p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+      command = [sys.executable, os.path.join(REPO, "experiments", "report.py"),
+                 f"--config={os.path.join(REPO, 'configs', 'report.py')}:smoke",
+                 f"--workdir={workdir}"]
+      rc = session / "report_smoke.returncode"
+      log = shlex.quote(str(session / "report_smoke.log"))
+      done = f"echo $? > {shlex.quote(f'{rc}.tmp')} && mv {shlex.quote(f'{rc}.tmp')} " + (
+          shlex.quote(str(rc)))
+      # A new process group (killed as one) whose shell leaves the job running alone, so
+      # no process of the session has a child to wait for.
+      shell = subprocess.Popen(
+          ["sh", "-c", f"({shlex.join(command)} > {log} 2>&1; {done}) < /dev/null &"],
+          cwd=REPO, env=env, start_new_session=True)
+      shell.wait()
+      pid_file.write_text(str(shell.pid))  # = the group's id
+  return workdir
+
+
 @pytest.fixture(scope="session")
-def smoke_report_dir(tmp_path_factory):
+def smoke_report_dir():
   """A work dir where `experiments/report.py --config=configs/report.py:smoke` has run.
 
   It holds the finished :smoke runs of Figs. 1–4 (paper_figures/) and Figs. 5–12
   (decoreco_figures/), which the landscape, DecoReco, paper and report tests reuse, and
-  report.md. Run once per test session in a subprocess (about 2 minutes on 2 CPU cores),
-  so JAX's process-wide settings stay untouched here. With pytest-xdist the workers
-  share it: the first to need it computes it under a file lock, the others wait for it.
+  report.md. Run once per test session in a background subprocess (see above), so JAX's
+  process-wide settings stay untouched here; this waits for it to finish.
   """
-  root = tmp_path_factory.getbasetemp()
-  if os.environ.get("PYTEST_XDIST_WORKER"):
-    root = root.parent  # the directory every worker's base temp lives in
-  workdir = root / "report_smoke"
-  with filelock.FileLock(f"{workdir}.lock"):
-    if not (workdir / "report.md").exists():
-      env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-          p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
-      done = subprocess.run(
-          [sys.executable, os.path.join(REPO, "experiments", "report.py"),
-           f"--config={os.path.join(REPO, 'configs', 'report.py')}:smoke",
-           f"--workdir={workdir}"], cwd=REPO, env=env, capture_output=True, text=True)
-      if done.returncode:
-        pytest.fail(f"experiments/report.py failed ({done.returncode}):\n"
-                    f"{done.stderr[-4000:]}")
+  workdir = _start_smoke_report()
+  rc = workdir.parent / "report_smoke.returncode"
+  deadline = time.monotonic() + _REPORT_TIMEOUT_S
+  group = int((workdir.parent / "report_smoke.pid").read_text())
+  while not rc.exists():
+    if not _alive(group) and not rc.exists():
+      pytest.fail("the background experiments/report.py ended without an exit status")
+    if time.monotonic() > deadline:
+      pytest.fail(f"experiments/report.py did not finish in {_REPORT_TIMEOUT_S} s")
+    time.sleep(0.5)
+  if int(rc.read_text()):
+    log = (workdir.parent / "report_smoke.log").read_text()
+    pytest.fail(f"experiments/report.py failed ({rc.read_text().strip()}):\n{log[-4000:]}")
   return str(workdir)
+
+
+def _alive(group: int) -> bool:
+  try:
+    os.killpg(group, 0)
+  except ProcessLookupError:
+    return False
+  return True

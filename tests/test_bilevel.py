@@ -30,8 +30,8 @@ def _problem(n=6, shape=(4, 4, 1), seed=0, dtype=jnp.float64, tol=1e-12):
   apply_fn = lambda p, x: model.apply({"params": p}, x)
   energy_fn = functools.partial(victim.energy, apply_fn=apply_fn, weight_decay=WD)
   theta0 = models.init_params(model, jax.random.key(seed), shape, dtype)
-  theta_star, info = victim.minimize_energy(lambda p: energy_fn(p, x_true, labels), theta0,
-                                            max_iter=500, tol=tol)
+  theta_star, info = jax.jit(lambda p: victim.minimize_energy(
+      lambda q: energy_fn(q, x_true, labels), p, max_iter=500, tol=tol))(theta0)
   assert info.grad_norm < tol
   x = jnp.asarray(rng.uniform(size=(n, *shape)), dtype)  # the attack's current iterate
   return x, x_true, labels, theta_star, energy_fn
@@ -41,7 +41,7 @@ def _hypergradient(solve, x, labels, theta_star, energy_fn, theta_init, **kw):
   lower_level = bilevel.make_lower_level(energy_fn, max_iter=500, tol=1e-12, memory_size=10,
                                          solve=solve, **kw)
   loss = lambda x: bilevel.param_distance(theta_star, lower_level(theta_init, x, labels)[0])
-  return jax.grad(loss)(x)
+  return jax.jit(jax.grad(loss))(x)
 
 
 def _upper_loss(x, labels, theta_star, energy_fn):
@@ -83,8 +83,8 @@ def test_matches_jaxopt_custom_root(x64):
     return victim.minimize_energy(lambda p: energy_fn(p, images, labels), theta_init,
                                   max_iter=500, tol=1e-12)[0]
 
-  reference = jax.grad(
-      lambda z: bilevel.param_distance(theta_star, solver(theta_star, z, labels)))(x)
+  reference = jax.jit(jax.grad(
+      lambda z: bilevel.param_distance(theta_star, solver(theta_star, z, labels))))(x)
   ours = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
   assert _rel_err(ours, reference) < 1e-10
 
@@ -92,7 +92,7 @@ def test_matches_jaxopt_custom_root(x64):
 def test_cg_hypergradient_matches_unrolled_lower_level_solver(x64):
   """Forward-mode differentiation through the L-BFGS iterations themselves."""
   x, _, labels, theta_star, energy_fn = _problem(seed=2)
-  unrolled = jax.jacfwd(lambda z: _upper_loss(z, labels, theta_star, energy_fn))(x)
+  unrolled = jax.jit(jax.jacfwd(lambda z: _upper_loss(z, labels, theta_star, energy_fn)))(x)
   implicit = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
   err = _rel_err(implicit, unrolled)
   assert err < 1e-6, f"relative error to unrolled differentiation {err:.2e}"
@@ -103,13 +103,13 @@ def test_quasi_newton_inverse_hessian_satisfies_secant_equation(x64):
   step exactly (H⁻¹ y_k = s_k), whatever the older pairs."""
   x, _, labels, theta_star, energy_fn = _problem(seed=3)
   theta0 = jax.tree.map(jnp.zeros_like, theta_star)
-  _, info = victim.minimize_energy(lambda p: energy_fn(p, x, labels), theta0,
-                                   max_iter=7, tol=0.0, memory_size=4)
+  _, info = jax.jit(lambda t: victim.minimize_energy(
+      lambda p: energy_fn(p, x, labels), t, max_iter=7, tol=0.0, memory_size=4))(theta0)
   memory = info.memory
   newest = (int(memory.count) - 2) % 4
   pick = lambda tree: jax.tree.map(lambda leaf: leaf[newest], tree)
   s, y = pick(memory.diff_params_memory), pick(memory.diff_updates_memory)
-  hy = solves.quasi_newton_inverse_hessian(memory, y)
+  hy = jax.jit(solves.quasi_newton_inverse_hessian)(memory, y)
   assert optax.tree.norm(optax.tree.sub(hy, s)) < 1e-10 * optax.tree.norm(s)
 
 

@@ -42,7 +42,8 @@ def _small_problem(form, activation, m=6, shape=(4, 4, 2), widths=(6, 5), seed=0
 
 
 def _reference_loss(params, images, lambdas, labels, *, apply_fn, form, weight_decay):
-  """The same loss with one explicit jax.grad per candidate, summed in a Python loop."""
+  """The same loss with one explicit jax.grad per candidate, summed in a Python loop
+  (unrolled under jit: ``labels`` is a tuple of Python numbers, a static argument)."""
   m = images.shape[0]
 
   def signed_output(p, x, y):
@@ -73,17 +74,20 @@ def test_loss_and_gradients_match_per_sample_reference(x64, form):
   loss = jax.jit(functools.partial(decoreco.stationarity_loss, **kw, **PRIOR))
   grad = jax.jit(jax.grad(functools.partial(decoreco.stationarity_loss, **kw, **PRIOR),
                           argnums=(1, 2)))
-  reference = functools.partial(_reference_loss, **kw)
+  reference = jax.jit(functools.partial(_reference_loss, **kw), static_argnums=3)
+  reference_grad = jax.jit(jax.grad(functools.partial(_reference_loss, **kw), argnums=(1, 2)),
+                           static_argnums=3)
+  static_labels = tuple(np.asarray(labels).tolist())
 
   value, expected = loss(params, images, lambdas, labels), reference(
-      params, images, lambdas, labels)
+      params, images, lambdas, static_labels)
   assert value.dtype == jnp.float64
   assert abs(float(value - expected)) < 1e-10 * abs(float(expected))
   # Both prior terms are active, so their gradients are checked too.
   assert float(decoreco.prior_penalty(images, lambdas, **PRIOR)) > 0
   assert jnp.any(jnp.abs(images) > 1) and jnp.any(lambdas < 0.05)
   gx, gl = grad(params, images, lambdas, labels)
-  rx, rl = jax.grad(reference, argnums=(1, 2))(params, images, lambdas, labels)
+  rx, rl = reference_grad(params, images, lambdas, static_labels)
   assert _rel_err(gx, rx) < 1e-10
   assert _rel_err(gl, rl) < 1e-10
 
@@ -202,16 +206,18 @@ def test_residual_vanishes_at_true_training_set_of_converged_victim(x64):
   assert victim.accuracy(apply_fn(theta, x), y) == 1.0
 
   flat_theta, unravel = ravel_pytree(theta)
+  jacobian = jax.jit(lambda images: jax.jacrev(
+      lambda f: y * apply_fn(unravel(f), images))(flat_theta).T / images.shape[0])
+  residual_at = jax.jit(lambda images, lambdas: decoreco.stationarity_residual(
+      theta, images, lambdas, y, apply_fn=apply_fn, form="weight_decay", weight_decay=wd))
 
   def fitted_residual(images):
     """min_{λ ≥ 0} of the residual by NNLS on the explicit Jacobian (a test-only oracle);
     returns (residual, λ, Jacobian A)."""
-    m = images.shape[0]
-    columns = jax.jacrev(lambda f: y * apply_fn(unravel(f), images))(flat_theta).T / m
+    columns = jacobian(images)
     lambdas, _ = scipy.optimize.nnls(np.asarray(columns), np.asarray(wd * flat_theta))
     lambdas = jnp.asarray(lambdas)
-    residual = decoreco.stationarity_residual(theta, images, lambdas, y, apply_fn=apply_fn,
-                                              form="weight_decay", weight_decay=wd)
+    residual = residual_at(images, lambdas)
     return float(residual), lambdas, np.asarray(columns)
 
   at_truth, lambdas, a = fitted_residual(x)

@@ -1,5 +1,6 @@
 """The landscape experiment end to end on its :smoke config: the numbers it writes."""
 
+import functools
 import json
 import os
 import subprocess
@@ -139,19 +140,10 @@ def test_resumes_after_a_crash_with_the_same_results(smoke_run, tmp_path, monkey
   assert _logged_steps(workdir) == [10, 20, 30]
 
 
-@pytest.mark.parametrize("batch_size", [9, 4, 1])
-def test_vmapped_grid_equals_one_by_one(x64, batch_size):
-  """The eq. 10 grid as one computation, vmapped whole (9) or in batches (4 leaves a
-  remainder, 1 is a sequential map), gives the per-initialisation results.
-
-  Step by step: each outer step of `loop.run_grid` on the grid is compared with
-  `attack.step` on each grid point's copy of the same state, so both start from
-  identical inputs and may differ only within the solvers' tolerances (a vmapped L-BFGS
-  may stop one iteration earlier or later than the unbatched one when ||∇θE|| lands
-  near its tolerance; XLA's AVX2 and AVX-512 code round differently), bounded below.
-  Plain gradient steps (eq. 7's "sgd"), not Adam: Adam's step lr·m/(√v + ε) amplifies
-  a hypergradient difference by up to lr/ε = 1e6 wherever |∇x l| ≲ ε = 1e-8.
-  """
+@functools.cache
+def _grid_problem():
+  """The float64 grid problem of `test_vmapped_grid_equals_one_by_one`, built (θ* trained,
+  the unbatched step compiled) once for its three batch sizes; call under x64."""
   config = smoke_config()
   config.data.n_per_class = 5
   config.attack.optimizer = "sgd"
@@ -167,8 +159,25 @@ def test_vmapped_grid_equals_one_by_one(x64, batch_size):
                          jnp.asarray(task.partition_images, jnp.float64), x_rnd)
   attack = bilevel.build(target, config.attack, jnp.asarray(task.train_labels, jnp.float64),
                          key=jax.random.key(2))
-  grid_step = jax.jit(lambda s: loop.run_grid(attack.step, s, 1, batch_size))
   single_step = jax.jit(attack.step)
+  return config, x0, attack, single_step
+
+
+@pytest.mark.parametrize("batch_size", [9, 4, 1])
+def test_vmapped_grid_equals_one_by_one(x64, batch_size):
+  """The eq. 10 grid as one computation, vmapped whole (9) or in batches (4 leaves a
+  remainder, 1 is a sequential map), gives the per-initialisation results.
+
+  Step by step: each outer step of `loop.run_grid` on the grid is compared with
+  `attack.step` on each grid point's copy of the same state, so both start from
+  identical inputs and may differ only within the solvers' tolerances (a vmapped L-BFGS
+  may stop one iteration earlier or later than the unbatched one when ||∇θE|| lands
+  near its tolerance; XLA's AVX2 and AVX-512 code round differently), bounded below.
+  Plain gradient steps (eq. 7's "sgd"), not Adam: Adam's step lr·m/(√v + ε) amplifies
+  a hypergradient difference by up to lr/ε = 1e6 wherever |∇x l| ≲ ε = 1e-8.
+  """
+  config, x0, attack, single_step = _grid_problem()
+  grid_step = jax.jit(lambda s: loop.run_grid(attack.step, s, 1, batch_size))
 
   # Error argument. Affine victim θ = (w, c), u_i = (x_i, 1), E = (1/n) Σ ℓ(y_i θ·u_i)
   # + (wd/2)||θ||² with ℓ = softplus(−·): 0 < ℓ'' ≤ 1/4, |ℓ'| < 1, |ℓ'''| ≤ ℓ''.

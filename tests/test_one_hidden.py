@@ -33,8 +33,8 @@ def _problem(activation="softplus", n=6, shape=(4, 4, 1), width=8, seed=0, tol=1
   apply_fn = lambda p, x: model.apply({"params": p}, x)
   energy_fn = functools.partial(victim.energy, apply_fn=apply_fn, weight_decay=WD)
   theta0 = models.init_params(model, jax.random.key(seed), shape, jnp.float64)
-  theta_star, info = victim.minimize_energy(lambda p: energy_fn(p, x_true, labels), theta0,
-                                            max_iter=2000, tol=tol)
+  theta_star, info = jax.jit(lambda p: victim.minimize_energy(
+      lambda q: energy_fn(q, x_true, labels), p, max_iter=2000, tol=tol))(theta0)
   assert info.grad_norm < tol
   x = jnp.clip(x_true + 0.1 * jnp.asarray(rng.normal(size=x_true.shape)), 0.0, 1.0)
   return x, labels, theta_star, energy_fn
@@ -44,7 +44,7 @@ def _hypergradient(solve, x, labels, theta_star, energy_fn, **kw):
   lower_level = bilevel.make_lower_level(energy_fn, max_iter=2000, tol=1e-12, memory_size=10,
                                          solve=solve, **kw)
   loss = lambda z: bilevel.param_distance(theta_star, lower_level(theta_star, z, labels)[0])
-  return jax.grad(loss)(x)
+  return jax.jit(jax.grad(loss))(x)
 
 
 def _rel_err(a, b):
@@ -56,6 +56,7 @@ def _cosine(a, b):
   return float(jnp.vdot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b)))
 
 
+@functools.partial(jax.jit, static_argnums=(3,))
 def _dense_hypergradient(x, labels, theta_star, energy_fn, damping):
   """−(∂x∇θE)ᵀ (H + μI)⁻¹ ∇θ l with every matrix formed densely (a few hundred entries)."""
   theta, _ = victim.minimize_energy(lambda p: energy_fn(p, x, labels), theta_star,
@@ -160,14 +161,14 @@ def test_damped_quasi_newton_pairs_satisfy_the_shifted_secant_equation(problem):
   """After `damp_memory`, the two-loop recursion maps y_k + μ s_k to s_k exactly: it is an
   inverse-Hessian approximation of H + μI."""
   x, labels, theta_star, energy_fn = problem
-  _, info = victim.minimize_energy(lambda p: energy_fn(p, x, labels), theta_star,
-                                   max_iter=6, tol=0.0, memory_size=4)
+  _, info = jax.jit(lambda t: victim.minimize_energy(
+      lambda p: energy_fn(p, x, labels), t, max_iter=6, tol=0.0, memory_size=4))(theta_star)
   mu = 0.3
-  damped = linear_solve.damp_memory(info.memory, mu)
+  damped = jax.jit(linear_solve.damp_memory)(info.memory, mu)
   newest = (int(info.memory.count) - 2) % 4
   pick = lambda tree: jax.tree.map(lambda leaf: leaf[newest], tree)
   s, y = pick(info.memory.diff_params_memory), pick(info.memory.diff_updates_memory)
-  hy = linear_solve.quasi_newton_inverse_hessian(damped, optax.tree.add_scale(y, mu, s))
+  hy = jax.jit(linear_solve.quasi_newton_inverse_hessian)(damped, optax.tree.add_scale(y, mu, s))
   assert optax.tree.norm(optax.tree.sub(hy, s)) < 1e-10 * optax.tree.norm(s)
   # Empty slots stay empty; μ = 0 leaves the pairs as they were.
   assert np.array_equal(np.asarray(damped.weights_memory) == 0,
