@@ -41,10 +41,21 @@ def x64_module():
 #
 # `experiments/report.py --config=configs/report.py:smoke` takes about 2.5 minutes, most of
 # it XLA compilation, and four test files read its runs. It is started in the background as
-# soon as a test process has collected a test that needs it, so it runs beside the tests
-# that do not (the two xdist workers never idle on it), and it runs once per session: its
-# directory is shared by the controller, the workers and their subprocesses through an
-# environment variable the controller sets before the workers start.
+# soon as a test process has collected a test that needs it, and the tests that need it are
+# run last (`pytest_collection_modifyitems`), so it runs beside the tests that do not and
+# the two xdist workers do not idle on it. It runs once per session: its directory is
+# shared by the controller, the workers and their subprocesses through an environment
+# variable the controller sets before the workers start.
+#
+# The subprocesses (the report, and the command-line, resume and notebook tests, which run
+# the report's :smoke landscape again) share one JAX persistent compilation cache in that
+# directory (`subprocess_env`): a program the report compiled is loaded, not compiled
+# again. An entry is the compiled executable itself, keyed by the program, the XLA flags
+# (the pinned ISA included), the devices and the jax version, so a process gets exactly
+# the code it would have compiled and its results are bitwise the same. A max size turns
+# on the cache's file lock, so concurrent processes never read a half-written entry. The
+# test processes themselves do not use it: writing their many small op-by-op programs
+# cost more than it saved (measured).
 
 _SESSION_DIR = "TRDR_TEST_SESSION_DIR"
 _REPORT_TIMEOUT_S = 1800
@@ -54,6 +65,23 @@ def pytest_configure(config):
   del config
   if _SESSION_DIR not in os.environ:  # the controller (or a run without xdist)
     os.environ[_SESSION_DIR] = tempfile.mkdtemp(prefix="trdr-tests-")
+
+
+def _subprocess_env() -> dict[str, str]:
+  session = os.environ[_SESSION_DIR]
+  return {**os.environ,
+          "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
+          "JAX_COMPILATION_CACHE_DIR": os.path.join(session, "xla_cache"),
+          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+          "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+          "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 << 30)}
+
+
+@pytest.fixture(scope="session")
+def subprocess_env() -> dict[str, str]:
+  """The environment for a test's subprocess: this one, the repository on PYTHONPATH and
+  the session's shared XLA compilation cache (see above)."""
+  return _subprocess_env()
 
 
 def pytest_unconfigure(config):
@@ -70,9 +98,15 @@ def pytest_unconfigure(config):
 
 @pytest.hookimpl(trylast=True)  # after -k / --deselect have chosen the items
 def pytest_collection_modifyitems(config, items):
+  """Starts the :smoke report if a chosen test needs it, and moves the test files that
+  need it to the end, and within such a file the tests that need it after those that do
+  not (xdist hands out whole files; a stable sort, so every worker sorts alike)."""
   del config
-  if any("smoke_report_dir" in getattr(item, "fixturenames", ()) for item in items):
+  needs = lambda item: "smoke_report_dir" in getattr(item, "fixturenames", ())
+  files = {item.path for item in items if needs(item)}
+  if files:
     _start_smoke_report()
+    items.sort(key=lambda item: (item.path in files, needs(item)))
 
 
 def _start_smoke_report() -> pathlib.Path:
@@ -84,8 +118,7 @@ def _start_smoke_report() -> pathlib.Path:
   with filelock.FileLock(session / "report_smoke.lock"):
     pid_file = session / "report_smoke.pid"
     if not pid_file.exists():
-      env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-          p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
+      env = _subprocess_env()
       command = [sys.executable, os.path.join(REPO, "experiments", "report.py"),
                  f"--config={os.path.join(REPO, 'configs', 'report.py')}:smoke",
                  f"--workdir={workdir}"]

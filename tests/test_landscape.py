@@ -3,6 +3,7 @@
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -113,33 +114,6 @@ def test_finished_run_is_not_overwritten(smoke_run):
     experiment.run(smoke_config(), workdir, "landscape")
 
 
-def test_resumes_after_a_crash_with_the_same_results(smoke_run, tmp_path, monkeypatch):
-  """A run that dies after its first chunk resumes from the checkpoint and ends with the
-  uninterrupted run's numbers; the saved θ* is reused rather than retrained."""
-  reference_dir, reference = smoke_run
-  workdir = str(tmp_path)
-  original = io.append_metrics
-
-  def crash_at_step_20(directory, record):
-    if record["step"] == 20:
-      raise KeyboardInterrupt("simulated crash")
-    original(directory, record)
-
-  monkeypatch.setattr(io, "append_metrics", crash_at_step_20)
-  with pytest.raises(KeyboardInterrupt):
-    experiment.run(smoke_config(), workdir, "landscape")
-  assert not os.path.exists(os.path.join(workdir, "landscape.json"))
-  monkeypatch.setattr(io, "append_metrics", original)
-  monkeypatch.setattr(victim, "train", lambda *a, **k: pytest.fail("θ* was retrained"))
-  records = experiment.run(smoke_config(), workdir, "landscape")
-  np.testing.assert_allclose([r["param_distance"] for r in records],
-                             [r["param_distance"] for r in reference], rtol=1e-5, atol=1e-9)
-  resumed = np.load(os.path.join(workdir, "results.npz"))
-  uninterrupted = np.load(os.path.join(reference_dir, "results.npz"))
-  np.testing.assert_allclose(resumed["final_images"], uninterrupted["final_images"], atol=1e-5)
-  assert _logged_steps(workdir) == [10, 20, 30]
-
-
 @functools.cache
 def _grid_problem():
   """The float64 grid problem of `test_vmapped_grid_equals_one_by_one`, built (θ* trained,
@@ -233,8 +207,11 @@ def test_vmapped_grid_equals_one_by_one(x64, batch_size):
     states = next_v
 
 
-def test_command_line_with_user_npz_and_class_override(tmp_path):
-  """The README's override example on a user .npz of 28×28 grayscale images."""
+def test_command_line_with_user_npz_and_class_override(smoke_report_dir, subprocess_env,
+                                                       tmp_path):
+  """The README's override example on a user .npz of 28×28 grayscale images, run with
+  --overwrite over a finished run of another config (a copy of the :smoke report's
+  landscape): recomputed from scratch, nothing of the old run (θ* included) reused."""
   rng = np.random.default_rng(0)
   path = tmp_path / "my.npz"
   np.savez(path, train_images=rng.integers(0, 256, (400, 28, 28), dtype=np.uint8),
@@ -242,19 +219,28 @@ def test_command_line_with_user_npz_and_class_override(tmp_path):
            test_images=rng.integers(0, 256, (50, 28, 28), dtype=np.uint8),
            test_labels=np.arange(50) % 10)
   workdir = tmp_path / "run"
+  shutil.copytree(paper.run_dir(smoke_report_dir, "landscape_bilevel"), workdir)
   cmd = [sys.executable, os.path.join(REPO, "experiments", "landscape.py"),
          f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
          f"--workdir={workdir}", "--config.data.source=npz", f"--config.data.path={path}",
          "--config.data.classes=((0,2,4,6,8),(1,3,5,7,9))", "--config.attack.steps=10"]
-  subprocess.run(cmd, check=True, capture_output=True, cwd=tmp_path, timeout=600)
+  refused = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path,
+                           env=subprocess_env, timeout=600)
+  assert refused.returncode != 0 and "--overwrite" in refused.stderr
+  done = subprocess.run(cmd + ["--overwrite"], capture_output=True, text=True, cwd=tmp_path,
+                        env=subprocess_env, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert "Resuming" not in done.stderr and "Reusing θ*" not in done.stderr
   saved = io.read_json(workdir / "config.json")
   assert saved["data"]["classes"] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+  assert _logged_steps(workdir) == [10]
   results = np.load(workdir / "results.npz")
   assert results["final_images"].shape == (9, 40, 28, 28, 1)
   gt = _point(io.read_json(workdir / "landscape.json"), 1.0, 1.0)
   assert gt["l2_to_train"] < 1e-2
-  bad = cmd[:-1] + ["--config.attack.stepz=10"]
-  failed = subprocess.run(bad, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+  bad = cmd + ["--config.attack.stepz=10"]
+  failed = subprocess.run(bad, capture_output=True, text=True, cwd=tmp_path,
+                          env=subprocess_env, timeout=600)
   assert failed.returncode != 0 and "stepz" in failed.stderr
 
 

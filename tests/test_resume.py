@@ -9,29 +9,16 @@ import time
 import numpy as np
 import pytest
 
-from trdr import io
+from trdr import io, paper
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = 30
 
 
 def _command(workdir, *extra):
+  """The :smoke landscape, exactly as the :smoke report ran it (paper.RUNS)."""
   return [sys.executable, os.path.join(REPO, "experiments", "landscape.py"),
           f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
-          f"--workdir={workdir}", f"--config.attack.steps={STEPS}",
-          "--config.data.n_per_class=10",            # the protocol, not the size, is tested
-          "--config.attack.log_every=1", *extra]
-
-
-def _start(workdir, *extra):
-  return subprocess.Popen(_command(workdir, *extra), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, cwd=REPO)
-
-
-def _finish(proc, timeout=300):
-  out, err = proc.communicate(timeout=timeout)
-  assert proc.returncode == 0, err[-3000:]
-  return err
+          f"--workdir={workdir}", *extra]
 
 
 def _results(workdir):
@@ -54,66 +41,60 @@ def processes():
     proc.communicate()
 
 
-def test_sigkilled_run_resumes_to_the_same_results(tmp_path, processes):
-  """SIGKILL after a chunk was checkpointed, start the same command again: results.npz
-  bitwise equal to an uninterrupted run's, the same landscape.json, one metrics line per
-  step. A finished run is refused without --overwrite and recomputed with it.
+def test_sigkilled_run_resumes_to_the_same_results(smoke_report_dir, subprocess_env,
+                                                    tmp_path, processes):
+  """SIGKILL right after the first chunk was checkpointed, start the same command again:
+  results.npz bitwise equal to an uninterrupted run's, the same landscape.json, one
+  metrics line per logged step. A finished run is then refused without --overwrite.
 
-  Two runs go at a time (2 cores): the killed/resumed one beside the uninterrupted one,
-  which is then refused and overwritten.
+  The uninterrupted run is the :smoke report's (conftest.py), with the same config, so
+  only the killed run and its resumption run here.
   """
-  killed, reference = tmp_path / "killed", tmp_path / "reference"
-  uninterrupted = _start(reference)
-  proc = _start(killed)
-  processes += [uninterrupted, proc]
+  reference = paper.run_dir(smoke_report_dir, "landscape_bilevel")
+  killed = tmp_path / "killed"
+  proc = subprocess.Popen(_command(killed), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, cwd=REPO, env=subprocess_env)
+  processes.append(proc)
   deadline = time.time() + 300
   while not os.path.exists(killed / io.CHECKPOINT_FILE):
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     assert time.time() < deadline, "no checkpoint within 300 s"
-    time.sleep(0.01)
+    time.sleep(0.005)
   os.kill(proc.pid, signal.SIGKILL)
   proc.communicate(timeout=60)
   assert proc.returncode == -signal.SIGKILL
+  assert io.read_json(killed / io.CONFIG_FILE) == io.read_json(
+      os.path.join(reference, io.CONFIG_FILE))
   assert not os.path.exists(killed / "landscape.json")
   assert not os.path.exists(killed / "results.npz")
-  # Killed during the attack. Often right after the first checkpoint and before its
+  # Killed during the attack as a rule (its 30 steps take about a second after the first
+  # checkpoint, the evaluation after them ten), often before the checkpointed chunk's
   # metrics line: the resumed run must still log that chunk once.
-  assert len(io.read_metrics(killed)) < STEPS
-  resume = _start(killed)
-  processes.append(resume)
+  killed_at = len(io.read_metrics(killed))
 
-  _finish(uninterrupted)
-  expected = _results(reference)
-  expected_records = io.read_json(reference / "landscape.json")
-  expected_metrics = _without_timing(io.read_metrics(reference))
-  assert expected["history_upper_loss"].shape == (9, STEPS)
-  assert [r["step"] for r in expected_metrics] == list(range(1, STEPS + 1))
-  # A finished run is left alone without --overwrite ...
-  before = (reference / "results.npz").read_bytes()
-  again = subprocess.run(_command(reference), capture_output=True, text=True, cwd=REPO,
-                         timeout=300)
-  assert again.returncode != 0 and "--overwrite" in again.stderr
-  assert (reference / "results.npz").read_bytes() == before
-  # ... and recomputed from scratch with it (checked below).
-  overwrite = _start(reference, "--overwrite")
-  processes.append(overwrite)
-
-  err = _finish(resume)
-  assert "Resuming from step" in err and "Reusing θ*" in err
-  resumed = _results(killed)
+  resume = subprocess.run(_command(killed), capture_output=True, text=True, cwd=REPO,
+                          env=subprocess_env, timeout=600)
+  assert resume.returncode == 0, resume.stderr[-3000:]
+  assert "Resuming from step" in resume.stderr and "Reusing θ*" in resume.stderr
+  expected, resumed = _results(reference), _results(killed)
   assert resumed.keys() == expected.keys()
   for name in expected:
     assert resumed[name].dtype == expected[name].dtype, name
     assert np.array_equal(resumed[name], expected[name]), name
-  assert io.read_json(killed / "landscape.json") == expected_records
-  # One line per step, no duplicate or lost chunk, with the uninterrupted run's numbers.
+  assert io.read_json(killed / "landscape.json") == io.read_json(
+      os.path.join(reference, "landscape.json"))
+  # One line per logged step, no duplicate or lost chunk, with the uninterrupted numbers.
+  expected_metrics = _without_timing(io.read_metrics(reference))
+  assert [r["step"] for r in expected_metrics] == [10, 20, 30]
   assert _without_timing(io.read_metrics(killed)) == expected_metrics
+  print(f"killed after {killed_at} of 3 metrics lines")
 
-  err = _finish(overwrite)
-  assert "Resuming" not in err and f"step 1/{STEPS} " in err
-  rerun = _results(reference)
-  assert all(np.array_equal(rerun[name], expected[name]) for name in expected)
-  assert _without_timing(io.read_metrics(reference)) == expected_metrics
+  # A finished run is left alone without --overwrite (--overwrite: test_landscape.py).
+  before = (killed / "results.npz").read_bytes()
+  again = subprocess.run(_command(killed), capture_output=True, text=True, cwd=REPO,
+                         env=subprocess_env, timeout=300)
+  assert again.returncode != 0 and "--overwrite" in again.stderr
+  assert (killed / "results.npz").read_bytes() == before
 
 
 def test_metrics_file_survives_a_kill_mid_append(tmp_path):
