@@ -59,6 +59,7 @@ def x64_module():
 
 _SESSION_DIR = "TRDR_TEST_SESSION_DIR"
 _REPORT_TIMEOUT_S = 1800
+_WORKER_NICENESS = 10
 
 
 def pytest_configure(config):
@@ -107,6 +108,10 @@ def pytest_collection_modifyitems(config, items):
   if files:
     _start_smoke_report()
     items.sort(key=lambda item: (item.path in files, needs(item)))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+      # The report is the session's critical path: the workers, started after it, yield
+      # it the CPU and fill the rest of the cores with the tests that do not need it.
+      os.nice(_WORKER_NICENESS)
 
 
 def _start_smoke_report() -> pathlib.Path:
