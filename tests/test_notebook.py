@@ -8,13 +8,8 @@ from nbclient import NotebookClient
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_colab_notebook_runs_headless(smoke_report_dir, subprocess_env, tmp_path, monkeypatch):
-  """Its kernel runs the :smoke landscape and DecoReco attack from scratch. It waits for
-  the :smoke report (conftest.py) only to share its compiled programs through the
-  session's compilation cache, not its runs."""
-  del smoke_report_dir
-  for name, value in subprocess_env.items():
-    monkeypatch.setenv(name, value)
+def test_colab_notebook_runs_headless(tmp_path, monkeypatch):
+  """Its kernel runs the :smoke landscape and DecoReco attack from scratch."""
   monkeypatch.setenv("TRDR_NOTEBOOK_SIZE", "smoke")
   monkeypatch.setenv("TRDR_ROOT", REPO)
   monkeypatch.setenv("TRDR_NOTEBOOK_WORKDIR", str(tmp_path))

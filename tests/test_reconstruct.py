@@ -35,10 +35,11 @@ def _run(config, workdir, mode="attack"):
 
 
 @pytest.fixture(scope="module")
-def victim_dir(smoke_report_dir):
-  """The θ* of the report's :smoke DecoReco runs (conftest.py): the smoke runs of this
-  module have the same victim config, so they reuse it instead of training their own."""
-  return os.path.join(smoke_report_dir, "decoreco_figures", "victim")
+def victim_dir(tmp_path_factory):
+  """One θ* for the module's :smoke runs (they share the victim config): trained by the
+  first run that needs it, reused by the others. Not the :smoke report's, so that these
+  tests need not wait for the report (conftest.py)."""
+  return str(tmp_path_factory.mktemp("victim"))
 
 
 def smoke_config(victim_dir, **init):
