@@ -102,12 +102,11 @@ def pytest_collection_modifyitems(config, items):
   """Starts the :smoke report if a chosen test needs it, and moves the test files that
   need it to the end, and within such a file the tests that need it after those that do
   not (xdist hands out whole files; a stable sort, so every worker sorts alike)."""
-  del config
   needs = lambda item: "smoke_report_dir" in getattr(item, "fixturenames", ())
   files = {item.path for item in items if needs(item)}
-  if files:
+  items.sort(key=lambda item: (item.path in files, needs(item)))
+  if files and not config.option.collectonly:
     _start_smoke_report()
-    items.sort(key=lambda item: (item.path in files, needs(item)))
     if os.environ.get("PYTEST_XDIST_WORKER"):
       # The report is the session's critical path: the workers, started after it, yield
       # it the CPU and fill the rest of the cores with the tests that do not need it.
