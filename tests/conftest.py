@@ -47,7 +47,7 @@ def x64_module():
 # shared by the controller, the workers and their subprocesses through an environment
 # variable the controller sets before the workers start.
 #
-# The subprocesses (the report, and the command-line, resume and notebook tests, which run
+# The subprocesses (the report, and the command-line and resume tests; the resume test runs
 # the report's :smoke landscape again) share one JAX persistent compilation cache in that
 # directory (`subprocess_env`): a program the report compiled is loaded, not compiled
 # again. An entry is the compiled executable itself, keyed by the program, the XLA flags
