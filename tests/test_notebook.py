@@ -8,8 +8,17 @@ from nbclient import NotebookClient
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_colab_notebook_runs_headless(tmp_path, monkeypatch):
-  """Its kernel runs the :smoke landscape and DecoReco attack from scratch."""
+def test_colab_notebook_runs_headless(subprocess_env, tmp_path, monkeypatch):
+  """Its kernel runs the :smoke landscape and DecoReco attack from scratch.
+
+  The kernel shares the session's compilation cache (conftest.py): the programs the :smoke
+  report has compiled by then are loaded, the others compiled. Either way it computes the
+  same numbers (a cache entry is the executable the kernel would compile), so the test
+  does not wait for the report.
+  """
+  for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
+               "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "JAX_COMPILATION_CACHE_MAX_SIZE"):
+    monkeypatch.setenv(name, subprocess_env[name])
   monkeypatch.setenv("TRDR_NOTEBOOK_SIZE", "smoke")
   monkeypatch.setenv("TRDR_ROOT", REPO)
   monkeypatch.setenv("TRDR_NOTEBOOK_WORKDIR", str(tmp_path))

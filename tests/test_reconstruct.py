@@ -3,6 +3,7 @@ the numbers they write."""
 
 import functools
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ import pytest
 from trdr import data, evaluate, experiment, io, metrics, models, paper, plotting, sharding
 from trdr import victim
 from trdr.attacks import decoreco, init as inits
-from trdr.configs import bilevel_affine, decoreco_cifar, decoreco_landscape
+from trdr.configs import bilevel_affine, decoreco_cifar
 
 
 def _candidates(key, m, shape, sigma, dtype=jnp.float64):
@@ -35,11 +36,13 @@ def _run(config, workdir, mode="attack"):
 
 
 @pytest.fixture(scope="module")
-def victim_dir(tmp_path_factory):
-  """One θ* for the module's :smoke runs (they share the victim config): trained by the
-  first run that needs it, reused by the others. Not the :smoke report's, so that these
-  tests need not wait for the report (conftest.py)."""
-  return str(tmp_path_factory.mktemp("victim"))
+def victim_dir(smoke_report_dir, tmp_path_factory):
+  """A copy of the θ* that the :smoke report trained for its DecoReco runs (the same
+  victim config as `smoke_config`), so the module's runs reuse it instead of training
+  their own. A copy: a run whose victim config differed would retrain into it."""
+  directory = tmp_path_factory.mktemp("victim") / "victim"
+  shutil.copytree(os.path.join(smoke_report_dir, "decoreco_figures", "victim"), directory)
+  return str(directory)
 
 
 def smoke_config(victim_dir, **init):
@@ -193,9 +196,21 @@ def test_matched_score_counts_a_reconstruction_once_per_training_image():
 
 
 @pytest.fixture(scope="module")
-def gaussian_run(victim_dir, tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp("gaussian"))
-  return workdir, _run(smoke_config(victim_dir), workdir)
+def gaussian_run(smoke_report_dir, tmp_path_factory):
+  """The :smoke report's tuned run (`tuned_config`), copied, with the run's own figures
+  drawn from its files as the command line does; returns (workdir, summary)."""
+  workdir = tmp_path_factory.mktemp("tuned") / "tuned"
+  shutil.copytree(paper.run_dir(smoke_report_dir, "tuned"), workdir)
+  plotting.run_figures(str(workdir))
+  return str(workdir), io.read_json(workdir / experiment.SUMMARY_FILE)
+
+
+def tuned_config(smoke_report_dir, victim_dir):
+  """The report's tuned run: `smoke_config` (Gaussian start) on the sweep's best setting."""
+  config = smoke_config(victim_dir)
+  config.attack.hparams_file = os.path.join(paper.run_dir(smoke_report_dir, "sweep"),
+                                            experiment.BEST_FILE)
+  return config
 
 
 def test_smoke_run_writes_consistent_numbers(gaussian_run):
@@ -254,10 +269,13 @@ def test_sweep_ranks_settings_and_feeds_the_run(smoke_report_dir, victim_dir, tm
   assert not os.path.exists(tmp_path / "bilevel")   # refused before anything was written
 
 
-def test_decoreco_landscape_stays_near_its_initialisation(victim_dir, tmp_path):
-  config = decoreco_landscape.get_config("smoke")
-  config.victim.checkpoint_dir = victim_dir
-  records = _run(config, tmp_path, "landscape")
+def test_decoreco_landscape_stays_near_its_initialisation(smoke_report_dir, tmp_path):
+  """The :smoke report's DecoReco landscape (decoreco_landscape.py:smoke on the sweep's
+  best setting), and the run's own figures drawn from its files."""
+  run = tmp_path / "landscape_decoreco"
+  shutil.copytree(paper.run_dir(smoke_report_dir, "landscape_decoreco"), run)
+  plotting.run_figures(str(run))
+  records = io.read_json(run / experiment.LANDSCAPE_FILE)
   assert len(records) == 9
   point = {(r["lambda1"], r["lambda2"]): r for r in records}
   gt, part, noise = point[1.0, 1.0], point[0.0, 1.0], point[0.0, 0.0]
@@ -267,7 +285,7 @@ def test_decoreco_landscape_stays_near_its_initialisation(victim_dir, tmp_path):
   assert gt["train_ssim_ge_0.4"] == 10
   for fig in ("fig10_heatmaps", "fig11_lambda2_eq_1", "fig12_lambda1_eq_1",
               "reconstructions_partition_vs_partition"):
-    assert os.path.getsize(os.path.join(tmp_path, f"{fig}.png")) > 1000
+    assert os.path.getsize(run / f"{fig}.png") > 1000
 
 
 def test_gradient_norm_form_decreases_the_victims_gradient(x64_module):
@@ -314,8 +332,8 @@ def test_attack_uses_the_fused_gradient_and_it_equals_autodiff(x64_module):
   assert decoreco.make_loss_and_grad(target, config.attack, labels).__name__ != "fused"
 
 
-def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, victim_dir, tmp_path,
-                                                   monkeypatch):
+def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, smoke_report_dir,
+                                                   victim_dir, tmp_path, monkeypatch):
   """Killed after its first checkpoint (before the metrics line), restarted: the same
   results.npz as the uninterrupted run, bit for bit, and one metrics line per chunk."""
   finished, _ = gaussian_run
@@ -326,11 +344,12 @@ def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, victim_dir, tmp
     raise KeyboardInterrupt("simulated kill after the first checkpoint")
 
   monkeypatch.setattr(io, "append_metrics", crash)
+  config = tuned_config(smoke_report_dir, victim_dir)
   with pytest.raises(KeyboardInterrupt):
-    experiment.run(smoke_config(victim_dir), str(tmp_path), "attack")
+    experiment.run(config, str(tmp_path), "attack")
   assert len(calls) == 1 and not os.path.exists(tmp_path / "summary.json")
   monkeypatch.undo()
-  experiment.run(smoke_config(victim_dir), str(tmp_path), "attack")
+  experiment.run(config, str(tmp_path), "attack")
   a = np.load(os.path.join(finished, "results.npz"))
   b = np.load(tmp_path / "results.npz")
   assert sorted(a.files) == sorted(b.files)
