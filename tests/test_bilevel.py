@@ -21,27 +21,43 @@ from trdr.attacks import linear_solve as solves
 WD = 0.1
 
 
+_MODEL = models.Affine()
+# One energy for the module (apply_fn included): jit caches programs by function identity,
+# so the programs below compile once per shape and dtype, not once per test.
+ENERGY = functools.partial(victim.energy, apply_fn=lambda p, x: _MODEL.apply({"params": p}, x),
+                           weight_decay=WD)
+
+
+@functools.partial(jax.jit, static_argnames="tol")
+def _train(theta0, x_true, labels, tol):
+  return victim.minimize_energy(lambda q: ENERGY(q, x_true, labels), theta0, max_iter=500,
+                                tol=tol)
+
+
 def _problem(n=6, shape=(4, 4, 1), seed=0, dtype=jnp.float64, tol=1e-12):
   """A small affine victim: θ* trained on x_true; returns what the attack needs."""
   rng = np.random.default_rng(seed)
   x_true = jnp.asarray(rng.uniform(size=(n, *shape)), dtype)
   labels = jnp.asarray(np.repeat([-1.0, 1.0], n // 2), dtype)
-  model = models.Affine()
-  apply_fn = lambda p, x: model.apply({"params": p}, x)
-  energy_fn = functools.partial(victim.energy, apply_fn=apply_fn, weight_decay=WD)
-  theta0 = models.init_params(model, jax.random.key(seed), shape, dtype)
-  theta_star, info = jax.jit(lambda p: victim.minimize_energy(
-      lambda q: energy_fn(q, x_true, labels), p, max_iter=500, tol=tol))(theta0)
+  theta0 = models.init_params(_MODEL, jax.random.key(seed), shape, dtype)
+  theta_star, info = _train(theta0, x_true, labels, tol)
   assert info.grad_norm < tol
   x = jnp.asarray(rng.uniform(size=(n, *shape)), dtype)  # the attack's current iterate
-  return x, x_true, labels, theta_star, energy_fn
+  return x, x_true, labels, theta_star, ENERGY
 
 
-def _hypergradient(solve, x, labels, theta_star, energy_fn, theta_init, **kw):
-  lower_level = bilevel.make_lower_level(energy_fn, max_iter=500, tol=1e-12, memory_size=10,
+@functools.cache
+def _hypergradient_program(solve, **kw):
+  """x ↦ ∇x ||θ* − θ(x)||² by `bilevel.make_lower_level`, jitted once per setting."""
+  lower_level = bilevel.make_lower_level(ENERGY, max_iter=500, tol=1e-12, memory_size=10,
                                          solve=solve, **kw)
-  loss = lambda x: bilevel.param_distance(theta_star, lower_level(theta_init, x, labels)[0])
-  return jax.jit(jax.grad(loss))(x)
+  loss = lambda x, labels, theta_star, theta_init: bilevel.param_distance(
+      theta_star, lower_level(theta_init, x, labels)[0])
+  return jax.jit(jax.grad(loss))
+
+
+def _hypergradient(solve, x, labels, theta_star, theta_init, **kw):
+  return _hypergradient_program(solve, **kw)(x, labels, theta_star, theta_init)
 
 
 def _upper_loss(x, labels, theta_star, energy_fn):
@@ -60,7 +76,7 @@ def _cosine(a, b):
 
 def test_cg_hypergradient_matches_central_finite_differences(x64):
   x, _, labels, theta_star, energy_fn = _problem()
-  grad = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
+  grad = _hypergradient("cg", x, labels, theta_star, theta_star, cg_tol=1e-14)
   eps = 1e-5
   flat = np.asarray(x).ravel()
   fd = np.zeros_like(flat)
@@ -85,7 +101,7 @@ def test_matches_jaxopt_custom_root(x64):
 
   reference = jax.jit(jax.grad(
       lambda z: bilevel.param_distance(theta_star, solver(theta_star, z, labels))))(x)
-  ours = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
+  ours = _hypergradient("cg", x, labels, theta_star, theta_star, cg_tol=1e-14)
   assert _rel_err(ours, reference) < 1e-10
 
 
@@ -93,7 +109,7 @@ def test_cg_hypergradient_matches_unrolled_lower_level_solver(x64):
   """Forward-mode differentiation through the L-BFGS iterations themselves."""
   x, _, labels, theta_star, energy_fn = _problem(seed=2)
   unrolled = jax.jit(jax.jacfwd(lambda z: _upper_loss(z, labels, theta_star, energy_fn)))(x)
-  implicit = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
+  implicit = _hypergradient("cg", x, labels, theta_star, theta_star, cg_tol=1e-14)
   err = _rel_err(implicit, unrolled)
   assert err < 1e-6, f"relative error to unrolled differentiation {err:.2e}"
 
@@ -120,8 +136,8 @@ def test_quasi_newton_hypergradient_against_cg(x64):
   path to θ(x); the approximation must point the same way as the exact hypergradient.
   """
   x, _, labels, theta_star, energy_fn = _problem(n=20, shape=(6, 6, 1), seed=4)
-  cg = _hypergradient("cg", x, labels, theta_star, energy_fn, theta_star, cg_tol=1e-14)
-  qn = _hypergradient("quasi_newton", x, labels, theta_star, energy_fn, theta_star)
+  cg = _hypergradient("cg", x, labels, theta_star, theta_star, cg_tol=1e-14)
+  qn = _hypergradient("quasi_newton", x, labels, theta_star, theta_star)
   cosine = _cosine(qn, cg)
   print(f"quasi-Newton vs CG hypergradient: cosine {cosine:.4f}, "
         f"relative error {_rel_err(qn, cg):.3e}")

@@ -62,8 +62,8 @@ def test_value_and_grad_match_autodiff(x64, widths, all_biases, form):
 def test_odd_number_of_candidates(x64):
   """m odd: the blocked Gram matrices (`kkt_mlp._gram`) split rows unevenly."""
   model, params, images, lambdas, labels = _problem((7, 5), False, m=5)
-  value, (grad_x, grad_lambdas) = kkt_mlp.value_and_grad(params, images, lambdas, labels,
-                                                         alpha=ALPHA)
+  value, (grad_x, grad_lambdas) = jax.jit(functools.partial(
+      kkt_mlp.value_and_grad, alpha=ALPHA))(params, images, lambdas, labels)
   ref_value, (ref_x, ref_lambdas) = _autodiff(model, "binary")(params, images, lambdas, labels)
   assert abs(float(value - ref_value)) < 1e-10 * abs(float(ref_value))
   assert _rel_err(grad_x, ref_x) < 1e-10 and _rel_err(grad_lambdas, ref_lambdas) < 1e-10
@@ -73,19 +73,19 @@ def test_gradients_are_sensitive_to_alpha_and_the_residual(x64):
   """The comparison can fail: another α (second-order terms) or the prior alone differ."""
   model, params, images, lambdas, labels = _problem((7, 5), True)
   _, (ref_x, ref_lambdas) = _autodiff(model, "binary")(params, images, lambdas, labels)
-  _, (wrong_x, wrong_lambdas) = kkt_mlp.value_and_grad(params, images, lambdas, labels,
-                                                       alpha=1.1 * ALPHA)
+  _, (wrong_x, wrong_lambdas) = jax.jit(functools.partial(
+      kkt_mlp.value_and_grad, alpha=1.1 * ALPHA))(params, images, lambdas, labels)
   assert _rel_err(wrong_x, ref_x) > 1e-4 and _rel_err(wrong_lambdas, ref_lambdas) > 1e-4
-  prior_x, prior_lambdas = jax.grad(functools.partial(decoreco.prior_penalty),
-                                    argnums=(0, 1))(images, lambdas)
+  prior_x, prior_lambdas = jax.jit(jax.grad(decoreco.prior_penalty, argnums=(0, 1)))(
+      images, lambdas)
   assert _rel_err(prior_x, ref_x) > 1e-2 and _rel_err(prior_lambdas, ref_lambdas) > 1e-2
 
 
 def test_float32(x64):
   model, params, images, lambdas, labels = _problem((7, 5), False)
   to32 = lambda t: jax.tree.map(lambda a: a.astype(jnp.float32), t)
-  value, (grad_x, grad_lambdas) = kkt_mlp.value_and_grad(
-      to32(params), *to32((images, lambdas, labels)), alpha=ALPHA)
+  value, (grad_x, grad_lambdas) = jax.jit(functools.partial(
+      kkt_mlp.value_and_grad, alpha=ALPHA))(to32(params), *to32((images, lambdas, labels)))
   assert value.dtype == grad_x.dtype == grad_lambdas.dtype == jnp.float32
   ref_value, (ref_x, ref_lambdas) = _autodiff(model, "binary")(params, images, lambdas, labels)
   assert abs(float(value - ref_value)) < 1e-4 * abs(float(ref_value))

@@ -40,11 +40,19 @@ def _problem(activation="softplus", n=6, shape=(4, 4, 1), width=8, seed=0, tol=1
   return x, labels, theta_star, energy_fn
 
 
-def _hypergradient(solve, x, labels, theta_star, energy_fn, **kw):
+@functools.cache
+def _hypergradient_program(solve, energy_fn, **kw):
+  """(x, labels, θ*) ↦ ∇x ||θ* − θ(x)||², the lower level warm-started from θ*; jitted once
+  per setting (jit caches by function identity), so tests that share one compile once."""
   lower_level = bilevel.make_lower_level(energy_fn, max_iter=2000, tol=1e-12, memory_size=10,
                                          solve=solve, **kw)
-  loss = lambda z: bilevel.param_distance(theta_star, lower_level(theta_star, z, labels)[0])
-  return jax.jit(jax.grad(loss))(x)
+  loss = lambda z, labels, theta_star: bilevel.param_distance(
+      theta_star, lower_level(theta_star, z, labels)[0])
+  return jax.jit(jax.grad(loss))
+
+
+def _hypergradient(solve, x, labels, theta_star, energy_fn, **kw):
+  return _hypergradient_program(solve, energy_fn, **kw)(x, labels, theta_star)
 
 
 def _rel_err(a, b):
