@@ -233,9 +233,16 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
          f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
          f"--workdir={workdir}", "--config.data.source=npz", f"--config.data.path={path}",
          "--config.data.classes=((0,2,4,6,8),(1,3,5,7,9))", "--config.attack.steps=10"]
+  # The mistyped flag fails while parsing, before the work dir is read: it runs beside
+  # the refused command.
+  failed = subprocess.Popen(cmd + ["--config.attack.stepz=10"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                            env=subprocess_env)
   refused = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path,
                            env=subprocess_env, timeout=600)
   assert refused.returncode != 0 and "--overwrite" in refused.stderr
+  _, failed_stderr = failed.communicate(timeout=600)
+  assert failed.returncode != 0 and "stepz" in failed_stderr
   done = subprocess.run(cmd + ["--overwrite"], capture_output=True, text=True, cwd=tmp_path,
                         env=subprocess_env, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
@@ -247,10 +254,6 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
   assert results["final_images"].shape == (9, 40, 28, 28, 1)
   gt = _point(io.read_json(workdir / "landscape.json"), 1.0, 1.0)
   assert gt["l2_to_train"] < 1e-2
-  bad = cmd + ["--config.attack.stepz=10"]
-  failed = subprocess.run(bad, capture_output=True, text=True, cwd=tmp_path,
-                          env=subprocess_env, timeout=600)
-  assert failed.returncode != 0 and "stepz" in failed.stderr
 
 
 def test_attack_converges_with_the_quasi_newton_hypergradient():
