@@ -28,13 +28,6 @@ def _target(model, params, config):
   return victim.Victim(model, params, config.victim, {})
 
 
-def _run(config, workdir, mode="attack"):
-  """experiment.run, then the run's figures, as the command line does."""
-  out = experiment.run(config, str(workdir), mode)
-  plotting.run_figures(str(workdir))
-  return out
-
-
 @pytest.fixture(scope="module")
 def victim_dir(smoke_report_dir, tmp_path_factory):
   """A copy of the θ* that the :smoke report trained for its DecoReco runs (the same
