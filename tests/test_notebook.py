@@ -16,9 +16,8 @@ def test_colab_notebook_runs_headless(subprocess_env, tmp_path, monkeypatch):
   same numbers (a cache entry is the executable the kernel would compile), so the test
   does not wait for the report.
   """
-  for name in ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS",
-               "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "JAX_COMPILATION_CACHE_MAX_SIZE"):
-    monkeypatch.setenv(name, subprocess_env[name])
+  for name, value in subprocess_env.items():
+    monkeypatch.setenv(name, value)
   monkeypatch.setenv("TRDR_NOTEBOOK_SIZE", "smoke")
   monkeypatch.setenv("TRDR_ROOT", REPO)
   monkeypatch.setenv("TRDR_NOTEBOOK_WORKDIR", str(tmp_path))
