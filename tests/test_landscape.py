@@ -12,7 +12,7 @@ import numpy as np
 import optax.tree
 import pytest
 
-from trdr import data, experiment, io, loop, models, paper, plotting, victim
+from trdr import data, evaluate, experiment, io, loop, models, paper, plotting, victim
 from trdr.attacks import bilevel, init as inits
 from trdr.configs import bilevel_affine
 
@@ -69,7 +69,12 @@ def test_writes_every_artefact(smoke_run):
   assert len(records) == 9
   for record in records:
     assert set(GRID_RECORD_KEYS) <= set(record)
+    # The start images' evaluation beside (the verdicts' baseline), lower level excepted.
+    assert {evaluate.START + k for k in GRID_RECORD_KEYS[2:] if "lower_level" not in k
+            and k != "upper_loss"} <= set(record)
     assert all(np.isfinite(v) for v in record.values())
+  gt = _point(records, 1.0, 1.0)   # the ground-truth start is the training set itself
+  assert gt["start_l2_to_train"] == 0.0 and gt["start_ssim_to_train"] > 0.999
   assert _logged_steps(workdir) == [10, 20, 30]
 
 

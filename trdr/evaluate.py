@@ -9,7 +9,8 @@
                     reconstruction and the counts at SSIM thresholds
   `param_distances` ||θ* − θ(x)||² with θ(x) re-solved from θ* (eq. 2's upper
                     loss, Table 1), independent of the attack's warm starts
-  `grid_records`    one landscape.json record per eq. 10 grid point
+  `grid_records`    one landscape.json record per eq. 10 grid point, with the start
+                    images' numbers beside (prefix `START`: the verdicts' baseline)
   `in_run_score`    Haim et al.'s NCC score, which the sweep ranks settings by
 """
 
@@ -21,6 +22,9 @@ from trdr import data, metrics, sharding, victim
 from trdr.attacks import bilevel
 
 DISPLAYS = ("pixels", "minmax")
+# Prefix of the start images' evaluation (the attack-free baseline of every verdict: the
+# same numbers with the initial images x0 taken as the reconstructions).
+START = "start_"
 
 
 def to_display(images, mean, display: str = "pixels") -> np.ndarray:
@@ -130,31 +134,42 @@ def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(
     lambda1, lambda2: float[G] grid coordinates.
     history: metric name -> float[G, steps] (`trdr.loop.run`); the first metric is the
       attack's objective, reported as ``upper_loss`` (its last value).
-    evaluation: `reconstructions` output [G, ...] (plus param_distance float[G]).
+    evaluation: `reconstructions` output [G, ...] (plus param_distance float[G]), and
+      the same of the start images under keys prefixed with `START`.
     thresholds: the thresholds of evaluation["count_ssim_ge"].
   Returns:
     Records with lambda1, lambda2, upper_loss, l2_to_s and ssim_to_s for every set s,
     and where available param_distance, lower_level_grad_norm_max,
-    lower_level_iters_mean (bilevel) and train_ssim_ge_t (per threshold t).
+    lower_level_iters_mean (bilevel) and train_ssim_ge_t (per threshold t); the start
+    images' numbers under the same names prefixed with `START` (the verdicts' baseline).
   """
   objective = history[next(iter(history))]
-  sets = [k[:-len("_ssim")] for k in evaluation if k.endswith("_ssim")]
+  own = {k: v for k, v in evaluation.items() if not k.startswith(START)}
+  start = {k[len(START):]: v for k, v in evaluation.items() if k.startswith(START)}
   records = []
   for g in range(len(lambda1)):
-    record = {"lambda1": float(lambda1[g]), "lambda2": float(lambda2[g])}
-    if "param_distance" in evaluation:
-      record["param_distance"] = float(evaluation["param_distance"][g])
-    record["upper_loss"] = float(objective[g, -1])
-    record.update({f"l2_to_{s}": float(evaluation[f"{s}_l2"][g].mean()) for s in sets})
-    record.update({f"ssim_to_{s}": float(evaluation[f"{s}_ssim"][g].mean()) for s in sets})
+    record = {"lambda1": float(lambda1[g]), "lambda2": float(lambda2[g]),
+              "upper_loss": float(objective[g, -1]), **_point_record(own, g, thresholds)}
     if "grad_norm" in history:
       record["lower_level_grad_norm_max"] = float(history["grad_norm"][g].max())
       record["lower_level_iters_mean"] = float(history["num_iter"][g].mean())
-    if "count_ssim_ge" in evaluation:
-      record.update({f"train_ssim_ge_{t:g}": int(c)
-                     for t, c in zip(thresholds, evaluation["count_ssim_ge"][g])})
+    record.update({START + k: v for k, v in _point_record(start, g, thresholds).items()})
     records.append(record)
   return records
+
+
+def _point_record(evaluation: dict, g: int, thresholds) -> dict:
+  """Grid point g's means of `reconstructions` output (and its param_distance)."""
+  sets = [k[:-len("_ssim")] for k in evaluation if k.endswith("_ssim")]
+  record = {}
+  if "param_distance" in evaluation:
+    record["param_distance"] = float(evaluation["param_distance"][g])
+  record.update({f"l2_to_{s}": float(evaluation[f"{s}_l2"][g].mean()) for s in sets})
+  record.update({f"ssim_to_{s}": float(evaluation[f"{s}_ssim"][g].mean()) for s in sets})
+  if "count_ssim_ge" in evaluation:
+    record.update({f"train_ssim_ge_{t:g}": int(c)
+                   for t, c in zip(thresholds, evaluation["count_ssim_ge"][g])})
+  return record
 
 
 def lower_level_summary(history: dict, tol: float) -> dict:

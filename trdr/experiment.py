@@ -11,8 +11,10 @@ Modes (`MODES`):
 
 Every mode writes into ``workdir``: config.json, victim/ (θ*, reused while the victim
 config is unchanged), metrics.jsonl and checkpoint.msgpack (`trdr.loop`), results.npz,
-summary.json, and its finished marker (`FINISHED`). Figures are drawn from these files by
-`trdr.plotting.run_figures`.
+summary.json, and its finished marker (`FINISHED`). The landscape and attack modes
+evaluate the start images x0 exactly as the reconstructions and save those numbers beside
+them, prefixed `trdr.evaluate.START` (the verdicts' attack-free baseline). Figures are
+drawn from these files by `trdr.plotting.run_figures`.
 """
 
 import os
@@ -181,16 +183,22 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   if mode == "sweep":
     return _finish_sweep(config, workdir, task, images, history, settings, summary)
   thresholds = tuple(config.eval.get("ssim_thresholds", ()))
-  noise = extra.get("noise_images")
-  evaluation = evaluate.reconstructions(
-      images, task.mean, evaluate.comparison_sets(task, noise), display=attack.display,
-      thresholds=thresholds, chunk_size=config.eval.ssim_chunk_size)
-  if "energy" in attack.parts:
-    evaluation["param_distance"] = evaluate.param_distances(
-        attack.parts["energy"], target.params, images, labels,
-        tol=config.eval.lower_level_tol, max_iter=config.eval.lower_level_max_iter,
-        memory_size=config.victim.memory_size,
-        batch=loop.batch_size(a.grid_batch_size, x0.shape[0], attack.batches_well))
+  sets = evaluate.comparison_sets(task, extra.get("noise_images"))
+  batch = loop.batch_size(a.grid_batch_size, x0.shape[0], attack.batches_well)
+
+  def evaluation_of(x):
+    out = evaluate.reconstructions(x, task.mean, sets, display=attack.display,
+                                   thresholds=thresholds, chunk_size=config.eval.ssim_chunk_size)
+    if "energy" in attack.parts:
+      out["param_distance"] = evaluate.param_distances(
+          attack.parts["energy"], target.params, x, labels, tol=config.eval.lower_level_tol,
+          max_iter=config.eval.lower_level_max_iter, memory_size=config.victim.memory_size,
+          batch=batch)
+    return out
+
+  # The same evaluation of the start images: the attack-free baseline of every verdict.
+  evaluation = {**evaluation_of(images),
+                **{evaluate.START + k: v for k, v in evaluation_of(x0).items()}}
   outputs = attack.parts.get("outputs", lambda s: {})(states)
   results = {**extra, "initial_images": np.asarray(x0), "final_images": np.asarray(images),
              **{k: np.asarray(v) for k, v in outputs.items()},
@@ -216,9 +224,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
 
 def _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary) -> dict:
   """results.npz and summary.json of one attack (grid axis G = 1 dropped)."""
-  grid_keys = {"initial_images", "final_images", "final_lambdas", "param_distance"} | {
+  per_point = ("best_ssim_per_train", "best_index_per_train", "count_ssim_ge",
+               "param_distance")
+  grid_keys = {"initial_images", "final_images", "final_lambdas"} | {
       k for k in results if k.startswith("history_") or k.endswith(("_index", "_ssim", "_l2"))
-      or k in ("best_ssim_per_train", "best_index_per_train", "count_ssim_ge")}
+      or k.removeprefix(evaluate.START) in per_point}
   results = {k: v[0] if k in grid_keys else v for k, v in results.items()}
   phi = np.asarray(target.apply(target.params, jnp.asarray(task.train_images, dtype)))
   if phi.ndim == 2:  # C = 2 logits: Φ = Φ_1 − Φ_0, the binary logit's counterpart
@@ -234,6 +244,8 @@ def _finish_attack(config, workdir, task, target, dtype, results, thresholds, su
                                            config.eval.get("score_k", 10)))})
   if best is not None:
     summary.update(reconstructed=evaluate.counts(results["count_ssim_ge"], thresholds),
+                   start_reconstructed=evaluate.counts(
+                       results[evaluate.START + "count_ssim_ge"], thresholds),
                    mean_best_ssim=float(np.mean(best)),
                    **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})
   io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)

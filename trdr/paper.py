@@ -141,6 +141,8 @@ def table1(runs, config) -> dict:
               for col, init in TABLE1_COLUMNS.items()}
     rows[name] = {
         "measured": {col: r["param_distance"] for col, r in points.items()},
+        # ||θ* − θ(x0)||² of the start images themselves: the verdict's baseline.
+        "start_measured": {col: r["start_param_distance"] for col, r in points.items()},
         "paper": PAPER_TABLE1[name],
         **{f"ssim_to_{s}": {col: r[f"ssim_to_{s}"] for col, r in points.items()}
            for s in ("train", "partition", "noise")},

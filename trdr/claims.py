@@ -1,0 +1,129 @@
+"""The paper's claims that the report tests, quoted, and the thresholds of the rules.
+
+`CLAIMS`: per artefact, the paper's sentence (Runkel et al. 2024, arXiv 2412.08544; the
+text in ../shared/paper/runkel2024_text.txt, captions in runkel2024_with_equations.txt),
+where it stands, and the rule of `trdr.verdicts` that tests it, in words. Square brackets
+in a quotation stand for symbols or words the quotation leaves implicit. `RULES`: the
+rules' thresholds, which the rule texts name in braces.
+"""
+
+# Thresholds of the verdict rules. SSIM is dm-pix's (11 × 11 window); L2 is the Euclidean
+# distance over all pixel values in [0, 1] (3072 for CIFAR-10).
+RULES = {
+    "no_reconstruction_max_ssim": 0.3,  # mean SSIM to the nearest training image below
+    "recovered_min_ssim": 0.9,          # "recovers the training data": mean SSIM above
+    "recovered_max_l2": 1.0,            # and mean L2 below
+    "small_param_distance": 1e-2,       # "small" ||θ*−θ||²: the paper's largest is 6.4e-3
+    "ssim_level": 0.4,                  # a training image counts as reconstructed
+    "fig5_max_uniform": 3,              # "at most the first three reconstructions"
+    "fig6_top": 4,                      # "four … among the top 10"
+    "majority": 0.5,                    # "the majority of the resulting images"
+    "partition_side_max_lambda": 0.5,   # Fig. 11: "for λ < 0.5"
+    "landscape_max_spearman": -0.8,     # "converging towards": Spearman ρ ≤ this
+    "membership_supports": 0.6,         # every informative AUC separability below this
+    "membership_refutes": 0.75,         # some informative AUC separability at or above
+}
+
+# artefact -> (the paper's sentence, quoted; where it stands; the rule in words).
+CLAIMS = {
+    "fig1": ("“For a random initialisation of [x], both the affine and one-hidden layer "
+             "classifier cannot reconstruct any training images … The resulting images look "
+             "like random noise. … this distance [||θ*−θ||²] is small … the optimisation "
+             "problem converged even though the visual results [for x] do not resemble any "
+             "training data.”",
+             "Sec. 4.3 (a), Fig. 1, Table 1",
+             "noise start (λ1 = λ2 = 0), each victim: mean SSIM to the nearest training image "
+             "< {no_reconstruction_max_ssim}; mean SSIM to the nearest noise image > to the "
+             "nearest training image; ||θ*−θ||² < {small_param_distance}"),
+    "fig2": ("“when initialising with ground truth training images, the affine classifier "
+             "recovers the training data perfectly. For the same initialisation, even the "
+             "one-hidden layer classifier recovers images resembling the training data … In "
+             "both cases, the distance between [θ*] and [θ] remains small.”",
+             "Sec. 4.3 (b), Fig. 2",
+             "ground-truth start, each victim: mean SSIM to the nearest training image > "
+             "{recovered_min_ssim} and mean L2 to it < {recovered_max_l2}; ||θ*−θ||² < "
+             "{small_param_distance}"),
+    "fig3": ("“it is clear that the approach is not reconstructing the true training data but "
+             "rather the same images that were used for the intialisation … the distance "
+             "between [θ*] and [θ] remains small”",
+             "Sec. 4.3 (c), Fig. 3 (affine classifier)",
+             "partition start: a majority (> {majority}) of the reconstructions have their own "
+             "start image as SSIM-nearest image of training set ∪ partition; ||θ*−θ||² < "
+             "{small_param_distance}"),
+    "fig4": ("“it is clear that the approach is not reconstructing the true training data but "
+             "rather the same images that were used for the intialisation … the distance "
+             "between [θ*] and [θ] remains small”",
+             "Sec. 4.3 (c), Fig. 4 (one-hidden layer classifier)",
+             "as Fig. 3, for the one-hidden victim"),
+    "table1": ("“For a random initialisation of [θ], as highlighted in table 1 this distance is "
+               "small for both the affine and one-hidden layer classifier.”",
+               "Sec. 4.3 (a), Table 1",
+               "all six ||θ*−θ||² (random, ground-truth and partition start; both victims) < "
+               "{small_param_distance}"),
+    "fig5": ("“Initialising the DecoReco approach randomly with [U(0,1)], i.e., without "
+             "finetuning the variance of the distribution, fig. 5 shows that at most the first "
+             "three reconstructions resemble natural images while still being very noisy.”",
+             "Sec. 4.4, Fig. 5",
+             "training images reconstructed (best SSIM ≥ {ssim_level}): uniform start ≤ "
+             "{fig5_max_uniform}, and fewer than with the tuned Gaussian start (the paper's "
+             "next sentence: “In the following, we use the very specific scale factor”)"),
+    "fig6": ("“Four of these reconstructions are among the top 10 nearest neighbours to "
+             "actual training images while one is not even in the top 50. Can you guess "
+             "which one?”",
+             "Fig. 6 caption; Sec. 4.4",
+             "the {fig6_top} best-ranked reconstructions (by SSIM to their nearest training "
+             "image) each have SSIM ≥ {ssim_level}. Not tested yet: the quiz's second half "
+             "(a reconstruction ranked ≥ 50 that looks as realistic)"),
+    "fig7": ("“Solution: Clearly, the 4th reconstruction (top row) is not within the top 50 "
+             "nearest neighbours to actual training images (bottom row).” — “Only when "
+             "looking at the reconstructions in combination with the training images, one is "
+             "able to distinguish the four high ranked images from the low-ranked”",
+             "Fig. 7 caption; Sec. 4.4",
+             "not tested: needs the quiz of Fig. 6 and a realism score that has no access to "
+             "the training set. Measured instead, as context: Haim et al.'s finding (their "
+             "Fig. 4) that well-reconstructed images have small |Φ(x_i)|"),
+    "fig8": ("“Lower ranked images without any resemblance to their nearest neighbour in "
+             "some cases do resemble valid training set candidates.” — “without having access "
+             "to the training data, an adversary cannot identify whether a reconstructed "
+             "natural image is part of the training dataset”",
+             "Fig. 8 caption; Sec. 4.4",
+             "not tested: needs a realism score that has no access to the training set. "
+             "Measured, as context: the candidates' SSIM to their nearest training image"),
+    "fig9": ("“the majority of the resulting images reflects the initialisation rather than "
+             "the real training samples. Interestingly, a single training image can be "
+             "reconstructed”",
+             "Sec. 4.4, Fig. 9",
+             "partition start: a majority (> {majority}) of the reconstructions have their own "
+             "start image as SSIM-nearest image of training set ∪ partition; at least one "
+             "training image reconstructed (best SSIM ≥ {ssim_level})"),
+    "fig10": ("“While the bilevel formulation on average performs better in recovering ground "
+              "truth images if [x_init] is close enough to the ground truth (see fig. 10(a)), "
+              "the average [L2] distance increases quicker for a higher proportion of "
+              "[x_rnd] than in the DecoReco formulation (see fig. 10(b)).”",
+              "Sec. 4.5, Fig. 10",
+              "not tested: the sentence compares the two attacks, and trdr scores them on "
+              "different scales (bilevel images raw, DecoReco images min-max scaled). "
+              "Measured, as context: each attack's L2 to train at the ground-truth and the "
+              "noise corners"),
+    "fig11": ("“For [λ < 0.5], the average [L2] distance between the reconstructions and images "
+              "of the distinct CIFAR partition (green) is smaller than the distance to the "
+              "ground truth training images for both approaches.”",
+              "Sec. 4.5, Fig. 11 (a), (b): λ2 = 1, λ1 = λ",
+              "both attacks, every grid point with λ2 = 1 and λ1 < {partition_side_max_lambda}: "
+              "mean L2 to the nearest partition image < to the nearest training image"),
+    "fig12": ("“Increasing [λ] increases the influence of ground truth training images on the "
+              "initialisation, which for both formulations of the optimisation problem, "
+              "results in reconstructions converging towards ground truth training images.”",
+              "Sec. 4.5, Fig. 12 (the paper's text says Fig. 11 (c), (d)): λ1 = 1, λ2 = λ",
+              "both attacks: Spearman ρ(λ2, mean L2 to train) ≤ {landscape_max_spearman} along "
+              "λ1 = 1"),
+    "membership": ("“even when reconstructing natural images that could be part of the "
+                   "training dataset, an adversary yet cannot identify whether it is a valid "
+                   "or invalid training data sample with certainty”",
+                   "Sec. 5 (conclusion)",
+                   "among informative AUCs (≥ min_per_class member and non-member matches), "
+                   "every separability max(AUC, 1−AUC) < {membership_supports} reproduced; "
+                   "any ≥ {membership_refutes} not reproduced; otherwise partly; no "
+                   "informative AUC: uninformative. No baseline yet (a membership measurement "
+                   "an adversary could run is open work)"),
+}
