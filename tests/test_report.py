@@ -194,15 +194,11 @@ def test_fig6_needs_four_top_ranked_reconstructions_at_the_level():
   assert verdicts.verdict_fig6([above] * 3)["verdict"] == "not reproduced"   # fewer than 4
 
 
-def test_figs_7_8_and_10_are_not_tested_but_measured():
+def test_figs_7_and_8_are_not_tested_but_measured():
   v7 = verdicts.verdict_fig7(np.array([0.9, 0.6, 0.3, 0.1]), [0.1, -0.5, 2.0, -4.0])
   assert v7["verdict"] == "not tested" and v7["measured"]["reconstructed"] == 2
   v8 = verdicts.verdict_fig8([0.5, 0.1, 0.2, 0.1])
   assert v8["verdict"] == "not tested" and v8["measured"]["candidates ≥ level"] == 1
-  grid = _landscape(lambda a, b: 20.0 - 10 * a * b)
-  v10 = verdicts.verdict_fig10({"bilevel": grid, "decoreco": grid})
-  assert v10["verdict"] == "not tested"
-  assert v10["measured"]["bilevel, ground truth start: L2 to train"] == 10.0
 
 
 def test_fig9_majority_of_own_starts_and_one_training_image():
@@ -221,13 +217,35 @@ def _landscape(l2_fn, l2_partition_fn=lambda a, b: 10.0):
            "l2_to_partition": l2_partition_fn(a, b)} for a, b in itertools.product(grid, grid)]
 
 
+def _comparable(bilevel_gt, decoreco_gt, bilevel_noise=20.0, decoreco_noise=20.0):
+  """Both attacks' records on one scale: L2 to train bilevel_gt / decoreco_gt at the
+  ground-truth start, *_noise at the noise start, linear in λ2 between (along λ1 = 1)."""
+  def records(gt, noise):
+    return _landscape(lambda a, b: noise + (gt - noise) * b if a == 1.0 else noise)
+  return {"bilevel": records(bilevel_gt, bilevel_noise),
+          "decoreco": records(decoreco_gt, decoreco_noise)}
+
+
+def test_fig10_compares_the_attacks_at_the_ground_truth_and_towards_noise():
+  # Bilevel nearer the training set at the ground truth, and so rising more towards noise.
+  assert verdicts.verdict_fig10(_comparable(1.0, 5.0))["verdict"] == "reproduced"
+  # Nearer, but DecoReco rises more (its noise end is farther).
+  assert verdicts.verdict_fig10(_comparable(1.0, 5.0, 20.0, 30.0))["verdict"] == "partly"
+  assert verdicts.verdict_fig10(_comparable(5.0, 1.0))["verdict"] == "not reproduced"
+  v = verdicts.verdict_fig10(_comparable(1.0, 5.0))
+  assert v["measured"]["bilevel: rise of L2 to train, ground truth → noise (min-max)"] == 19.0
+
+
 def test_fig11_partition_side_of_the_lambda1_line_per_attack():
   # Along λ2 = 1, λ1 < 0.5 is only λ1 = 0 here: L2 to train 20, to partition 10 or 30.
   near = _landscape(lambda a, b: 20.0 - 10 * a * b)
   far = _landscape(lambda a, b: 20.0 - 10 * a * b, lambda a, b: 30.0)
-  assert verdicts.verdict_fig11({"bilevel": near, "decoreco": near})["verdict"] == "reproduced"
-  assert verdicts.verdict_fig11({"bilevel": near, "decoreco": far})["verdict"] == "partly"
-  assert verdicts.verdict_fig11({"bilevel": far, "decoreco": far})["verdict"] == (
+  worse = _comparable(5.0, 1.0)   # bilevel not nearer at the ground truth
+  assert verdicts.verdict_fig11({"bilevel": near, "decoreco": near}, _comparable(1.0, 5.0)
+                                )["verdict"] == "reproduced"
+  assert verdicts.verdict_fig11({"bilevel": near, "decoreco": far}, worse)["verdict"] == (
+      "partly")
+  assert verdicts.verdict_fig11({"bilevel": far, "decoreco": far}, worse)["verdict"] == (
       "not reproduced")
 
 
@@ -235,11 +253,12 @@ def test_fig12_trend_along_lambda1_equal_one_per_attack():
   decreasing = _landscape(lambda a, b: 20.0 - 10 * a * b)
   increasing = _landscape(lambda a, b: 5.0 + 10 * a * b)
   only_lambda1 = _landscape(lambda a, b: 20.0 - 10 * a)   # flat along λ1 = 1: ρ undefined
-  assert verdicts.verdict_fig12({"bilevel": decreasing, "decoreco": decreasing}
+  nearer, worse = _comparable(1.0, 5.0), _comparable(5.0, 1.0)
+  assert verdicts.verdict_fig12({"bilevel": decreasing, "decoreco": decreasing}, nearer
                                 )["verdict"] == "reproduced"
-  assert verdicts.verdict_fig12({"bilevel": decreasing, "decoreco": increasing}
+  assert verdicts.verdict_fig12({"bilevel": decreasing, "decoreco": increasing}, worse
                                 )["verdict"] == "partly"
-  assert verdicts.verdict_fig12({"bilevel": only_lambda1, "decoreco": increasing}
+  assert verdicts.verdict_fig12({"bilevel": only_lambda1, "decoreco": increasing}, worse
                                 )["verdict"] == "not reproduced"
 
 

@@ -11,6 +11,8 @@
                     loss, Table 1), independent of the attack's warm starts
   `grid_records`    one landscape.json record per eq. 10 grid point, with the start
                     images' numbers beside (prefix `START`: the verdicts' baseline)
+  `rescored`        a saved run evaluated again under another display (one scale for both
+                    attacks)
   `in_run_score`    Haim et al.'s NCC score, which the sweep ranks settings by
 """
 
@@ -95,39 +97,76 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
   return out
 
 
+def rescored(results: dict, display: str, *, chunk_size: int = 500) -> dict[str, np.ndarray]:
+  """A saved run's reconstructions and start images evaluated again under ``display``:
+  to compare runs that were scored under different displays on one scale (Runkel et al.
+  Figs. 10–12 compare the bilevel attack, scored in pixels, with DecoReco, min-max).
+
+  Args:
+    results: a run's results.npz as a dict (final_images, initial_images, train_images,
+      partition_images, mean, and noise_images for a landscape).
+    display: a key of `DISPLAYS`.
+    chunk_size: queries per SSIM block.
+  Returns:
+    `reconstructions` output of final_images, and of initial_images under keys prefixed
+    `START`; the same as the run's own evaluation when ``display`` is the run's.
+  """
+  mean = results["mean"] if np.size(results["mean"]) else None
+  sets = {"train": data.to_pixels(results["train_images"], mean),
+          "partition": data.to_pixels(results["partition_images"], mean)}
+  if "noise_images" in results:
+    sets["noise"] = data.to_pixels(results["noise_images"], mean)
+  own = reconstructions(results["final_images"], mean, sets, display=display,
+                        chunk_size=chunk_size)
+  start = reconstructions(results["initial_images"], mean, sets, display=display,
+                          chunk_size=chunk_size)
+  return {**own, **{START + k: v for k, v in start.items()}}
+
+
 def counts(count_ssim_ge, thresholds) -> dict[str, int]:
   """{"ssim_ge_0.4": count, ...} from one run's count_ssim_ge int[len(thresholds)]."""
   return {f"ssim_ge_{t:g}": int(c) for t, c in zip(thresholds, np.asarray(count_ssim_ge))}
 
 
-def param_distances(energy_fn, theta_star, images, labels, *, tol: float, max_iter: int,
-                    memory_size: int, batch: int) -> np.ndarray:
-  """||θ* − θ(x)||² per grid point, θ(x) = argmin E(x, y; θ) re-solved from θ* by L-BFGS
-  to ||∇θE|| < ``tol`` (Table 1's number, independent of the attack's warm starts).
+def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int,
+                    memory_size: int, batch: int, theta_init=None) -> np.ndarray:
+  """||θ* − θ(x)||² per grid point, θ(x) = argmin E(x, y; θ) re-solved by L-BFGS to
+  ||∇θE|| < ``tol`` (Table 1's number, independent of the attack's warm starts).
 
   Args:
     energy_fn: E(params, images, labels) -> float[] (`trdr.victim.energy` bound).
     theta_star: θ*.
     images: float[G, n, H, W, C] reconstructions (input space).
     labels: float[n].
-    tol, max_iter, memory_size: the lower-level L-BFGS settings.
+    tol: the lower-level tolerance, a float, or a sequence of T of them (one re-solve
+      each: a tolerance sweep).
+    max_iter, memory_size: the lower-level L-BFGS settings.
     batch: grid points per vmapped batch and device (`trdr.loop.batch_size`).
+    theta_init: the re-solves' start θ0 (like θ*); None: θ* itself. Runkel et al. start
+      from θ0 ~ U(0, 1) (`trdr.models.uniform_params`; Table 1: "for a random
+      initialisation of θ").
   Returns:
-    float[G].
+    float[G] for a float ``tol``, float[G, T] for a sequence.
   """
   labels = jnp.asarray(labels)
+  start = theta_star if theta_init is None else theta_init
+  dtype = jax.tree.leaves(theta_star)[0].dtype
 
-  def theta_of(x):
-    return victim.minimize_energy(lambda p: energy_fn(p, x, labels), theta_star,
-                                  max_iter=max_iter, tol=tol, memory_size=memory_size)[0]
+  def distance(x, t):
+    theta = victim.minimize_energy(lambda p: energy_fn(p, x, labels), start,
+                                   max_iter=max_iter, tol=t, memory_size=memory_size)[0]
+    return bilevel.param_distance(theta_star, theta)
 
-  distance = jax.jit(lambda xs: sharding.grid_map(
-      lambda x: bilevel.param_distance(theta_star, theta_of(x)), xs, batch))
-  return np.asarray(distance(images))
+  if np.ndim(tol) == 0:
+    fn = lambda x: distance(x, tol)
+  else:  # one program: the re-solves vmapped over the tolerances
+    tols = jnp.asarray(tol, dtype)
+    fn = lambda x: jax.vmap(lambda t: distance(x, t))(tols)
+  return np.asarray(jax.jit(lambda xs: sharding.grid_map(fn, xs, batch))(images))
 
 
-def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=()
-                 ) -> list[dict]:
+def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(),
+                 uniform_tols=()) -> list[dict]:
   """One record per grid point: the numbers behind Figs. 10–12 (means over its images).
 
   Args:
@@ -137,9 +176,11 @@ def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(
     evaluation: `reconstructions` output [G, ...] (plus param_distance float[G]), and
       the same of the start images under keys prefixed with `START`.
     thresholds: the thresholds of evaluation["count_ssim_ge"].
+    uniform_tols: the tolerances of evaluation["param_distance_uniform"] [G, T].
   Returns:
     Records with lambda1, lambda2, upper_loss, l2_to_s and ssim_to_s for every set s,
-    and where available param_distance, lower_level_grad_norm_max,
+    and where available param_distance, param_distance_uniform_tol_t (per tolerance t),
+    lower_level_grad_norm_max,
     lower_level_iters_mean (bilevel) and train_ssim_ge_t (per threshold t); the start
     images' numbers under the same names prefixed with `START` (the verdicts' baseline).
   """
@@ -149,21 +190,26 @@ def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(
   records = []
   for g in range(len(lambda1)):
     record = {"lambda1": float(lambda1[g]), "lambda2": float(lambda2[g]),
-              "upper_loss": float(objective[g, -1]), **_point_record(own, g, thresholds)}
+              "upper_loss": float(objective[g, -1]),
+              **_point_record(own, g, thresholds, uniform_tols)}
     if "grad_norm" in history:
       record["lower_level_grad_norm_max"] = float(history["grad_norm"][g].max())
       record["lower_level_iters_mean"] = float(history["num_iter"][g].mean())
-    record.update({START + k: v for k, v in _point_record(start, g, thresholds).items()})
+    record.update({START + k: v
+                   for k, v in _point_record(start, g, thresholds, uniform_tols).items()})
     records.append(record)
   return records
 
 
-def _point_record(evaluation: dict, g: int, thresholds) -> dict:
-  """Grid point g's means of `reconstructions` output (and its param_distance)."""
+def _point_record(evaluation: dict, g: int, thresholds, uniform_tols) -> dict:
+  """Grid point g's means of `reconstructions` output (and its param_distance[_uniform])."""
   sets = [k[:-len("_ssim")] for k in evaluation if k.endswith("_ssim")]
   record = {}
   if "param_distance" in evaluation:
     record["param_distance"] = float(evaluation["param_distance"][g])
+  if "param_distance_uniform" in evaluation:
+    record.update({f"param_distance_uniform_tol_{t:g}": float(d)
+                   for t, d in zip(uniform_tols, evaluation["param_distance_uniform"][g])})
   record.update({f"l2_to_{s}": float(evaluation[f"{s}_l2"][g].mean()) for s in sets})
   record.update({f"ssim_to_{s}": float(evaluation[f"{s}_ssim"][g].mean()) for s in sets})
   if "count_ssim_ge" in evaluation:

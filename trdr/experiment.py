@@ -26,7 +26,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import data, evaluate, io, loop, victim
+from trdr import data, evaluate, io, loop, models, victim
 from trdr.attacks import ATTACKS, decoreco, init as inits
 
 LANDSCAPE_FILE = "landscape.json"
@@ -187,18 +187,17 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   batch = loop.batch_size(a.grid_batch_size, x0.shape[0], attack.batches_well)
 
   def evaluation_of(x):
-    out = evaluate.reconstructions(x, task.mean, sets, display=attack.display,
-                                   thresholds=thresholds, chunk_size=config.eval.ssim_chunk_size)
-    if "energy" in attack.parts:
-      out["param_distance"] = evaluate.param_distances(
-          attack.parts["energy"], target.params, x, labels, tol=config.eval.lower_level_tol,
-          max_iter=config.eval.lower_level_max_iter, memory_size=config.victim.memory_size,
-          batch=batch)
-    return out
+    return evaluate.reconstructions(x, task.mean, sets, display=attack.display,
+                                    thresholds=thresholds,
+                                    chunk_size=config.eval.ssim_chunk_size)
 
   # The same evaluation of the start images: the attack-free baseline of every verdict.
   evaluation = {**evaluation_of(images),
                 **{evaluate.START + k: v for k, v in evaluation_of(x0).items()}}
+  uniform_tols = tuple(config.eval.get("uniform_start_tols", ()))
+  if "energy" in attack.parts:
+    evaluation.update(_param_distances(config, attack, target, images, x0, labels, batch,
+                                       uniform_tols))
   outputs = attack.parts.get("outputs", lambda s: {})(states)
   results = {**extra, "initial_images": np.asarray(x0), "final_images": np.asarray(images),
              **{k: np.asarray(v) for k, v in outputs.items()},
@@ -210,7 +209,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   if mode == "attack":
     return _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary)
   records = evaluate.grid_records(extra["lambda1"], extra["lambda2"], history, evaluation,
-                                  thresholds)
+                                  thresholds, uniform_tols)
   io.save_npz(os.path.join(workdir, RESULTS_FILE), **results)
   if "lower_level" in a:
     summary.update(lower_level_start=a.lower_level.start, hypergradient=a.hypergradient,
@@ -222,10 +221,33 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   return records
 
 
+def _param_distances(config, attack, target, images, x0, labels, batch, uniform_tols):
+  """||θ* − θ(x)||² of the reconstructions and of the start images (one program for both):
+  re-solved from θ* at ``config.eval.lower_level_tol`` ("param_distance"), and, for
+  ``uniform_tols``, from θ0 ~ U(0, 1) at each of them ("param_distance_uniform" [G, T]:
+  Runkel et al.'s Table 1 setting, with its tolerance sweep)."""
+  grid = x0.shape[0]
+  both = jnp.concatenate([jnp.asarray(images), jnp.asarray(x0)])
+  settings = dict(max_iter=config.eval.lower_level_max_iter,
+                  memory_size=config.victim.memory_size, batch=batch)
+  distances = {"param_distance": evaluate.param_distances(
+      attack.parts["energy"], target.params, both, labels, tol=config.eval.lower_level_tol,
+      **settings)}
+  if uniform_tols:
+    # Its own stream: the seed's key folded with a constant the run's other draws never use.
+    theta0 = models.uniform_params(jax.random.fold_in(jax.random.key(config.seed), 7),
+                                   target.params)
+    distances["param_distance_uniform"] = evaluate.param_distances(
+        attack.parts["energy"], target.params, both, labels, tol=uniform_tols,
+        theta_init=theta0, **settings)
+  return {**{k: v[:grid] for k, v in distances.items()},
+          **{evaluate.START + k: v[grid:] for k, v in distances.items()}}
+
+
 def _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary) -> dict:
   """results.npz and summary.json of one attack (grid axis G = 1 dropped)."""
   per_point = ("best_ssim_per_train", "best_index_per_train", "count_ssim_ge",
-               "param_distance")
+               "param_distance", "param_distance_uniform")
   grid_keys = {"initial_images", "final_images", "final_lambdas"} | {
       k for k in results if k.startswith("history_") or k.endswith(("_index", "_ssim", "_l2"))
       or k.removeprefix(evaluate.START) in per_point}

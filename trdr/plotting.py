@@ -19,6 +19,9 @@ from trdr import evaluate, io  # noqa: E402
 from trdr.attacks import init as inits  # noqa: E402
 
 _SETS = (("train", "training set"), ("partition", "distinct partition"), ("noise", "noise set"))
+# The paper's colours in Figs. 10–12 (Runkel et al. Sec. 4.5): red = training set,
+# green = distinct partition, blue = noise.
+_SET_COLOURS = {"train": "tab:red", "partition": "tab:green", "noise": "tab:blue"}
 
 
 def _grid_values(records, key, grid_shape) -> np.ndarray:
@@ -64,7 +67,8 @@ def _curve(ax, records, fixed_key, fixed, free_key) -> bool:
   if not line:
     return False
   for key, label in _SETS:
-    ax.plot([r[free_key] for r in line], [r[f"l2_to_{key}"] for r in line], "o-", label=label)
+    ax.plot([r[free_key] for r in line], [r[f"l2_to_{key}"] for r in line], "o-", label=label,
+            color=_SET_COLOURS[key])
   ax.set_xlabel(f"{'λ1' if free_key == 'lambda1' else 'λ2'}  "
                 f"({fixed_key.replace('lambda', 'λ')} = {fixed:g})")
   ax.set_ylabel("mean L2 to SSIM-nearest image")

@@ -12,7 +12,7 @@ import os
 import ml_collections
 import numpy as np
 
-from trdr import io, membership, paper, plotting
+from trdr import evaluate, io, membership, paper, plotting
 from trdr import verdicts
 from trdr.attacks import init as inits
 from trdr.evaluate import START
@@ -27,6 +27,9 @@ IMAGES = {
     "table1": [],
 }
 IMAGES["fig7"].append("decoreco_figures/fig7_ssim_vs_output.png")
+# The one display both attacks' landscapes are compared under (Figs. 10–12's claims compare
+# the attacks): Haim et al.'s min-max view, DecoReco's own; bilevel images are rescored.
+COMPARABLE_DISPLAY = "minmax"
 
 
 def collect(workdir: str) -> dict:
@@ -37,7 +40,8 @@ def collect(workdir: str) -> dict:
     {"pure": {victim: records}, "partition_images": {victim: per-reconstruction arrays
      of its partition start}, "table1": table1.json, "summaries": {run: summary.json},
      "results": {run: {key: array}} for the uniform / tuned / partition DecoReco runs,
-     "landscapes": {"bilevel": records, "decoreco": records}}.
+     "landscapes": {"bilevel": records, "decoreco": records} (each attack's own scale),
+     "comparable": the same on one scale (`comparable_records`)}.
   Raises:
     ValueError: a run predates the start images' evaluation (delete it to recompute).
   """
@@ -70,7 +74,23 @@ def collect(workdir: str) -> dict:
                   for name in ("uniform", "tuned", "partition")},
       "landscapes": {a: io.read_json(run(f"landscape_{a}", "landscape.json"))
                      for a in ATTACKS},
+      "comparable": {a: comparable_records(paper.run_dir(workdir, f"landscape_{a}"))
+                     for a in ATTACKS},
   }
+
+
+def comparable_records(run_dir: str) -> list[dict]:
+  """A landscape run's records on the scale both attacks share (`COMPARABLE_DISPLAY`):
+  its own records where it was scored so, else its saved images scored again
+  (`trdr.evaluate.rescored`)."""
+  records = io.read_json(os.path.join(run_dir, "landscape.json"))
+  with np.load(os.path.join(run_dir, "results.npz")) as saved:
+    results = dict(saved)
+  if str(results["display"]) == COMPARABLE_DISPLAY:
+    return records
+  evaluation = evaluate.rescored(results, COMPARABLE_DISPLAY)
+  history = {"upper_loss": np.zeros((len(records), 1))}   # not part of the comparison
+  return evaluate.grid_records(results["lambda1"], results["lambda2"], history, evaluation)
 
 
 # Membership runs: label -> run name (`trdr.paper.RUNS`).

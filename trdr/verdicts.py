@@ -241,19 +241,33 @@ def line_trend(records: list[dict], fixed_key: str, free_key: str) -> float:
   return spearman([r[free_key] for r in line], [r["l2_to_train"] for r in line])
 
 
-def verdict_fig10(landscapes: dict, rules: dict = RULES) -> dict:
-  """Fig. 10: not tested (see `CLAIMS`); measures each attack's L2 to train at the
-  ground-truth (λ1 = λ2 = 1) and noise (λ2 = 0) corners from {attack: records}."""
-  measured = {}
-  for attack, records in landscapes.items():
-    for label, init in (("ground truth", "ground_truth"), ("noise", "noise")):
-      measured[f"{attack}, {label} start: L2 to train"] = pure_record(records, init)[
-          "l2_to_train"]
-  return _result("fig10", measured, {}, NOT_TESTED, rules)
+def _bilevel_nearer_at_ground_truth(comparable: dict) -> tuple[dict, dict]:
+  """Mean L2 to train at the ground-truth start (λ1 = λ2 = 1) of both attacks on the shared
+  scale, and the check that the bilevel attack's is smaller."""
+  gt = {a: pure_record(comparable[a], "ground_truth")["l2_to_train"] for a in ATTACKS}
+  measured = {f"{a}, ground-truth start: L2 to train (min-max)": gt[a] for a in ATTACKS}
+  return measured, {"bilevel < DecoReco at the ground-truth start": bool(
+      gt["bilevel"] < gt["decoreco"])}
 
 
-def verdict_fig11(landscapes: dict, rules: dict = RULES) -> dict:
-  """Fig. 11 from {attack: landscape.json records}: along λ2 = 1, for λ1 below the limit."""
+def verdict_fig10(comparable: dict, rules: dict = RULES) -> dict:
+  """Fig. 10 from {attack: records} of both landscapes on one scale (`trdr.report.
+  comparable_records`): at the ground-truth start, and the rise of the L2 to train from
+  there to the noise start along λ1 = 1."""
+  measured, checks = _bilevel_nearer_at_ground_truth(comparable)
+  rise = {}
+  for a in ATTACKS:
+    line = _line(comparable[a], "lambda1", "lambda2")
+    rise[a] = line[0]["l2_to_train"] - line[-1]["l2_to_train"]   # λ2 = 0 minus λ2 = 1
+    measured[f"{a}: rise of L2 to train, ground truth → noise (min-max)"] = rise[a]
+  checks["bilevel rises more than DecoReco towards noise"] = bool(
+      rise["bilevel"] > rise["decoreco"])
+  return _result("fig10", measured, checks, rules=rules)
+
+
+def verdict_fig11(landscapes: dict, comparable: dict, rules: dict = RULES) -> dict:
+  """Fig. 11 from {attack: landscape.json records} (each attack on its own scale) and the
+  same on one scale: along λ2 = 1, for λ1 below the limit, and at the ground truth."""
   measured, checks = {}, {}
   limit = rules["partition_side_max_lambda"]
   for attack, records in landscapes.items():
@@ -263,11 +277,13 @@ def verdict_fig11(landscapes: dict, rules: dict = RULES) -> dict:
           r["l2_to_partition"], r["l2_to_train"]]
     checks[f"{attack}: L2 to partition < to train for λ1 < {limit:g}"] = bool(
         points and all(r["l2_to_partition"] < r["l2_to_train"] for r in points))
-  return _result("fig11", measured, checks, rules=rules)
+  gt_measured, gt_checks = _bilevel_nearer_at_ground_truth(comparable)
+  return _result("fig11", measured | gt_measured, checks | gt_checks, rules=rules)
 
 
-def verdict_fig12(landscapes: dict, rules: dict = RULES) -> dict:
-  """Fig. 12 from {attack: landscape.json records}: the trend along λ1 = 1."""
+def verdict_fig12(landscapes: dict, comparable: dict, rules: dict = RULES) -> dict:
+  """Fig. 12 from {attack: landscape.json records} and the same on one scale: the trend
+  along λ1 = 1, and the ground truth."""
   measured, checks = {}, {}
   limit = rules["landscape_max_spearman"]
   for attack, records in landscapes.items():
@@ -276,7 +292,8 @@ def verdict_fig12(landscapes: dict, rules: dict = RULES) -> dict:
     measured[f"{attack}, λ1 = 1: L2 to train"] = [
         round(r["l2_to_train"], 3) for r in _line(records, "lambda1", "lambda2")]
     checks[f"{attack}: ρ ≤ {limit}"] = bool(rho <= limit)
-  return _result("fig12", measured, checks, rules=rules)
+  gt_measured, gt_checks = _bilevel_nearer_at_ground_truth(comparable)
+  return _result("fig12", measured | gt_measured, checks | gt_checks, rules=rules)
 
 
 def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
@@ -300,7 +317,8 @@ def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
 
 def _verdicts_of(evidence: dict, rules: dict) -> dict:
   pure, s, res = evidence["pure"], evidence["summaries"], evidence["results"]
-  images, land = evidence["partition_images"], evidence["landscapes"]
+  images, land, same = (evidence["partition_images"], evidence["landscapes"],
+                        evidence["comparable"])
   return {"fig1": verdict_fig1(pure, rules), "fig2": verdict_fig2(pure, rules),
           "fig3": verdict_partition_init("fig3", pure["affine"], images["affine"], rules),
           "fig4": verdict_partition_init("fig4", pure["one_hidden"], images["one_hidden"],
@@ -312,8 +330,8 @@ def _verdicts_of(evidence: dict, rules: dict) -> dict:
                                rules),
           "fig8": verdict_fig8(res["tuned"]["train_ssim"], rules),
           "fig9": verdict_fig9(res["partition"], rules),
-          "fig10": verdict_fig10(land, rules), "fig11": verdict_fig11(land, rules),
-          "fig12": verdict_fig12(land, rules)}
+          "fig10": verdict_fig10(same, rules), "fig11": verdict_fig11(land, same, rules),
+          "fig12": verdict_fig12(land, same, rules)}
 
 
 def verdicts(evidence: dict, rules: dict = RULES) -> dict:

@@ -29,6 +29,13 @@ from trdr.configs import bilevel_affine
 from trdr.configs import bilevel_one_hidden
 
 PURE_GRID = (0.0, 1.0)  # λ1 = λ2 ∈ {0, 1}: noise, partition, ground truth (and noise again)
+# Table 1 as the paper measures it, "for a random initialisation of θ": ||θ* − θ(x)||² with
+# θ(x) re-solved from θ0 ~ U(0, 1), at each of these lower-level tolerances ||∇θE|| < t.
+TABLE1_TOLERANCES = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
+# ":smoke": the affine victim only, to 1e-4 (the re-solves run as long as the tightest
+# tolerance needs: from θ0 ~ U(0, 1) to 1e-6 they took ~80 s of the smoke report's 190 s of
+# CPU, most of it the one-hidden victim's; there Table 1 falls back to the re-solve from θ*).
+SMOKE_TABLE1_TOLERANCES = (1e-2, 1e-3, 1e-4)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -40,5 +47,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.affine.init.lambda1 = PURE_GRID
   config.affine.init.lambda2 = PURE_GRID
   config.one_hidden = bilevel_one_hidden.get_config(variant)
+  if variant == "smoke":
+    config.affine.eval.uniform_start_tols = SMOKE_TABLE1_TOLERANCES
+  else:
+    for victim in (config.affine, config.one_hidden):
+      victim.eval.uniform_start_tols = TABLE1_TOLERANCES
   config.n_show = 8 if variant == "smoke" else 32
   return config
