@@ -284,3 +284,17 @@ def test_errors():
     metrics.pairwise_ssim(x32, x32, chunk_size=0)
   with pytest.raises(TypeError, match="floating-point"):
     metrics.ssim(np.zeros((16, 16, 1), np.uint8), np.zeros((16, 16, 1), np.uint8))
+
+
+def test_best_buddies_are_mutual_nearest_neighbours():
+  # Rows: queries (reconstructions); columns: candidates (training images).
+  d = np.array([[0.0, 5.0, 5.0],
+                [5.0, 0.1, 0.5],    # query 1: nearest candidate 1
+                [5.0, 0.2, 5.0]])   # query 2 is nobody's nearest
+  buddy, index = metrics.best_buddies(d)
+  np.testing.assert_array_equal(index, [0, 1, 1])
+  # Candidate 2's nearest query is 1, whose nearest candidate is 1: not buddies.
+  np.testing.assert_array_equal(buddy, [True, True, False])
+  batched, _ = metrics.best_buddies(np.stack([d, d.T]))   # leading batch dims
+  np.testing.assert_array_equal(batched[0], buddy)
+  np.testing.assert_array_equal(batched[1], metrics.best_buddies(d.T)[0])

@@ -224,6 +224,13 @@ def test_smoke_run_writes_consistent_numbers(gaussian_run):
   np.testing.assert_allclose(results["best_ssim_per_train"], ssim.max(axis=0), atol=1e-6)
   for t in (0.3, 0.4, 0.5):
     assert summary["reconstructed"][f"ssim_ge_{t:g}"] == int(np.sum(ssim.max(axis=0) >= t))
+  # Best buddies (Haim et al.'s matching, by NCC): recomputed from scratch, and a pair's
+  # SSIM is at most the training image's best, so its counts are at most the others.
+  buddy, index = metrics.best_buddies(metrics.ncc_distances(shown, train))
+  pair = np.where(buddy, ssim[np.asarray(index), np.arange(n)], np.nan)
+  np.testing.assert_allclose(results["best_buddy_ssim_per_train"], pair, atol=1e-6)
+  for k, count in summary["reconstructed_best_buddies"].items():
+    assert count <= summary["reconstructed"][k], k
   assert np.isfinite(summary["score"]) and summary["victim"]["train_accuracy"] == 1.0
   with pytest.raises(FileExistsError, match="--overwrite"):
     experiment.run(smoke_config(os.path.join(workdir, "victim_unused")), workdir, "attack")

@@ -174,8 +174,8 @@ def test_table1_small_distances():
 
 
 def _summary(count, n=10):
-  return {"reconstructed": {"ssim_ge_0.3": count + 1, "ssim_ge_0.4": count,
-                            "ssim_ge_0.5": 0}, "n_train": n}
+  counts = {"ssim_ge_0.3": count + 1, "ssim_ge_0.4": count, "ssim_ge_0.5": 0}
+  return {"reconstructed": counts, "reconstructed_best_buddies": counts, "n_train": n}
 
 
 def test_fig5_uniform_at_most_three_and_fewer_than_tuned():
@@ -201,14 +201,18 @@ def test_figs_7_and_8_are_not_tested_but_measured():
   assert v8["verdict"] == "not tested" and v8["measured"]["candidates ≥ level"] == 1
 
 
-def test_fig9_majority_of_own_starts_and_one_training_image():
-  def results(own, best):
-    return {**_images(own, [1] * len(own)), "best_ssim_per_train": np.asarray(best),
+def test_fig9_majority_of_own_starts_and_one_best_buddy_pair():
+  def results(own, buddy_ssim):
+    return {**_images(own, [1] * len(own)), "best_ssim_per_train": np.full(2, 0.9),
+            "best_buddy_ssim_per_train": np.asarray(buddy_ssim, float),
             "train_l2": [14.0] * len(own), "partition_l2": [8.0] * len(own)}
   level = verdicts.RULES["ssim_level"]
-  assert verdicts.verdict_fig9(results([1, 1, 0], [level, 0.1]))["verdict"] == "reproduced"
-  assert verdicts.verdict_fig9(results([1, 1, 0], [0.1, 0.1]))["verdict"] == "partly"
-  assert verdicts.verdict_fig9(results([1, 0, 0], [0.1, 0.1]))["verdict"] == "not reproduced"
+  assert verdicts.verdict_fig9(results([1, 1, 0], [level, np.nan]))["verdict"] == (
+      "reproduced")
+  # A best reconstruction at SSIM 0.9 that is no best buddy does not count.
+  assert verdicts.verdict_fig9(results([1, 1, 0], [np.nan, 0.1]))["verdict"] == "partly"
+  assert verdicts.verdict_fig9(results([1, 0, 0], [0.1, np.nan]))["verdict"] == (
+      "not reproduced")
 
 
 def _landscape(l2_fn, l2_partition_fn=lambda a, b: 10.0):
@@ -428,3 +432,20 @@ def test_membership_numbers_match_the_runs(smoke_report):
     if r["score"] == "margin" and np.isfinite(r["auc"]):
       (loss,) = [x for x in bilevel["auc"] if x["score"] == "loss"]
       assert r["auc"] == pytest.approx(1 - loss["auc"])
+
+
+def test_rescoring_under_the_runs_own_display_gives_its_records(smoke_report):
+  """`evaluate.rescored` (the one scale of Figs. 10–12) recomputes a saved run's own
+  numbers exactly when given the run's display: the same images, sets and engine."""
+  from trdr import evaluate, io, paper
+
+  workdir, _ = smoke_report
+  run = paper.run_dir(workdir, "landscape_bilevel")
+  with np.load(os.path.join(run, "results.npz")) as saved:
+    results = dict(saved)
+  evaluation = evaluate.rescored(results, str(results["display"]))
+  for g, r in enumerate(io.read_json(os.path.join(run, "landscape.json"))):
+    for s in ("train", "partition", "noise"):
+      for prefix in ("", evaluate.START):
+        assert float(evaluation[f"{prefix}{s}_l2"][g].mean()) == r[f"{prefix}l2_to_{s}"]
+        assert float(evaluation[f"{prefix}{s}_ssim"][g].mean()) == r[f"{prefix}ssim_to_{s}"]

@@ -95,7 +95,8 @@ CLAIMS = {
              "Sec. 4.4, Fig. 9",
              "partition start: a majority (> {majority}) of the reconstructions have their own "
              "start image as SSIM-nearest image of training set ∪ partition; at least one "
-             "training image reconstructed (best SSIM ≥ {ssim_level})"),
+             "training image recovered: a best-buddy pair (Haim et al.'s matching) with SSIM "
+             "≥ {ssim_level}"),
     "fig10": ("“While the bilevel formulation on average performs better in recovering ground "
               "truth images if [x_init] is close enough to the ground truth (see fig. 10(a)), "
               "the average [L2] distance increases quicker for a higher proportion of "

@@ -16,6 +16,8 @@
   `in_run_score`    Haim et al.'s NCC score, which the sweep ranks settings by
 """
 
+import types
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -77,7 +79,11 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
     For each set s: s_index int, s_ssim and s_l2 float (each [..., m]: every
     reconstruction's SSIM-nearest image of s, its SSIM and the L2 distance to it). With
     thresholds: best_ssim_per_train float[..., n] and best_index_per_train int[..., n]
-    (each training image's best reconstruction) and count_ssim_ge int[..., len(thresholds)].
+    (each training image's best reconstruction) and count_ssim_ge int[..., len(thresholds)];
+    Haim et al.'s matching beside: best_buddy_ssim_per_train float[..., n] (the SSIM of
+    training image i and its nearest reconstruction under `metrics.ncc_distances` when
+    the two are best buddies, `metrics.best_buddies`; NaN otherwise) and
+    count_best_buddies_ssim_ge int[..., len(thresholds)].
   """
   recon = to_display(images, mean, display)
   out = {}
@@ -94,7 +100,25 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
     out["best_index_per_train"] = np.asarray(index)
     out["count_ssim_ge"] = np.stack([np.sum(out["best_ssim_per_train"] >= t, axis=-1)
                                      for t in thresholds], axis=-1)
+    out.update(_best_buddies(recon, sets["train"], np.asarray(ssim), thresholds))
   return out
+
+
+def _best_buddies(recon, train, ssim, thresholds) -> dict[str, np.ndarray]:
+  """Haim et al.'s matching: best buddies under their half-resolution NCC distance, and
+  the SSIM of each pair (see `reconstructions`)."""
+  flat = recon.reshape((-1, *recon.shape[-4:]))
+  train = np.asarray(train, np.float32)
+  buddy, index = zip(*(metrics.best_buddies(metrics.ncc_distances(x, train)) for x in flat))
+  lead = recon.shape[:-4]
+  buddy = np.stack(buddy).reshape((*lead, -1))
+  index = np.stack(index).reshape((*lead, -1))
+  pair_ssim = np.take_along_axis(ssim, index[..., None, :], axis=-2)[..., 0, :]
+  pair_ssim = np.where(buddy, pair_ssim, np.nan)
+  return {"best_buddy_ssim_per_train": pair_ssim,
+          "count_best_buddies_ssim_ge": np.stack(
+              [np.sum(buddy & (np.nan_to_num(pair_ssim, nan=-np.inf) >= t), axis=-1)
+               for t in thresholds], axis=-1)}
 
 
 def rescored(results: dict, display: str, *, chunk_size: int = 500) -> dict[str, np.ndarray]:
@@ -112,10 +136,9 @@ def rescored(results: dict, display: str, *, chunk_size: int = 500) -> dict[str,
     `START`; the same as the run's own evaluation when ``display`` is the run's.
   """
   mean = results["mean"] if np.size(results["mean"]) else None
-  sets = {"train": data.to_pixels(results["train_images"], mean),
-          "partition": data.to_pixels(results["partition_images"], mean)}
-  if "noise_images" in results:
-    sets["noise"] = data.to_pixels(results["noise_images"], mean)
+  task = types.SimpleNamespace(train_images=results["train_images"],
+                               partition_images=results["partition_images"], mean=mean)
+  sets = comparison_sets(task, results.get("noise_images"))
   own = reconstructions(results["final_images"], mean, sets, display=display,
                         chunk_size=chunk_size)
   start = reconstructions(results["initial_images"], mean, sets, display=display,

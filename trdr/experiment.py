@@ -247,6 +247,7 @@ def _param_distances(config, attack, target, images, x0, labels, batch, uniform_
 def _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary) -> dict:
   """results.npz and summary.json of one attack (grid axis G = 1 dropped)."""
   per_point = ("best_ssim_per_train", "best_index_per_train", "count_ssim_ge",
+               "best_buddy_ssim_per_train", "count_best_buddies_ssim_ge",
                "param_distance", "param_distance_uniform")
   grid_keys = {"initial_images", "final_images", "final_lambdas"} | {
       k for k in results if k.startswith("history_") or k.endswith(("_index", "_ssim", "_l2"))
@@ -268,6 +269,10 @@ def _finish_attack(config, workdir, task, target, dtype, results, thresholds, su
     summary.update(reconstructed=evaluate.counts(results["count_ssim_ge"], thresholds),
                    start_reconstructed=evaluate.counts(
                        results[evaluate.START + "count_ssim_ge"], thresholds),
+                   reconstructed_best_buddies=evaluate.counts(
+                       results["count_best_buddies_ssim_ge"], thresholds),
+                   start_reconstructed_best_buddies=evaluate.counts(
+                       results[evaluate.START + "count_best_buddies_ssim_ge"], thresholds),
                    mean_best_ssim=float(np.mean(best)),
                    **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})
   io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)

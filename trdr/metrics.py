@@ -41,6 +41,7 @@ from trdr.ssim import (
 
 __all__ = [
     "NearestNeighbours",
+    "best_buddies",
     "best_per_candidate",
     "matched_score",
     "minmax_scale",
@@ -274,6 +275,23 @@ def best_per_candidate(similarity: Any, larger_is_better: bool = True
   if larger_is_better:
     return jnp.max(s, axis=-2), jnp.argmax(s, axis=-2).astype(jnp.int32)
   return jnp.min(s, axis=-2), jnp.argmin(s, axis=-2).astype(jnp.int32)
+
+
+def best_buddies(distances: Any) -> tuple[jax.Array, jax.Array]:
+  """Haim et al.'s "best buddies": a query (reconstruction) and a candidate (training
+  image) that are each other's nearest neighbour.
+
+  Args:
+    distances: float[..., Q, M] (smaller = nearer; e.g. `ncc_distances`).
+  Returns:
+    (buddy bool[..., M]: candidate m's nearest query has m as its nearest candidate,
+     index int32[..., M]: candidate m's nearest query).
+  """
+  d = jnp.asarray(distances)
+  nearest_query = jnp.argmin(d, axis=-2).astype(jnp.int32)            # [..., M]
+  nearest_candidate = jnp.argmin(d, axis=-1).astype(jnp.int32)        # [..., Q]
+  back = jnp.take_along_axis(nearest_candidate, nearest_query, axis=-1)
+  return back == jnp.arange(d.shape[-1], dtype=jnp.int32), nearest_query
 
 
 def matched_score(distances: Any, k: int = 10) -> jax.Array:

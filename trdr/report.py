@@ -46,7 +46,7 @@ def collect(workdir: str) -> dict:
     ValueError: a run predates the start images' evaluation (delete it to recompute).
   """
   per_image = ("train_ssim", "partition_ssim", "train_l2", "partition_l2", "partition_index")
-  per_train = ("best_ssim_per_train",)
+  per_train = ("best_ssim_per_train", "best_buddy_ssim_per_train")
   run = lambda name, file: os.path.join(paper.run_dir(workdir, name), file)
 
   def arrays(name, names, index=()):
@@ -89,8 +89,9 @@ def comparable_records(run_dir: str) -> list[dict]:
   if str(results["display"]) == COMPARABLE_DISPLAY:
     return records
   evaluation = evaluate.rescored(results, COMPARABLE_DISPLAY)
-  history = {"upper_loss": np.zeros((len(records), 1))}   # not part of the comparison
-  return evaluate.grid_records(results["lambda1"], results["lambda2"], history, evaluation)
+  history = {"upper_loss": np.full((len(records), 1), np.nan)}   # not rescored: dropped
+  rescored = evaluate.grid_records(results["lambda1"], results["lambda2"], history, evaluation)
+  return [{k: v for k, v in r.items() if k != "upper_loss"} for r in rescored]
 
 
 # Membership runs: label -> run name (`trdr.paper.RUNS`).
