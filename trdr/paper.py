@@ -28,6 +28,7 @@ from absl import logging
 
 from trdr import experiment, io, plotting
 from trdr.attacks import init as inits
+from trdr.evaluate import START
 
 # run name -> (sub-directory of the work directory, experiment mode)
 RUNS = {
@@ -164,7 +165,8 @@ def table1(runs, config) -> dict:
               "|---|" + "---:|" * len(ts)]
     for c in cols:
       lines.append(f"| {c} | " + " | ".join(
-          f"{row['uniform_start_sweep'][c][t]:.3e} ({row['start_uniform_start_sweep'][c][t]:.3e})"
+          f"{row['uniform_start_sweep'][c][t]:.3e} "
+          f"({row[START + 'uniform_start_sweep'][c][t]:.3e})"
           for t in ts) + " |")
     lines.append("")
   markdown = ("Table 1: ||θ* − θ||² after the attack (measured by trdr vs Runkel et al. "
@@ -186,11 +188,11 @@ def _table1_row(records, summary, tols) -> dict:
 
   return {
       "measured": {col: main("", col) for col in points},
-      "start_measured": {col: main("start_", col) for col in points},
+      START + "measured": {col: main(START, col) for col in points},
       "theta0": f"U(0, 1), tol {tols[-1]:g}" if tols else "θ*",
       "from_theta_star": {col: r["param_distance"] for col, r in points.items()},
       "uniform_start_sweep": {col: sweep("", col) for col in points},
-      "start_uniform_start_sweep": {col: sweep("start_", col) for col in points},
+      START + "uniform_start_sweep": {col: sweep(START, col) for col in points},
       **{f"ssim_to_{s}": {col: r[f"ssim_to_{s}"] for col, r in points.items()}
          for s in ("train", "partition", "noise")},
       "lower_level_start": summary.get("lower_level_start"),
