@@ -195,7 +195,8 @@ def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(
   Args:
     lambda1, lambda2: float[G] grid coordinates.
     history: metric name -> float[G, steps] (`trdr.loop.run`); the first metric is the
-      attack's objective, reported as ``upper_loss`` (its last value).
+      attack's objective, reported as ``upper_loss`` (its last value). None: no history
+      (a saved run rescored, `rescored`): no upper_loss and no lower-level fields.
     evaluation: `reconstructions` output [G, ...] (plus param_distance float[G]), and
       the same of the start images under keys prefixed with `START`.
     thresholds: the thresholds of evaluation["count_ssim_ge"].
@@ -207,14 +208,16 @@ def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(
     lower_level_iters_mean (bilevel) and train_ssim_ge_t (per threshold t); the start
     images' numbers under the same names prefixed with `START` (the verdicts' baseline).
   """
-  objective = history[next(iter(history))]
+  history = history or {}
+  objective = history[next(iter(history))] if history else None
   own = {k: v for k, v in evaluation.items() if not k.startswith(START)}
   start = {k[len(START):]: v for k, v in evaluation.items() if k.startswith(START)}
   records = []
   for g in range(len(lambda1)):
-    record = {"lambda1": float(lambda1[g]), "lambda2": float(lambda2[g]),
-              "upper_loss": float(objective[g, -1]),
-              **_point_record(own, g, thresholds, uniform_tols)}
+    record = {"lambda1": float(lambda1[g]), "lambda2": float(lambda2[g])}
+    if objective is not None:
+      record["upper_loss"] = float(objective[g, -1])
+    record.update(_point_record(own, g, thresholds, uniform_tols))
     if "grad_norm" in history:
       record["lower_level_grad_norm_max"] = float(history["grad_norm"][g].max())
       record["lower_level_iters_mean"] = float(history["num_iter"][g].mean())

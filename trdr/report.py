@@ -83,15 +83,12 @@ def comparable_records(run_dir: str) -> list[dict]:
   """A landscape run's records on the scale both attacks share (`COMPARABLE_DISPLAY`):
   its own records where it was scored so, else its saved images scored again
   (`trdr.evaluate.rescored`)."""
-  records = io.read_json(os.path.join(run_dir, "landscape.json"))
   with np.load(os.path.join(run_dir, "results.npz")) as saved:
     results = dict(saved)
   if str(results["display"]) == COMPARABLE_DISPLAY:
-    return records
-  evaluation = evaluate.rescored(results, COMPARABLE_DISPLAY)
-  history = {"upper_loss": np.full((len(records), 1), np.nan)}   # not rescored: dropped
-  rescored = evaluate.grid_records(results["lambda1"], results["lambda2"], history, evaluation)
-  return [{k: v for k, v in r.items() if k != "upper_loss"} for r in rescored]
+    return io.read_json(os.path.join(run_dir, "landscape.json"))
+  return evaluate.grid_records(results["lambda1"], results["lambda2"], None,
+                               evaluate.rescored(results, COMPARABLE_DISPLAY))
 
 
 # Membership runs: label -> run name (`trdr.paper.RUNS`).
