@@ -55,7 +55,7 @@ table1:  ## Table 1: ||θ* − θ||² for {affine, one-hidden} x {random, ground
 sweep:  ## DecoReco vmapped hyperparameter sweep (σ, lr, λ_min, α); its best.json feeds Figs. 6–12.
 	$(PYTHON) experiments/sweep.py --config=configs/decoreco_cifar.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/decoreco_figures/sweep --config.victim.checkpoint_dir=$(RUNS)/report_$(SIZE)/decoreco_figures/victim
 
-fig5:  ## Fig. 5: DecoReco from U(0,1) without variance tuning; SIZE=cpu|paper|smoke.
+fig5:  ## Fig. 5: DecoReco from N(0,1) (σ untuned, the tuned run's other settings); SIZE=cpu|paper|smoke.
 	$(PAPER) --artefacts=fig5
 
 fig6:  ## Fig. 6: DecoReco, tuned σ (runs the sweep first), reconstructions ranked by SSIM.

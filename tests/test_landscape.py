@@ -104,6 +104,31 @@ def test_partition_initialisation_ends_closer_to_the_partition(smoke_run):
   assert noise["l2_to_noise"] < noise["l2_to_train"]
 
 
+def test_the_partition_start_is_traced_along_the_attack(smoke_run):
+  """Its mean L2 to the training set, the partition and its start at every logged step
+  (`evaluate.trajectory`); the other grid points are not traced (NaN)."""
+  workdir, records = smoke_run
+  results = np.load(os.path.join(workdir, "results.npz"))
+  np.testing.assert_array_equal(results["trace_step"], [0, 10, 20, 30])
+  g = list(zip(results["lambda1"], results["lambda2"])).index((0.0, 1.0))
+  for name in ("train", "partition", "start"):
+    trace = results[f"trace_l2_to_{name}"]
+    assert trace.shape == (9, 4) and np.all(np.isfinite(trace[g]))
+    assert np.all(np.isnan(np.delete(trace, g, axis=0)))
+  # At step 0 the images are the partition images: each pixel (x − mean) + mean carries <= 2
+  # roundings of values <= 1 (2u, u = 2^-24), so over D = 32·32·3 values the L2 is <= 2u√D.
+  bound = 2 * 2.0**-24 * np.sqrt(32 * 32 * 3)
+  assert results["trace_l2_to_start"][g, 0] == 0.0
+  assert results["trace_l2_to_partition"][g, 0] <= bound
+  # The last step's images are the run's reconstructions: their nearest training image by L2
+  # is at most as far as their SSIM-nearest one, up to each distance's float32 relative
+  # error (D + 4)·u/2 (`metrics.pairwise_l2`), twice.
+  part = _point(records, 0.0, 1.0)
+  assert results["trace_l2_to_train"][g, -1] <= part["l2_to_train"] * (
+      1 + (32 * 32 * 3 + 4) * 2.0**-24)
+  assert results["trace_l2_to_start"][g, -1] > 0
+
+
 def test_attack_reduces_the_upper_loss(smoke_run):
   workdir, _ = smoke_run
   loss = np.load(os.path.join(workdir, "results.npz"))["history_upper_loss"]

@@ -24,8 +24,8 @@ FLOW = (
     "trdr.attacks.gradient_norm", "trdr.attacks.kkt_mlp", "trdr.attacks.bilevel",
     "trdr.attacks.decoreco", "trdr.attacks",
     "trdr.loop", "trdr.ssim", "trdr.metrics", "trdr.evaluate", "trdr.experiment",
-    "trdr.membership", "trdr.plotting", "trdr.paper", "trdr.claims", "trdr.verdicts",
-    "trdr.report",
+    "trdr.membership", "trdr.realism", "trdr.plotting", "trdr.report_figures", "trdr.paper",
+    "trdr.claims", "trdr.verdicts", "trdr.report",
     "trdr.cli",
 )
 MAX_MODULE_LINES = 400

@@ -145,6 +145,36 @@ def test_pairwise_ssim_real_images_and_chunking():
   np.testing.assert_allclose(out.reshape(10, 16), ref, atol=2e-5, rtol=0)
 
 
+@pytest.mark.parametrize("filter_size", [3, 11])
+def test_pairwise_ssim_window_equals_dm_pix_float64(x64, filter_size):
+  """The selectable window (3: Haim et al.'s counts; 11: dm_pix's default) against
+  dm_pix.ssim with the same filter_size evaluated in float64 on every pair.
+
+  Error argument for the tolerance: pairwise_ssim works in float32 on images in [0, 1]
+  centred per channel, so every blurred (co)variance term (a convex combination of
+  products of values in [-1, 1], then one subtraction) carries an absolute error
+  <= 4u = 2.4e-7 (u = 2^-24). An SSIM map value numer/denom moves by at most
+  2δ/(s_xx + s_yy + c2) per error δ in s_xy and by the same order through the variances
+  in the denominator, so per position <= 3 · 2 · 4u / c2 with c2 = (0.03)² = 9e-4:
+  1.6e-3. The mean over positions and channels is bounded by the same. A wrong window or
+  padding changes these SSIMs by ~1e-1.
+  """
+  rng = np.random.default_rng(13)
+  imgs = _real_images(12, rng)
+  q = np.clip(imgs[:5] + 0.05 * rng.standard_normal(imgs[:5].shape), 0, 1).astype(np.float32)
+  c = imgs[4:]
+  out = np.asarray(metrics.pairwise_ssim(q, c, filter_size=filter_size, chunk_size=2))
+  ref = np.asarray(jax.vmap(jax.vmap(
+      lambda x, y: dm_pix.ssim(x, y, filter_size=filter_size), (None, 0)), (0, None))(
+          jnp.asarray(q, jnp.float64), jnp.asarray(c, jnp.float64)))
+  np.testing.assert_allclose(out, ref, atol=3 * 2 * 4 * 2.0**-24 / 0.03**2, rtol=0)
+  nn = metrics.nearest_neighbours(q, c, filter_size=filter_size)
+  np.testing.assert_array_equal(nn.index, np.argmax(out, axis=1))
+  # The two windows are different scales: a window size that is ignored fails here.
+  other = np.asarray(metrics.pairwise_ssim(q, c, filter_size=14 - filter_size))
+  assert np.max(np.abs(other - out)) > 1e-2
+
+
 def test_pairwise_ssim_max_val():
   rng = np.random.default_rng(6)
   q, c = 255 * _smooth(rng, 3), 255 * _smooth(rng, 4)
@@ -282,6 +312,11 @@ def test_errors():
     metrics.nearest_neighbours(x32, x32[:0])
   with pytest.raises(ValueError, match="chunk_size"):
     metrics.pairwise_ssim(x32, x32, chunk_size=0)
+  with pytest.raises(ValueError, match="smaller than the 3x3"):
+    metrics.pairwise_ssim(_rand(rng, (2, 2, 8, 1)), _rand(rng, (2, 2, 8, 1)), filter_size=3)
+  for bad in (0, 4, 2.5):
+    with pytest.raises(ValueError, match="filter_size"):
+      metrics.nearest_neighbours(x32, x32, filter_size=bad)
   with pytest.raises(TypeError, match="floating-point"):
     metrics.ssim(np.zeros((16, 16, 1), np.uint8), np.zeros((16, 16, 1), np.uint8))
 

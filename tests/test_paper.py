@@ -27,10 +27,25 @@ def smoke(smoke_report_dir):
 
 
 @pytest.mark.parametrize("victim", VICTIMS)
-def test_ground_truth_initialisation_recovers_the_training_images(smoke, victim):
-  row = smoke[3]["rows"][victim]
-  assert row["from_theta_star"]["ground truth"] < 1e-5     # θ(x) = θ*: a fixed point
-  assert row["ssim_to_train"]["ground truth"] > 0.999
+def test_the_ground_truth_is_a_fixed_point_the_paper_lower_level_only_approximates(
+    smoke, victim):
+  """θ(x_GT) re-solved from θ* is θ*: the training images are a fixed point of eq. 2. The
+  attack's lower level starts from θ0 ~ U(0, 1) at every step (the paper's setting) and
+  stops at ||∇θE|| < tol, so at x_GT its θ is only within tol / wd of θ* (E is wd-strongly
+  convex for the affine victim; the one-hidden victim's E is not convex, no bound): the
+  first step's upper loss is ≤ ((tol + victim.tol + δ) / wd)², δ = 1e-6 the float32
+  rounding of the gradient norm (see the strong-convexity test below), not 0."""
+  config, workdir, _, _ = smoke
+  records = io.read_json(os.path.join(paper.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
+  gt = records[inits.pure_index(records, "ground_truth")]
+  assert gt["start_param_distance"] < 1e-5 and gt["start_ssim_to_train"] > 0.999
+  c = config.paper[victim]
+  assert c.attack.lower_level.start == "uniform"
+  with np.load(os.path.join(paper.run_dir(workdir, victim), experiment.RESULTS_FILE)) as r:
+    first = r["history_upper_loss"][inits.pure_index(records, "ground_truth"), 0]
+  if victim == "affine":
+    bound = ((c.attack.lower_level.tol + c.victim.tol + 1e-6) / c.victim.weight_decay) ** 2
+    assert 0 < first <= bound, (first, bound)
 
 
 @pytest.mark.parametrize("victim", VICTIMS)
@@ -76,8 +91,12 @@ def test_table1_holds_the_measured_and_the_paper_values(smoke):
       assert row["measured"][column] == record[key]
       assert row["start_measured"][column] == record["start_" + key]
       assert row["from_theta_star"][column] == record["param_distance"]
-    assert row["lower_level_start"] == "previous"
-    assert row["lower_level"]["fraction_converged"] == 1.0
+    assert row["lower_level_start"] == config.paper[victim].attack.lower_level.start
+    # Reported as measured: from θ0 ~ U(0, 1) the one-hidden victim's lower level does not
+    # always reach its tolerance within max_iter (README, Table 1).
+    with np.load(os.path.join(paper.run_dir(workdir, victim), experiment.RESULTS_FILE)) as r:
+      converged = np.mean(r["history_grad_norm"] < config.paper[victim].attack.lower_level.tol)
+    assert row["lower_level"]["fraction_converged"] == pytest.approx(converged, abs=1e-12)
   with open(os.path.join(workdir, "paper_figures", "table1.md")) as f:
     markdown = f.read()
   assert f"{table['rows']['one_hidden']['measured']['random']:.4e}" in markdown
@@ -94,7 +113,8 @@ def test_table1_from_uniform_theta0_obeys_the_strong_convexity_bound(smoke):
   t ≥ 1e-4 is checked, where δ ≪ t)."""
   config, _, _, table = smoke
   victim_config = config.paper.affine.victim
-  sweep = table["rows"]["affine"]["uniform_start_sweep"]["ground truth"]
+  # The start images: x_GT itself (the attack's images move away from it, see above).
+  sweep = table["rows"]["affine"]["start_uniform_start_sweep"]["ground truth"]
   for t in config.paper.affine.eval.uniform_start_tols:
     if t >= 1e-4:
       bound = ((t + victim_config.tol + 1e-6) / victim_config.weight_decay) ** 2
@@ -119,8 +139,11 @@ def test_sweep_best_setting_feeds_the_tuned_runs(smoke):
     hp = io.read_json(os.path.join(paper.run_dir(workdir, run), "summary.json"))[
         "hyperparameters"]
     assert hp == {k: pytest.approx(best[k]) for k in hp}, run
-  uniform = io.read_json(os.path.join(paper.run_dir(workdir, "uniform"), "summary.json"))
-  assert uniform["init"] == "uniform" and uniform["hyperparameters"]["lr"] == 0.4
+  # Fig. 5: N(0, 1), the tuned run's other settings (Runkel et al.: σ alone is untuned).
+  untuned = io.read_json(os.path.join(paper.run_dir(workdir, "untuned"), "summary.json"))
+  assert untuned["init"] == "gaussian" and untuned["hyperparameters"] == {
+      **{k: pytest.approx(best[k]) for k in best if k in untuned["hyperparameters"]},
+      "init_scale": 1.0}
   # All DecoReco runs attacked the one shared θ*.
   assert not os.path.exists(os.path.join(paper.run_dir(workdir, "tuned"), "victim"))
 

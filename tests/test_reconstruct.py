@@ -14,7 +14,7 @@ import pytest
 from trdr import data, evaluate, experiment, io, metrics, models, paper, plotting, sharding
 from trdr import victim
 from trdr.attacks import decoreco, init as inits
-from trdr.configs import bilevel_affine, decoreco_cifar
+from trdr.configs import bilevel_affine, decoreco_cifar, decoreco_figures
 
 
 def _candidates(key, m, shape, sigma, dtype=jnp.float64):
@@ -39,7 +39,8 @@ def victim_dir(smoke_report_dir, tmp_path_factory):
 
 
 def smoke_config(victim_dir, **init):
-  config = decoreco_cifar.get_config("smoke")
+  """The :smoke report's DecoReco config (its victim has a bias in every layer)."""
+  config = decoreco_figures.get_config("smoke").decoreco
   config.victim.checkpoint_dir = victim_dir
   for key, value in init.items():
     config.init[key] = value
@@ -162,6 +163,34 @@ def test_sample_settings_ranges(x64_module):
     experiment.sample_settings(jax.random.key(0), 2, bad, jnp.float64)
 
 
+def test_the_sweep_starts_from_the_published_settings(x64_module):
+  config = decoreco_cifar.get_config("")
+  published = config.sweep.include
+  sampled = experiment.sample_settings(jax.random.key(0), 3, config.sweep.ranges, jnp.float64)
+  settings = experiment._with_included(sampled, published, 5)
+  for i, name in enumerate(experiment.HPARAM_NAMES):
+    np.testing.assert_array_equal(getattr(settings, name)[:2], [s[i] for s in published])
+    np.testing.assert_array_equal(getattr(settings, name)[2:], getattr(sampled, name))
+  assert experiment._with_included(sampled, (), 3) is sampled
+  with pytest.raises(ValueError, match="at most num_settings"):
+    experiment._with_included(sampled, published, 1)
+  with pytest.raises(ValueError, match="4 numbers"):
+    experiment._with_included(sampled, ((1.0, 2.0),), 4)
+
+
+def test_hparams_keep_keeps_the_configs_sigma_and_takes_the_rest(tmp_path):
+  best = {"init_scale": 0.01, "lr": 0.2, "lambda_min": 0.3, "alpha": 40.0}
+  io.write_json(str(tmp_path / "best.json"), best)
+  config = decoreco_cifar.get_config("smoke")
+  config.attack.hparams_file = str(tmp_path / "best.json")
+  config.attack.init_scale, config.attack.hparams_keep = 1.0, ("init_scale",)
+  a = experiment.attack_config(config)
+  assert (a.init_scale, a.lr, a.lambda_min, a.alpha) == (1.0, 0.2, 0.3, 40.0)
+  config.attack.hparams_keep = ("momentum",)
+  with pytest.raises(ValueError, match="hparams_keep"):
+    experiment.attack_config(config)
+
+
 # --------------------------------------------------------------------------- scores
 
 
@@ -231,6 +260,18 @@ def test_smoke_run_writes_consistent_numbers(gaussian_run):
   np.testing.assert_allclose(results["best_buddy_ssim_per_train"], pair, atol=1e-6)
   for k, count in summary["reconstructed_best_buddies"].items():
     assert count <= summary["reconstructed"][k], k
+  # Haim et al.'s scale beside: the same counts with a 3x3 SSIM window, the same buddy pairs.
+  ssim3 = np.asarray(metrics.pairwise_ssim(shown, train, filter_size=3))
+  np.testing.assert_allclose(results["best_ssim_per_train_w3"], ssim3.max(axis=0), atol=1e-6)
+  pair3 = np.where(buddy, ssim3[np.asarray(index), np.arange(n)], np.nan)
+  np.testing.assert_allclose(results["best_buddy_ssim_per_train_w3"], pair3, atol=1e-6)
+  for t in (0.3, 0.4, 0.5):
+    k = f"ssim_ge_{t:g}"
+    assert summary["reconstructed_w3"][k] == int(np.sum(ssim3.max(axis=0) >= t))
+    assert summary["reconstructed_best_buddies_w3"][k] == int(np.sum(pair3 >= t))
+  assert summary["ssim_window"] == 11 and "start_reconstructed_w3" in summary
+  # The realism score of Figs. 6–8: every candidate's nearest public (test-split) image.
+  assert results["public_ssim"].shape == results["start_public_ssim"].shape == (2 * n,)
   assert np.isfinite(summary["score"]) and summary["victim"]["train_accuracy"] == 1.0
   with pytest.raises(FileExistsError, match="--overwrite"):
     experiment.run(smoke_config(os.path.join(workdir, "victim_unused")), workdir, "attack")

@@ -185,20 +185,52 @@ def test_fig5_uniform_at_most_three_and_fewer_than_tuned():
   assert verdicts.verdict_fig5(_summary(5), _summary(4))["verdict"] == "not reproduced"
 
 
-def test_fig6_needs_four_top_ranked_reconstructions_at_the_level():
+def _ranked(top, low_realism, m=60):
+  """Quiz inputs: m reconstructions whose SSIM to the training set falls with the index
+  (rank = index + 1; ``top`` for the first four, the rest below the level), realism 0.5
+  for those ranked 1–50 and ``low_realism`` below (the most realistic of them: index 57)."""
+  ssim = np.linspace(0.35, 0.0, m)
+  ssim[:4] = top
+  real = np.full(m, 0.5)
+  real[50:] = low_realism
+  real[57] = low_realism + 0.01
+  return ssim, real
+
+
+def test_fig6_quiz_needs_four_reconstructions_at_the_level_and_a_low_ranked_one():
   level = verdicts.RULES["ssim_level"]
-  above, below = level + 0.1, level - 0.1
-  assert verdicts.verdict_fig6([below, above, above, below, above, above])["verdict"] == (
-      "reproduced")
-  assert verdicts.verdict_fig6([above, above, above, below])["verdict"] == "not reproduced"
-  assert verdicts.verdict_fig6([above] * 3)["verdict"] == "not reproduced"   # fewer than 4
+  ssim, real = _ranked(level + 0.1, 0.6)
+  v = verdicts.verdict_fig6(ssim, real)
+  assert v["verdict"] == "reproduced"
+  assert v["measured"]["quiz ranks"] == [1, 2, 3, 58, 4]
+  assert verdicts.verdict_fig6(*_ranked(level - 0.1, 0.6))["verdict"] == "partly"
+  assert verdicts.verdict_fig6(ssim[:50], real[:50])["verdict"] == "not tested"
 
 
-def test_figs_7_and_8_are_not_tested_but_measured():
-  v7 = verdicts.verdict_fig7(np.array([0.9, 0.6, 0.3, 0.1]), [0.1, -0.5, 2.0, -4.0])
-  assert v7["verdict"] == "not tested" and v7["measured"]["reconstructed"] == 2
-  v8 = verdicts.verdict_fig8([0.5, 0.1, 0.2, 0.1])
-  assert v8["verdict"] == "not tested" and v8["measured"]["candidates ≥ level"] == 1
+def test_fig7_the_least_realistic_of_the_quiz_is_not_the_low_ranked_one():
+  level = verdicts.RULES["ssim_level"]
+  phi = np.zeros(10)
+  best = np.linspace(0, 1, 10)
+  v = verdicts.verdict_fig7(*_ranked(level + 0.1, 0.6), best, phi)
+  assert v["verdict"] == "reproduced", v["checks"]
+  # The low-ranked one is the least realistic-looking: the adversary finds it.
+  assert verdicts.verdict_fig7(*_ranked(level + 0.1, 0.2), best, phi)["verdict"] == "partly"
+  ssim, real = _ranked(level + 0.1, 0.2)
+  assert verdicts.verdict_fig7(ssim[:50], real[:50], best, phi)["verdict"] == "not tested"
+
+
+def test_fig8_realism_auc_interval_decides():
+  level = verdicts.RULES["ssim_level"]
+  rng = np.random.default_rng(0)
+  ssim = np.sort(rng.uniform(0, 0.3, 200))[::-1]
+  ssim[:10] = level + 0.1
+  same = rng.uniform(0, 1, 200)          # realism independent of the rank
+  v = verdicts.verdict_fig8(ssim, same)
+  assert v["measured"]["top"] == 10 and v["measured"]["low-ranked"] == 150
+  separated = np.where(np.arange(200) < 10, 1.0, 0.0) + 0.01 * same
+  v = verdicts.verdict_fig8(ssim, separated)
+  assert v["measured"]["95% interval"][0] > 0.5 and v["verdict"] == "partly"
+  assert verdicts.verdict_fig8(ssim[:50], same[:50])["verdict"] == "not tested"
 
 
 def test_fig9_majority_of_own_starts_and_one_best_buddy_pair():
@@ -372,7 +404,7 @@ def test_report_has_one_computed_verdict_per_artefact(smoke_report):
   from trdr import io
 
   saved = io.read_json(os.path.join(workdir, "report.json"))
-  sections = re.split(r"\n## ", text)[1:]
+  sections = re.split(r"\n## ", text)[2:]     # after the counts table
   titles = [s.split("\n", 1)[0] for s in sections]
   assert titles == [*(f"Fig. {i}" for i in range(1, 5)), "Table 1",
                     *(f"Fig. {i}" for i in range(5, 13)), "Membership ambiguity"]
@@ -386,6 +418,59 @@ def test_report_has_one_computed_verdict_per_artefact(smoke_report):
   for name in report.ARTEFACTS:   # every verdict beside its baseline, in the file too
     v = saved["verdicts"][name]
     assert v["claim"] and v["source"] and v["baseline"]["verdict"] in verdicts.VERDICTS, name
+
+
+def test_counts_on_both_ssim_windows_and_both_matchings(smoke_report):
+  workdir, text = smoke_report
+  from trdr import io
+
+  rows = io.read_json(os.path.join(workdir, "report.json"))["counts"]
+  assert {(r["matching"], r["window"]) for r in rows} == {
+      (m, w) for m in ("SSIM-nearest", "best buddies (NCC)") for w in (11, 3)}
+  tuned = io.read_json(os.path.join(workdir, "decoreco_figures", "tuned", "summary.json"))
+  (row,) = [r for r in rows if r["run"] == "tuned" and r["window"] == 3
+            and r["matching"] == "SSIM-nearest"]
+  assert row["counts"] == tuned["reconstructed_w3"]
+  assert row["start"] == tuned["start_reconstructed_w3"]
+  assert "## Counts on both scales" in text and "| run | matching | window | n |" in text
+
+
+def test_key_numbers_over_seeds_are_the_repeats_own(smoke_report):
+  """Seed 1 repeats the pure-start and DecoReco runs on another data draw; report.json's
+  mean and std over seeds are those of the runs' own numbers."""
+  workdir, text = smoke_report
+  from trdr import io, paper
+
+  saved = io.read_json(os.path.join(workdir, "report.json"))["verdicts"]
+  seed1 = report.seed_workdir(workdir, 1)
+  distances = []
+  images = []
+  for directory in (workdir, seed1):
+    records = io.read_json(os.path.join(paper.run_dir(directory, "affine"), "landscape.json"))
+    distances.append(verdicts.pure_record(records, "noise")["param_distance"])
+    with np.load(os.path.join(paper.run_dir(directory, "affine"), "results.npz")) as r:
+      images.append(r["train_images"])
+  assert not np.array_equal(*images)            # another data draw
+  fig1 = saved["fig1"]["seeds"]
+  assert fig1["seeds"] == [0, 1] and len(fig1["verdicts"]) == 2
+  key = "affine ||θ*−θ||²"
+  assert fig1["mean"][key] == pytest.approx(np.mean(distances), rel=1e-12)
+  assert fig1["std"][key] == pytest.approx(np.std(distances, ddof=1), rel=1e-12)
+  for name in ("fig1", "fig2", "fig3", "fig4", "table1"):
+    assert "seeds" in saved[name], name
+  for name in ("fig5", "fig6", "fig7", "fig8", "fig9", "fig10", "fig11", "fig12"):
+    assert "seeds" not in saved[name], name      # ":smoke" repeats the bilevel runs only
+  assert "**Over seeds** [0, 1]" in text
+
+
+def test_over_seeds_means_the_numbers_and_lists_the_verdicts():
+  per_seed = [{"fig1": {"measured": {"a": 1.0, "b": True, "c": [1, 2]}, "verdict": "partly"},
+               "fig5": {"measured": {"a": 0.0}, "verdict": "reproduced"}},
+              {"fig1": {"measured": {"a": 3.0, "b": False, "c": [3]}, "verdict": "reproduced"}}]
+  out = report.over_seeds(per_seed, (0, 4))
+  assert list(out) == ["fig1"]                      # fig5 is missing from seed 4
+  assert out["fig1"] == {"seeds": [0, 4], "verdicts": ["partly", "reproduced"],
+                         "mean": {"a": 2.0}, "std": {"a": pytest.approx(np.sqrt(2.0))}}
 
 
 def test_no_verdict_says_reproduced_for_an_identity_attack(smoke_report):

@@ -3,7 +3,8 @@
   `to_display`      the one display transform: the mean added back ("pixels"), then, for
                     "minmax", each image min-max scaled to [0, 1] (Haim et al.'s view)
   `comparison_sets` the real images a reconstruction is compared to: the training set,
-                    the distinct partition and (landscapes) the noise set, in pixels
+                    the distinct partition, (landscapes) the noise set and (optionally)
+                    the public test split, in pixels
   `reconstructions` each reconstruction's SSIM-nearest image of every set with the L2
                     distance to it; per training image the SSIM of its best
                     reconstruction and the counts at SSIM thresholds
@@ -11,6 +12,8 @@
                     loss, Table 1), independent of the attack's warm starts
   `grid_records`    one landscape.json record per eq. 10 grid point, with the start
                     images' numbers beside (prefix `START`: the verdicts' baseline)
+  `own_start_fraction` the share of partition-start reconstructions still nearest their
+                    own start image (Figs. 3, 4, 9)
   `rescored`        a saved run evaluated again under another display (one scale for both
                     attacks)
   `in_run_score`    Haim et al.'s NCC score, which the sweep ranks settings by
@@ -29,6 +32,9 @@ DISPLAYS = ("pixels", "minmax")
 # Prefix of the start images' evaluation (the attack-free baseline of every verdict: the
 # same numbers with the initial images x0 taken as the reconstructions).
 START = "start_"
+# The SSIM window side of the nearest neighbours and counts unless a config sets
+# eval.ssim_window: dm_pix's default (Haim et al. count with 3; eval.count_windows adds it).
+SSIM_WINDOW = metrics.FILTER_SIZE
 
 
 def to_display(images, mean, display: str = "pixels") -> np.ndarray:
@@ -54,17 +60,22 @@ def to_display(images, mean, display: str = "pixels") -> np.ndarray:
   return np.asarray(metrics.minmax_scale(x), np.float32)
 
 
-def comparison_sets(task, noise=None) -> dict[str, np.ndarray]:
-  """name -> float[M, H, W, C] real images in pixels: train, partition (and noise)."""
+def comparison_sets(task, noise=None, public: bool = False) -> dict[str, np.ndarray]:
+  """name -> float[M, H, W, C] real images in pixels: train, partition (and noise), and with
+  ``public`` the test split ("public": images an adversary can hold, disjoint from the
+  training set; the realism score of `trdr.realism` is the SSIM to its nearest image)."""
   sets = {"train": data.to_pixels(task.train_images, task.mean),
           "partition": data.to_pixels(task.partition_images, task.mean)}
   if noise is not None:
     sets["noise"] = data.to_pixels(np.asarray(noise), task.mean)
+  if public:
+    sets["public"] = data.to_pixels(task.test_images, task.mean)
   return sets
 
 
 def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str = "pixels",
-                    thresholds=(), chunk_size: int = 500) -> dict[str, np.ndarray]:
+                    thresholds=(), chunk_size: int = 500, ssim_window: int = SSIM_WINDOW,
+                    count_windows=()) -> dict[str, np.ndarray]:
   """Nearest neighbours of the reconstructions in every comparison set.
 
   Args:
@@ -75,6 +86,10 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
     thresholds: SSIM levels at which training images count as reconstructed; empty:
       no per-training-image evaluation.
     chunk_size: queries per SSIM block.
+    ssim_window: the SSIM window side of the nearest neighbours and the counts (11:
+      dm_pix's default; 3: Haim et al.'s counts).
+    count_windows: further windows w for the per-training-image counts only: their
+      fields as below with the suffix `_w{w}` (counts on Haim et al.'s scale beside ours).
   Returns:
     For each set s: s_index int, s_ssim and s_l2 float (each [..., m]: every
     reconstruction's SSIM-nearest image of s, its SSIM and the L2 distance to it). With
@@ -83,42 +98,53 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
     Haim et al.'s matching beside: best_buddy_ssim_per_train float[..., n] (the SSIM of
     training image i and its nearest reconstruction under `metrics.ncc_distances` when
     the two are best buddies, `metrics.best_buddies`; NaN otherwise) and
-    count_best_buddies_ssim_ge int[..., len(thresholds)].
+    count_best_buddies_ssim_ge int[..., len(thresholds)]. For every window w of
+    ``count_windows`` other than ``ssim_window``, the same fields but best_index_per_train
+    with the suffix `_w{w}` (the best buddies are the same pairs: NCC does not depend on it).
   """
   recon = to_display(images, mean, display)
   out = {}
   for name, candidates in sets.items():
     nn = metrics.nearest_neighbours(recon, np.asarray(candidates, recon.dtype),
-                                    chunk_size=chunk_size)
+                                    chunk_size=chunk_size, filter_size=ssim_window)
     for field in nn._fields:
       out[f"{name}_{field}"] = np.asarray(getattr(nn, field))
   if len(thresholds):
-    ssim = metrics.pairwise_ssim(recon, np.asarray(sets["train"], recon.dtype),
-                                 chunk_size=chunk_size)
-    best, index = metrics.best_per_candidate(ssim)
-    out["best_ssim_per_train"] = np.asarray(best)
-    out["best_index_per_train"] = np.asarray(index)
-    out["count_ssim_ge"] = np.stack([np.sum(out["best_ssim_per_train"] >= t, axis=-1)
-                                     for t in thresholds], axis=-1)
-    out.update(_best_buddies(recon, sets["train"], np.asarray(ssim), thresholds))
+    buddies = _best_buddies(recon, sets["train"])
+    for w in (ssim_window, *(w for w in count_windows if w != ssim_window)):
+      suffix = "" if w == ssim_window else f"_w{w}"
+      ssim = np.asarray(metrics.pairwise_ssim(recon, np.asarray(sets["train"], recon.dtype),
+                                              chunk_size=chunk_size, filter_size=w))
+      counts = _per_train(ssim, buddies, thresholds)
+      if suffix:
+        counts.pop("best_index_per_train")
+      out.update({k + suffix: v for k, v in counts.items()})
   return out
 
 
-def _best_buddies(recon, train, ssim, thresholds) -> dict[str, np.ndarray]:
-  """Haim et al.'s matching: best buddies under their half-resolution NCC distance, and
-  the SSIM of each pair (see `reconstructions`)."""
+def _best_buddies(recon, train) -> tuple[np.ndarray, np.ndarray]:
+  """Haim et al.'s matching under their half-resolution NCC distance: bool[..., n] (training
+  image i and its nearest reconstruction are best buddies) and that reconstruction's index
+  int[..., n]."""
   flat = recon.reshape((-1, *recon.shape[-4:]))
   train = np.asarray(train, np.float32)
   buddy, index = zip(*(metrics.best_buddies(metrics.ncc_distances(x, train)) for x in flat))
   lead = recon.shape[:-4]
-  buddy = np.stack(buddy).reshape((*lead, -1))
-  index = np.stack(index).reshape((*lead, -1))
-  pair_ssim = np.take_along_axis(ssim, index[..., None, :], axis=-2)[..., 0, :]
+  return np.stack(buddy).reshape((*lead, -1)), np.stack(index).reshape((*lead, -1))
+
+
+def _per_train(ssim, buddies, thresholds) -> dict[str, np.ndarray]:
+  """The per-training-image fields of `reconstructions` from SSIM float[..., m, n]."""
+  best, index = metrics.best_per_candidate(ssim)
+  best = np.asarray(best)
+  buddy, buddy_index = buddies
+  pair_ssim = np.take_along_axis(ssim, buddy_index[..., None, :], axis=-2)[..., 0, :]
   pair_ssim = np.where(buddy, pair_ssim, np.nan)
-  return {"best_buddy_ssim_per_train": pair_ssim,
-          "count_best_buddies_ssim_ge": np.stack(
-              [np.sum(buddy & (np.nan_to_num(pair_ssim, nan=-np.inf) >= t), axis=-1)
-               for t in thresholds], axis=-1)}
+  at_least = lambda x: np.stack([np.sum(np.nan_to_num(x, nan=-np.inf) >= t, axis=-1)
+                                 for t in thresholds], axis=-1)
+  return {"best_ssim_per_train": best, "best_index_per_train": np.asarray(index),
+          "count_ssim_ge": at_least(best), "best_buddy_ssim_per_train": pair_ssim,
+          "count_best_buddies_ssim_ge": at_least(pair_ssim)}
 
 
 def rescored(results: dict, display: str, *, chunk_size: int = 500) -> dict[str, np.ndarray]:
@@ -242,6 +268,52 @@ def _point_record(evaluation: dict, g: int, thresholds, uniform_tols) -> dict:
     record.update({f"train_ssim_ge_{t:g}": int(c)
                    for t, c in zip(thresholds, evaluation["count_ssim_ge"][g])})
   return record
+
+
+def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pixels"):
+  """The ``trace`` of `trdr.loop.run` that follows the reconstructions of some grid points
+  along the attack: the mean L2 distance (display space) of their images to the nearest
+  training and partition image, and to their own start.
+
+  Args:
+    x0: float[G, m, H, W, C] start images (the victim's input space).
+    mean: the task mean (`to_display`).
+    sets: `comparison_sets` (train and partition used).
+    traced: int[k] grid points followed (e.g. the partition start's); the others get NaN.
+    display: `to_display`'s transform.
+  Returns:
+    images float[G, m, H, W, C] -> {"l2_to_train", "l2_to_partition", "l2_to_start":
+    float[G]}.
+  """
+  traced = np.asarray(traced, np.int64)
+  start = to_display(np.asarray(x0)[traced], mean, display)
+
+  def fn(images):
+    shown = to_display(np.asarray(images)[traced], mean, display)
+    out = {f"l2_to_{s}": np.asarray(metrics.pairwise_l2(shown, np.asarray(
+        sets[s], shown.dtype))).min(axis=-1).mean(axis=-1) for s in ("train", "partition")}
+    moved = (shown - start).reshape(*shown.shape[:2], -1)
+    out["l2_to_start"] = np.sqrt(np.sum(moved.astype(np.float64) ** 2, axis=-1)).mean(-1)
+    full = {k: np.full(len(x0), np.nan) for k in out}
+    for k, v in out.items():
+      full[k][traced] = v
+    return full
+  return fn
+
+
+def own_start_fraction(images: dict) -> float:
+  """The fraction of reconstructions whose SSIM-nearest image of training set ∪ partition
+  is their own start image (a partition image: the partition image nearest to the start):
+  Runkel et al. Figs. 3, 4 and 9 ("the majority of the resulting images reflects the
+  initialisation").
+
+  Args:
+    images: per-reconstruction arrays of one partition-start run, float/int[m] each:
+      partition_index, partition_ssim, train_ssim and start_partition_index.
+  """
+  own = (np.asarray(images["partition_index"]) == np.asarray(images[START + "partition_index"]))
+  nearer = np.asarray(images["partition_ssim"]) > np.asarray(images["train_ssim"])
+  return float(np.mean(own & nearer))
 
 
 def lower_level_summary(history: dict, tol: float) -> dict:

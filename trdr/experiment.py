@@ -41,14 +41,18 @@ HPARAM_NAMES = decoreco.Hyperparameters._fields
 
 def attack_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   """``config.attack`` with DecoReco's (σ, lr, λ_min, α) from ``attack.hparams_file``
-  (a sweep's best.json) when that is set.
+  (a sweep's best.json) when that is set, but those named in ``attack.hparams_keep``
+  (e.g. ("init_scale",): Runkel et al.'s Fig. 5, σ = 1 with the tuned lr, λ_min, α).
 
   Raises:
     FileNotFoundError: hparams_file set but missing (run the sweep first).
-    ValueError: the file lacks one of the four settings.
+    ValueError: the file lacks one of the four settings, or hparams_keep names another.
   """
   a = config.attack.copy_and_resolve_references()
   path = a.get("hparams_file")
+  keep = tuple(a.get("hparams_keep", ()))
+  if set(keep) - set(HPARAM_NAMES):
+    raise ValueError(f"attack.hparams_keep {keep} may name only {HPARAM_NAMES}")
   if path:
     if not os.path.exists(path):
       raise FileNotFoundError(
@@ -61,7 +65,8 @@ def attack_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDic
     logging.info("Hyperparameters from %s: %s", path, {k: best[k] for k in HPARAM_NAMES})
     with a.unlocked():
       for k in HPARAM_NAMES:
-        a[k] = float(best[k])
+        if k not in keep:
+          a[k] = float(best[k])
   return a
 
 
@@ -91,6 +96,24 @@ def sample_settings(key, num: int, ranges: ml_collections.ConfigDict, dtype
   return decoreco.Hyperparameters(*values)
 
 
+def _with_included(sampled: decoreco.Hyperparameters, include, num: int
+                   ) -> decoreco.Hyperparameters:
+  """The settings ``include`` ((σ, lr, λ_min, α) each, e.g. the published reference runs)
+  first, then the sampled ones.
+
+  Raises:
+    ValueError: more included settings than ``num``, or one that is not 4 numbers.
+  """
+  include = [tuple(map(float, s)) for s in include]
+  if len(include) > num or any(len(s) != len(HPARAM_NAMES) for s in include):
+    raise ValueError(f"sweep.include must hold at most num_settings = {num} settings of "
+                     f"{len(HPARAM_NAMES)} numbers {HPARAM_NAMES}, got {include}")
+  if not include:
+    return sampled
+  fixed = jnp.asarray(include, sampled.init_scale.dtype).T
+  return decoreco.Hyperparameters(*(jnp.concatenate([f, s]) for f, s in zip(fixed, sampled)))
+
+
 def _starts(mode, config, a, task, dtype):
   """(x0 float[G, m, H, W, C], labels float[m], init keys [G] or one key, extra results,
   build key, hparams [G] or None) of each mode; see the module docstring."""
@@ -111,8 +134,9 @@ def _starts(mode, config, a, task, dtype):
         lambda2=config.init.get("lambda2", 1.0))
     return x0[None], labels, key_attack, {}, key_attack, None
   key_settings, key_init = jax.random.split(jax.random.key(config.sweep.seed))
-  settings = sample_settings(key_settings, config.sweep.num_settings, config.sweep.ranges,
-                             dtype)
+  settings = _with_included(sample_settings(
+      key_settings, config.sweep.num_settings - len(config.sweep.get("include", ())),
+      config.sweep.ranges, dtype), config.sweep.get("include", ()), config.sweep.num_settings)
   m_per_image = a.candidates_per_image
   _, labels = inits.candidates("gaussian", key_init, task, dtype, init_scale=1.0,
                                m_per_image=m_per_image)
@@ -170,9 +194,16 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
     states = states._replace(hparams=settings)
   steps = config.sweep.steps if mode == "sweep" else a.steps
   started = time.time()
-  states, history = loop.run(attack, states, steps=steps, log_every=a.log_every,
-                             grid_batch_size=a.grid_batch_size, workdir=workdir,
-                             resume=resume)
+  # Runkel et al. Fig. 9's question along the attack: the partition starts' distances to
+  # the training set, the partition and their start at every logged step.
+  sets = evaluate.comparison_sets(task, extra.get("noise_images"),
+                                  public=config.eval.get("public_set", False))
+  traced = _partition_starts(mode, config, extra)
+  trace = (evaluate.trajectory(x0, task.mean, sets, traced, attack.display)
+           if len(traced) else None)
+  states, history, trajectory = loop.run(
+      attack, states, steps=steps, log_every=a.log_every, grid_batch_size=a.grid_batch_size,
+      workdir=workdir, resume=resume, trace=trace)
   seconds = time.time() - started
   images = attack.images(states)
   summary = {"victim": target.metadata["report"], "attack": attack.name,
@@ -183,13 +214,14 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   if mode == "sweep":
     return _finish_sweep(config, workdir, task, images, history, settings, summary)
   thresholds = tuple(config.eval.get("ssim_thresholds", ()))
-  sets = evaluate.comparison_sets(task, extra.get("noise_images"))
   batch = loop.batch_size(a.grid_batch_size, x0.shape[0], attack.batches_well)
 
   def evaluation_of(x):
-    return evaluate.reconstructions(x, task.mean, sets, display=attack.display,
-                                    thresholds=thresholds,
-                                    chunk_size=config.eval.ssim_chunk_size)
+    return evaluate.reconstructions(
+        x, task.mean, sets, display=attack.display, thresholds=thresholds,
+        chunk_size=config.eval.ssim_chunk_size,
+        ssim_window=config.eval.get("ssim_window", evaluate.SSIM_WINDOW),
+        count_windows=tuple(config.eval.get("count_windows", ())))
 
   # The same evaluation of the start images: the attack-free baseline of every verdict.
   evaluation = {**evaluation_of(images),
@@ -205,7 +237,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
              "train_labels": task.train_labels, "partition_images": task.partition_images,
              "mean": np.zeros(0) if task.mean is None else task.mean,
              "display": np.asarray(attack.display),
-             **{f"history_{k}": v for k, v in history.items()}, **evaluation}
+             **{f"history_{k}": v for k, v in history.items()},
+             **{f"trace_{k}": v for k, v in trajectory.items()}, **evaluation}
   if mode == "attack":
     return _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary)
   records = evaluate.grid_records(extra["lambda1"], extra["lambda2"], history, evaluation,
@@ -219,6 +252,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   logging.info("Victim: %s", target.metadata["report"])
   logging.info("Wrote %s", os.path.join(workdir, LANDSCAPE_FILE))
   return records
+
+
+def _partition_starts(mode, config, extra) -> np.ndarray:
+  """The grid points that start from the distinct partition: λ1 = 0, λ2 = 1 (eq. 10) of a
+  landscape, or an attack with init.kind "partition"; none for a sweep."""
+  if mode == "landscape":
+    return np.flatnonzero(np.isclose(extra["lambda1"], 0.0) & np.isclose(extra["lambda2"], 1.0))
+  return np.arange(1) if mode == "attack" and config.init.kind == "partition" else (
+      np.arange(0))
 
 
 def _param_distances(config, attack, target, images, x0, labels, batch, uniform_tols):
@@ -251,7 +293,8 @@ def _finish_attack(config, workdir, task, target, dtype, results, thresholds, su
                "param_distance", "param_distance_uniform")
   grid_keys = {"initial_images", "final_images", "final_lambdas"} | {
       k for k in results if k.startswith("history_") or k.endswith(("_index", "_ssim", "_l2"))
-      or k.removeprefix(evaluate.START) in per_point}
+      or (k.startswith("trace_") and k != "trace_step")
+      or k.removeprefix(evaluate.START).startswith(per_point)}
   results = {k: v[0] if k in grid_keys else v for k, v in results.items()}
   phi = np.asarray(target.apply(target.params, jnp.asarray(task.train_images, dtype)))
   if phi.ndim == 2:  # C = 2 logits: Φ = Φ_1 − Φ_0, the binary logit's counterpart
@@ -266,13 +309,15 @@ def _finish_attack(config, workdir, task, target, dtype, results, thresholds, su
       "score": float(evaluate.in_run_score(results["final_images"], task.train_images,
                                            config.eval.get("score_k", 10)))})
   if best is not None:
-    summary.update(reconstructed=evaluate.counts(results["count_ssim_ge"], thresholds),
-                   start_reconstructed=evaluate.counts(
-                       results[evaluate.START + "count_ssim_ge"], thresholds),
-                   reconstructed_best_buddies=evaluate.counts(
-                       results["count_best_buddies_ssim_ge"], thresholds),
-                   start_reconstructed_best_buddies=evaluate.counts(
-                       results[evaluate.START + "count_best_buddies_ssim_ge"], thresholds),
+    # reconstructed[_best_buddies][_w{w}]: counts at the run's SSIM window and, suffixed,
+    # at each further window of eval.count_windows; the start images' twins prefixed.
+    for key in results:
+      for kind, name in (("count_ssim_ge", "reconstructed"),
+                         ("count_best_buddies_ssim_ge", "reconstructed_best_buddies")):
+        prefix, _, suffix = key.partition(kind)
+        if _ and prefix in ("", evaluate.START):
+          summary[prefix + name + suffix] = evaluate.counts(results[key], thresholds)
+    summary.update(ssim_window=config.eval.get("ssim_window", evaluate.SSIM_WINDOW),
                    mean_best_ssim=float(np.mean(best)),
                    **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})
   io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)

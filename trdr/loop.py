@@ -83,7 +83,8 @@ def _record(history: dict, done: int, n: int, seconds: float) -> dict:
 
 
 def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_size: int,
-        workdir: str, resume: bool) -> tuple[Any, dict[str, np.ndarray]]:
+        workdir: str, resume: bool, trace=None
+        ) -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray]]:
   """Attacks every start of ``states`` for ``steps`` steps, checkpointed (module docstring).
 
   Args:
@@ -95,9 +96,13 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     grid_batch_size: see `batch_size`.
     workdir: where checkpoint.msgpack and metrics.jsonl are written.
     resume: continue from the checkpoint in ``workdir``.
+    trace: optional images float[G, m, H, W, C] -> {name: float[G]}, evaluated on the
+      attack's images at the start and after every chunk (and checkpointed with them):
+      e.g. the distances of Runkel et al.'s images to the training set along the attack.
   Returns:
     (final states [G, ...], history: metric name -> float[G, steps], the value of each
-    step's metric, e.g. the objective before the step).
+    step's metric, e.g. the objective before the step, trace: {"step": int[K], name:
+    float[G, K]} at steps 0, log_every, …, steps; {} without ``trace``).
   Raises:
     ValueError: log_every < 1 or steps < 0.
   """
@@ -106,13 +111,23 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   size = sharding.grid_size(states)
   _, metrics_shape = jax.eval_shape(attack.step, jax.tree.map(lambda x: x[0], states))
   history = {name: np.zeros((size, 0)) for name in metrics_shape._fields}
+  images = jax.jit(jax.vmap(attack.images))
+  traced = {}
   records = []
   if resume:
     saved = io.load_checkpoint(workdir)
     states = flax.serialization.from_state_dict(states, saved["state"])
     history = {k: np.asarray(saved["history"][k]).reshape(size, -1) for k in history}
+    if trace:
+      if "trace" not in saved:
+        raise ValueError(f"the checkpoint in {workdir} was written without the trace this "
+                         "run records; remove it (or the run directory) to start again")
+      traced = {k: np.asarray(v).reshape((-1,) if k == "step" else (size, -1))
+                for k, v in saved["trace"].items()}
     records = json.loads(saved["metrics"])
     logging.info("Resuming from step %d", history_steps(history))
+  elif trace:
+    traced = _traced({}, 0, trace(images(states)))
   io.write_metrics(workdir, records)  # no line for a chunk that is not in the checkpoint
   batch = batch_size(grid_batch_size, size, attack.batches_well)
   logging.info("%s, %d images per start: %s", attack.name,
@@ -130,16 +145,28 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     history = {k: np.concatenate([history[k], np.asarray(getattr(step_metrics, k))], axis=1)
                for k in history}
     done += n
+    if trace:
+      traced = _traced(traced, done, trace(images(states)))
     records.append(_record(history, done, n, seconds))
     io.save_checkpoint(workdir, {"state": states, "history": history,
-                                 "metrics": json.dumps(io.to_jsonable(records))})
+                                 "metrics": json.dumps(io.to_jsonable(records)),
+                                 **({"trace": traced} if trace else {})})
     io.append_metrics(workdir, records[-1])
     objective = next(iter(history))
     logging.info("step %d/%d  %s: min %s  median %s  max %s  diverged %d  (%.3fs/step)",
                  done, steps, objective, records[-1][f"{objective}_min"],
                  records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
                  records[-1]["diverged"], seconds)
-  return states, history
+  return states, history, traced
+
+
+def _traced(traced: dict, step: int, values: dict) -> dict:
+  """``traced`` ({"step": int[K], name: float[G, K]}; {} for none yet) with one more column."""
+  out = {"step": np.append(traced.get("step", np.zeros(0, np.int64)), step)}
+  for k, v in values.items():
+    column = np.asarray(v, np.float64)[:, None]
+    out[k] = np.concatenate([traced[k], column], axis=1) if k in traced else column
+  return out
 
 
 def history_steps(history: dict) -> int:

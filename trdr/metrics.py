@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 # Re-exported: callers use trdr.metrics.ssim / trdr.metrics.pairwise_ssim.
-from trdr.ssim import pairwise_ssim, ssim
+from trdr.ssim import FILTER_SIZE, pairwise_ssim, ssim
 # The SSIM engine's internals that the chunked nearest-neighbour search runs.
 from trdr.ssim import (
     _DEFAULT_CHUNK,
@@ -31,6 +31,7 @@ from trdr.ssim import (
     _as_float_images,
     _check_candidates,
     _check_chunk_size,
+    _check_filter_size,
     _check_same_image_shape,
     _chunks,
     _dm_pix_ssim,
@@ -145,15 +146,18 @@ class NearestNeighbours(NamedTuple):
   l2: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("max_val",))
+@functools.partial(jax.jit, static_argnames=("max_val", "filter_size"))
 def _nn_block(
-    queries: jax.Array, candidates: jax.Array, cand: _Prepared, *, max_val: float
+    queries: jax.Array, candidates: jax.Array, cand: _Prepared, *, max_val: float,
+    filter_size: int,
 ) -> tuple[jax.Array, jax.Array, jax.Array]:
   """(index, dm_pix SSIM, L2) of the best candidate for each of n queries [n, H, W, C]."""
-  sims = _ssim_block(_prepare(queries), cand, max_val=max_val)
+  sims = _ssim_block(_prepare(queries, filter_size), cand, max_val=max_val,
+                     filter_size=filter_size)
   index = jnp.argmax(sims, axis=1).astype(jnp.int32)
   matched = candidates[index]
-  sim = _dm_pix_ssim(queries, matched, max_val=max_val).astype(jnp.float32)
+  sim = _dm_pix_ssim(queries, matched, max_val=max_val,
+                     filter_size=filter_size).astype(jnp.float32)
   return index, sim, _l2_rows(queries, matched)
 
 
@@ -163,6 +167,7 @@ def nearest_neighbours(
     *,
     max_val: float = 1.0,
     chunk_size: int = _DEFAULT_CHUNK,
+    filter_size: int = FILTER_SIZE,
 ) -> NearestNeighbours:
   """Finds each query's highest-SSIM candidate (argmax of :func:`pairwise_ssim`).
 
@@ -180,18 +185,21 @@ def nearest_neighbours(
     max_val: dynamic range of the pixel values.
     chunk_size: maximum number of queries per jitted block (see
       :func:`pairwise_ssim`).
+    filter_size: side of the SSIM window, odd (see :func:`ssim`).
 
   Returns:
     NearestNeighbours whose fields have the leading shape ``queries.shape[:-3]``.
 
   Raises:
     TypeError: if an input is not floating point.
-    ValueError: if the image shapes differ, images are smaller than 11x11,
-      candidates is not 4-D or empty, or chunk_size < 1.
+    ValueError: if the image shapes differ, images are smaller than the filter,
+      candidates is not 4-D or empty, chunk_size < 1 or filter_size is not a positive
+      odd int.
   """
   _check_chunk_size(chunk_size)
-  queries = _as_float_images(queries, "queries")
-  candidates = _check_candidates(candidates)
+  filter_size = _check_filter_size(filter_size)
+  queries = _as_float_images(queries, "queries", filter_size)
+  candidates = _check_candidates(candidates, filter_size)
   _check_same_image_shape(queries, candidates, "queries", "candidates")
   if candidates.shape[0] == 0:
     raise ValueError("candidates must contain at least one image")
@@ -201,11 +209,12 @@ def nearest_neighbours(
     empty = jnp.zeros(batch, jnp.float32)
     return NearestNeighbours(jnp.zeros(batch, jnp.int32), empty, empty)
   flat = queries.reshape((n,) + img)
-  cand = _prepare(candidates)
+  cand = _prepare(candidates, filter_size)
   parts = []
   for start, stop, size in _chunks(n, chunk_size):
     block = _nn_block(
-        _pad_rows(flat[start:stop], size), candidates, cand, max_val=float(max_val)
+        _pad_rows(flat[start:stop], size), candidates, cand, max_val=float(max_val),
+        filter_size=filter_size,
     )
     parts.append([x[: stop - start] for x in block])
   index, sim, l2 = (jnp.concatenate(x).reshape(batch) for x in zip(*parts))

@@ -9,8 +9,9 @@ reused while finished with the same config (`run_or_reuse`), resumed when interr
   decoreco_figures/victim               θ* of the Haim MLP, shared by the DecoReco runs
   decoreco_figures/sweep                the vmapped DecoReco sweep; best.json feeds the
                                         tuned, partition and DecoReco-landscape runs
-  decoreco_figures/uniform, tuned,      DecoReco from U(0, 1) (untuned), from N(0, σ²)
-    partition                           (tuned) and from the distinct partition
+  decoreco_figures/untuned, tuned,      DecoReco from N(0, 1) (σ untuned, Fig. 5; the
+    partition                           tuned run's other settings), from N(0, σ²) (the
+                                        sweep's σ) and from the distinct partition
   decoreco_figures/landscape_decoreco,  the 25 eq. 10 starts, DecoReco and bilevel
     landscape_bilevel
 
@@ -26,7 +27,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import experiment, io, plotting
+from trdr import experiment, io, plotting, realism, report_figures
 from trdr.attacks import init as inits
 from trdr.evaluate import START
 
@@ -35,7 +36,7 @@ RUNS = {
     "affine": ("paper_figures/affine", "landscape"),
     "one_hidden": ("paper_figures/one_hidden", "landscape"),
     "sweep": ("decoreco_figures/sweep", "sweep"),
-    "uniform": ("decoreco_figures/uniform", "attack"),
+    "untuned": ("decoreco_figures/untuned", "attack"),
     "tuned": ("decoreco_figures/tuned", "attack"),
     "partition": ("decoreco_figures/partition", "attack"),
     "landscape_decoreco": ("decoreco_figures/landscape_decoreco", "landscape"),
@@ -60,14 +61,17 @@ def run_configs(config: ml_collections.ConfigDict, workdir: str) -> dict:
   deco = os.path.join(workdir, "decoreco_figures")
   configs = {"affine": config.paper.affine, "one_hidden": config.paper.one_hidden,
              "landscape_bilevel": config.decoreco.bilevel}
-  for name in ("sweep", "uniform", "tuned", "partition", "landscape_decoreco"):
+  for name in ("sweep", "untuned", "tuned", "partition", "landscape_decoreco"):
     c = (config.decoreco.landscape if name == "landscape_decoreco" else
          config.decoreco.decoreco).copy_and_resolve_references()
     c.victim.checkpoint_dir = os.path.join(deco, "victim")
-    if name in ("uniform", "partition"):
+    if name == "partition":
       c.init.kind = name
-    if name in ("tuned", "partition", "landscape_decoreco"):
+    if name != "sweep":
       c.attack.hparams_file = os.path.join(deco, "sweep", experiment.BEST_FILE)
+    if name == "untuned":  # Runkel et al. Fig. 5: "randomly with x ~ N(0, 1)", σ not tuned
+      c.init.kind, c.attack.init_scale = "gaussian", 1.0
+      c.attack.hparams_keep = ("init_scale",)
     configs[name] = c
   return configs
 
@@ -75,6 +79,12 @@ def run_configs(config: ml_collections.ConfigDict, workdir: str) -> dict:
 def run_dir(workdir: str, name: str) -> str:
   """The directory of run ``name`` (a key of `RUNS`)."""
   return os.path.join(workdir, RUNS[name][0])
+
+
+def finished(workdir: str, name: str) -> bool:
+  """Whether run ``name`` under ``workdir`` has finished."""
+  return os.path.exists(os.path.join(run_dir(workdir, name),
+                                     experiment.FINISHED[RUNS[name][1]]))
 
 
 def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -> None:
@@ -154,6 +164,11 @@ def table1(runs, config) -> dict:
              f"{row['from_theta_star'][c]:.4e}" for c in cols]
     lines.append(f"| {VICTIM_NAMES[name]} ({sizes[name]}) | {row['theta0']} | "
                  + " | ".join(cells) + " |")
+  lines += ["", "The attack's lower level (its θ0 at every outer step: uniform = U(0, 1), "
+            "previous = warm start): " + "; ".join(
+                f"{VICTIM_NAMES[v]}: {row['lower_level_start']}, "
+                f"{row['lower_level'].get('fraction_converged', float('nan')):.0%} of its "
+                "solves reached ||∇θE|| < tol" for v, row in rows.items()) + "."]
   lines += ["", "The tolerance sweep: ||θ* − θ(x)||² with θ(x) re-solved from θ0 ~ U(0, 1) "
             "until ||∇θE|| < t (or the evaluation's iteration cap), for the reconstructions "
             "and, in parentheses, for the start images.", ""]
@@ -216,11 +231,32 @@ def _decoreco_grid(name, run, title, order="ssim"):
   return draw
 
 
+def _quiz(results):
+  """Fig. 6's quiz of the tuned run (`trdr.realism.quiz`), the odd one ranked below the
+  paper's 50 where the run has more reconstructions, else below half of them."""
+  m = len(results["train_ssim"])
+  low = realism.LOW_RANK if m > realism.LOW_RANK else m // 2
+  return realism.quiz(results["train_ssim"], results["public_ssim"], low_rank=low), low
+
+
+def fig6(runs, config):
+  del config
+  results = _results(runs, "tuned")
+  quiz, low = _quiz(results)
+  return {"fig6": report_figures.quiz_figure(results, quiz, title=(
+      f"Fig. 6: {realism.QUIZ_TOP} of these are the best-ranked reconstructions (by SSIM to "
+      f"their nearest training image), one is ranked below {low}. Which one?"))}
+
+
 def fig7(runs, config):
   results, summary = _results(runs, "tuned"), _summary(runs, "tuned")
-  return {"fig7": plotting.best_per_train_grid(
+  quiz, low = _quiz(results)
+  return {"fig7": report_figures.quiz_figure(results, quiz, reveal=True, title=(
+              f"Fig. 7: the reveal: #rank by SSIM to the nearest training image (bottom row); "
+              f"realism = SSIM to the nearest public test image ({_hp_text(summary)})")),
+          "fig7_best_per_train": plotting.best_per_train_grid(
               results, n_show=config.decoreco.n_show,
-              title=f"Fig. 7: tuned σ ({_hp_text(summary)})"),
+              title=f"Haim et al.'s view: tuned σ ({_hp_text(summary)})"),
           "fig7_ssim_vs_output": plotting.ssim_vs_output(results)}
 
 
@@ -233,6 +269,17 @@ def fig9(runs, config):
       lambda sub, p: plotting.reconstruction_grid(results, p[0], n_show=config.decoreco.n_show,
                                                   title=p[1], fig=sub),
       config.decoreco.n_show)}
+
+
+def trajectories(runs, config):
+  """The partition starts of both attacks along their iterations (`report_figures.trajectories`)."""
+  del config
+  panels = {"(a) bilevel, affine": _results(runs, "affine"),
+            "(b) bilevel, one-hidden": _results(runs, "one_hidden"),
+            "(c) DecoReco (min-max display)": _results(runs, "partition")}
+  return {"trajectories": report_figures.trajectories(
+      panels, "Partition starts: distance to the training set, the partition and the start "
+      "against iterations")}
 
 
 def _landscapes(name):
@@ -270,14 +317,15 @@ ARTEFACTS: dict[str, Artefact] = {
     **{name: Artefact("paper_figures", tuple(dict.fromkeys(p[0] for p in panels)),
                       _pure_figure(name, panels)) for name, panels in _PURE.items()},
     "table1": Artefact("paper_figures", ("affine", "one_hidden"), table1),
-    "fig5": Artefact("decoreco_figures", ("uniform",), _decoreco_grid(
-        "fig5", "uniform", "Fig. 5: U(0, 1) initialisation, no variance tuning")),
-    "fig6": Artefact("decoreco_figures", ("sweep", "tuned"),
-                     _decoreco_grid("fig6", "tuned", "Fig. 6: tuned σ")),
+    "fig5": Artefact("decoreco_figures", ("sweep", "untuned"), _decoreco_grid(
+        "fig5", "untuned", "Fig. 5: N(0, 1) initialisation, σ not tuned")),
+    "fig6": Artefact("decoreco_figures", ("sweep", "tuned"), fig6),
     "fig7": Artefact("decoreco_figures", ("sweep", "tuned"), fig7),
     "fig8": Artefact("decoreco_figures", ("sweep", "tuned"), _decoreco_grid(
         "fig8", "tuned", "Fig. 8: the first reconstructions", order="index")),
     "fig9": Artefact("decoreco_figures", ("sweep", "partition"), fig9),
+    "trajectories": Artefact("decoreco_figures", ("affine", "one_hidden", "sweep", "partition"),
+                             trajectories),
     **{name: Artefact("decoreco_figures", _LANDSCAPES, _landscapes(name))
        for name in ("fig10", "fig11", "fig12")},
 }

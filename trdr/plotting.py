@@ -21,7 +21,7 @@ from trdr.attacks import init as inits  # noqa: E402
 _SETS = (("train", "training set"), ("partition", "distinct partition"), ("noise", "noise set"))
 # The paper's colours in Figs. 10–12 (Runkel et al. Sec. 4.5): red = training set,
 # green = distinct partition, blue = noise.
-_SET_COLOURS = {"train": "tab:red", "partition": "tab:green", "noise": "tab:blue"}
+SET_COLOURS = {"train": "tab:red", "partition": "tab:green", "noise": "tab:blue"}
 
 
 def _grid_values(records, key, grid_shape) -> np.ndarray:
@@ -68,7 +68,7 @@ def _curve(ax, records, fixed_key, fixed, free_key) -> bool:
     return False
   for key, label in _SETS:
     ax.plot([r[free_key] for r in line], [r[f"l2_to_{key}"] for r in line], "o-", label=label,
-            color=_SET_COLOURS[key])
+            color=SET_COLOURS[key])
   ax.set_xlabel(f"{'λ1' if free_key == 'lambda1' else 'λ2'}  "
                 f"({fixed_key.replace('lambda', 'λ')} = {fixed:g})")
   ax.set_ylabel("mean L2 to SSIM-nearest image")
@@ -127,7 +127,8 @@ def combined_landscape_figures(panels: dict[str, tuple[list[dict], tuple]]
   return figs
 
 
-def _framed(ax, image, color, title=None):
+def framed(ax, image, color, title=None):
+  """Shows ``image`` float[H, W, C] in [0, 1] on ``ax`` in a frame of ``color``."""
   ax.imshow(np.clip(image.squeeze(), 0.0, 1.0), cmap="gray" if image.shape[-1] == 1 else None,
             vmin=0.0, vmax=1.0)
   ax.set_xticks([])
@@ -152,18 +153,20 @@ def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
     for offset, (image, color, text) in enumerate(((left, "black", label), (right, "grey", None))):
       ax = axes[r, 2 * c + offset]
       ax.axis("on")
-      _framed(ax, image, color, text)
+      framed(ax, image, color, text)
   fig.suptitle(title, fontsize=9, y=1.0 + 0.1 / rows)
   return fig
 
 
-def _shown(results, images):
+def shown_images(results, images):
+  """``images`` as the run shows and scores them (its display, `trdr.evaluate.to_display`)."""
   mean = results["mean"]
   display = str(results["display"]) if "display" in results else "pixels"
   return evaluate.to_display(images, mean, display)
 
 
-def _real(results, name):
+def real_images(results, name):
+  """The run's ``name`` images (train, partition, noise) in pixels, clipped to [0, 1]."""
   mean = results["mean"] if results["mean"].size else 0.0
   return np.clip(results[f"{name}_images"] + mean, 0.0, 1.0)
 
@@ -191,8 +194,8 @@ def reconstruction_grid(results, reference: str = "train", n_show: int = 32,
   if order not in ("ssim", "index"):
     raise ValueError(f"order must be 'ssim' or 'index', got {order!r}")
   pick = (lambda a: a) if grid_index is None else (lambda a: a[grid_index])
-  recon = _shown(results, pick(results["final_images"]))
-  candidates = _real(results, reference)
+  recon = shown_images(results, pick(results["final_images"]))
+  candidates = real_images(results, reference)
   index, ssim = pick(results[f"{reference}_index"]), pick(results[f"{reference}_ssim"])
   ranking = np.argsort(-ssim, kind="stable")
   rank = np.empty_like(ranking)
@@ -206,8 +209,8 @@ def reconstruction_grid(results, reference: str = "train", n_show: int = 32,
 def best_per_train_grid(results, n_show: int = 32, title: str = "", fig=None) -> plt.Figure:
   """Training images (black) beside their best reconstruction (grey), best first, with the
   training image's rank by that SSIM (Haim et al.'s per-training-image view)."""
-  recon = _shown(results, results["final_images"])
-  train = _real(results, "train")
+  recon = shown_images(results, results["final_images"])
+  train = real_images(results, "train")
   best, index = results["best_ssim_per_train"], results["best_index_per_train"]
   order = np.argsort(-best, kind="stable")[:n_show]
   pairs = [(train[i], recon[index[i]], f"#{r + 1} SSIM {best[i]:.2f}")
@@ -246,48 +249,6 @@ def stacked(panels, title: str, draw, n_show: int = 32) -> plt.Figure:
   header.text(0.5, 0.5, title, ha="center", va="center", fontsize=12)
   for subfig, panel in zip(subfigs, panels):
     draw(subfig, panel)
-  return fig
-
-
-def membership_figure(measured: dict) -> plt.Figure:
-  """Fraction of member matches vs threshold (one curve per run) and the AUC bars.
-
-  Args:
-    measured: `trdr.membership.measure` output.
-  Returns:
-    A Figure with two panels; uninformative AUCs are drawn hatched and pale.
-  """
-  fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2), constrained_layout=True)
-  for name, run in measured["runs"].items():
-    rows = run["fractions"]
-    left.plot([r["threshold"] for r in rows], [r["fraction_member"] for r in rows], marker="o",
-              label=name, linestyle="-" if run["attack"] == "bilevel" else "--")
-  left.axhline(0.5, color="grey", lw=0.8)
-  left.set_xlabel("natural-looking: SSIM to nearest real image > t")
-  left.set_ylabel("fraction whose nearest real image is a member")
-  left.set_ylim(-0.05, 1.05)
-  left.legend(fontsize=7)
-  left.set_title("Nearest real image: training set or partition?")
-  labels, values, informative = [], [], []
-  for name, run in measured["runs"].items():
-    for row in run["auc"]:
-      labels.append(f"{name}: {row['score']}")
-      values.append(row["auc"])
-      informative.append(row["informative"] and np.isfinite(row["auc"]))
-  y = np.arange(len(labels))
-  for i, (v, ok) in enumerate(zip(values, informative)):
-    if not np.isfinite(v):
-      right.text(0.52, y[i], "n/a (a class is empty)", va="center", fontsize=6, color="grey")
-      continue
-    right.barh(y[i], v - 0.5, left=0.5, color="C0" if ok else "lightgrey",
-               hatch="" if ok else "//", edgecolor="grey")
-  right.axvline(0.5, color="black", lw=0.8)
-  right.set_yticks(y, labels, fontsize=6)
-  right.set_xlim(0, 1)
-  right.invert_yaxis()
-  right.set_xlabel("AUC, member vs non-member matches (hatched: < "
-                   f"{measured['min_per_class']} per class or undefined)")
-  right.set_title(f"Membership scores, natural-looking at t = {measured['auc_threshold']:g}")
   return fig
 
 

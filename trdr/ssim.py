@@ -15,8 +15,9 @@ engine below (``_prepare``, ``_ssim_block``, ``_chunks``) chunk by chunk.
 
 Fast all-pairs SSIM
 -------------------
-With the normalised Gaussian window ``g`` (121 taps ``g_k > 0``) and ``G * z`` the
-'valid' filtering of ``z`` with it (per channel), SSIM needs, per position ``p`` and
+With the normalised k x k Gaussian window ``g`` (k² taps ``g_k > 0``; k = 11 by
+default) and ``G * z`` the 'valid' filtering of ``z`` with it (per channel), SSIM
+needs, per position ``p`` and
 channel ``c``, ``mu_x = G*x``, ``sigma_x^2 = G*(x^2) - mu_x^2`` (the same for ``y``)
 and the covariance ``sigma_xy = G*(x y) - mu_x mu_y``. Everything except
 ``G*(x y)`` depends on one image only and is computed once per image. The pair term is
@@ -25,8 +26,8 @@ a weighted inner product of the two images' windows,
     G*(x y)[p, c] = sum_k (g_k x[p + k, c]) y[p + k, c],
 
 so for a chunk of ``n`` queries against ``M`` candidates it is, for each position, a
-``(C, n, 121) x (C, 121, M)`` batched matrix product. The positions are visited in a
-``lax.fori_loop`` that slices the windows straight out of the images (no 121-fold
+``(C, n, k²) x (C, k², M)`` batched matrix product. The positions are visited in a
+``lax.fori_loop`` that slices the windows straight out of the images (no k²-fold
 patch tensor is stored), applies the SSIM-map formula of ``dm_pix.ssim`` (including
 its clipping of variances and covariance) to the ``(C, n, M)`` product while it is
 still in cache, and accumulates the map's sum. Each image channel is centred on its
@@ -55,8 +56,9 @@ from jax import lax
 
 __all__ = ["pairwise_ssim", "ssim"]
 
-# dm_pix.ssim defaults; pairwise_ssim reproduces exactly these.
-_FILTER_SIZE = 11
+# dm_pix.ssim defaults; pairwise_ssim reproduces exactly these. The window side is
+# selectable (`filter_size`): 11 is dm_pix's default, 3 the window of Haim et al.'s counts.
+FILTER_SIZE = 11
 _FILTER_SIGMA = 1.5
 _K1 = 0.01
 _K2 = 0.03
@@ -67,7 +69,7 @@ _DEFAULT_CHUNK = 512
 # ----------------------------------------------------------------------------- checks
 
 
-def _as_float_images(x: Any, name: str) -> jax.Array:
+def _as_float_images(x: Any, name: str, filter_size: int = FILTER_SIZE) -> jax.Array:
   """Converts ``x`` to a float array of images [..., H, W, C] and checks its shape."""
   x = jnp.asarray(x)
   if not jnp.issubdtype(x.dtype, jnp.floating):
@@ -78,10 +80,10 @@ def _as_float_images(x: Any, name: str) -> jax.Array:
   if x.ndim < 3:
     raise ValueError(f"{name} must have shape (..., H, W, C), got shape {x.shape}")
   h, w = x.shape[-3], x.shape[-2]
-  if h < _FILTER_SIZE or w < _FILTER_SIZE:
+  if h < filter_size or w < filter_size:
     raise ValueError(
-        f"{name} has images of size {h}x{w}, smaller than the {_FILTER_SIZE}x"
-        f"{_FILTER_SIZE} SSIM filter; H and W must be >= {_FILTER_SIZE}"
+        f"{name} has images of size {h}x{w}, smaller than the {filter_size}x"
+        f"{filter_size} SSIM filter; H and W must be >= {filter_size}"
     )
   return x
 
@@ -94,37 +96,46 @@ def _check_same_image_shape(a: jax.Array, b: jax.Array, na: str, nb: str) -> Non
     )
 
 
-def _check_candidates(candidates: Any) -> jax.Array:
+def _check_candidates(candidates: Any, filter_size: int = FILTER_SIZE) -> jax.Array:
   if jnp.ndim(candidates) != 4:
     raise ValueError(
         f"candidates must have shape (M, H, W, C), got shape {jnp.shape(candidates)}"
     )
-  return _as_float_images(candidates, "candidates")
+  return _as_float_images(candidates, "candidates", filter_size)
 
 
 # ------------------------------------------------------------------------------- SSIM
 
 
-_dm_pix_ssim = jax.jit(dm_pix.ssim, static_argnames=("max_val",))
+_dm_pix_ssim = jax.jit(dm_pix.ssim, static_argnames=("max_val", "filter_size"))
 
 
-def ssim(a: Any, b: Any, *, max_val: float = 1.0) -> jax.Array:
+def _check_filter_size(filter_size: int) -> int:
+  if not isinstance(filter_size, (int, np.integer)) or filter_size < 1 or filter_size % 2 == 0:
+    raise ValueError(f"filter_size must be a positive odd int, got {filter_size!r}")
+  return int(filter_size)
+
+
+def ssim(a: Any, b: Any, *, max_val: float = 1.0, filter_size: int = FILTER_SIZE) -> jax.Array:
   """Structural similarity index of image pairs (thin wrapper of ``dm_pix.ssim``).
 
   SSIM as defined by Wang et al., "Image quality assessment: from error visibility
   to structural similarity", IEEE TIP 13(4), 2004, with ``dm_pix.ssim``'s defaults:
-  11x11 Gaussian window (sigma 1.5) applied per channel with 'valid' padding,
-  k1 = 0.01, k2 = 0.03; the SSIM map is averaged over positions and channels (no
-  colour-space transform).
+  a ``filter_size`` x ``filter_size`` Gaussian window (sigma 1.5; dm_pix's default 11)
+  applied per channel with 'valid' padding, k1 = 0.01, k2 = 0.03; the SSIM map is
+  averaged over positions and channels (no colour-space transform).
 
   Unlike ``dm_pix.ssim`` (which takes one image or one batch of equal shape), the
   leading batch dimensions of ``a`` and ``b`` are broadcast against each other
   (NumPy rules); the pairs are then passed to ``dm_pix.ssim`` as one batch.
 
   Args:
-    a: float[..., H, W, C] images with values in [0, max_val]; H, W >= 11.
+    a: float[..., H, W, C] images with values in [0, max_val]; H, W >= filter_size.
     b: float[..., H, W, C] images, same (H, W, C) as ``a``; batch dims broadcast.
     max_val: dynamic range of the pixel values (1.0 for images in [0, 1]).
+    filter_size: side of the Gaussian window, odd (11: dm_pix's default; 3: the window
+      of Haim et al. 2022's counts, kornia ``ssim(window_size=3)``, which pads 'same'
+      where this is 'valid').
 
   Returns:
     float[broadcast(a.shape[:-3], b.shape[:-3])] SSIM of each pair, in [-1, 1]
@@ -133,10 +144,12 @@ def ssim(a: Any, b: Any, *, max_val: float = 1.0) -> jax.Array:
   Raises:
     TypeError: if an input is not floating point.
     ValueError: if an input has fewer than 3 dims, the image shapes differ, images
-      are smaller than the 11x11 filter, or the batch dims do not broadcast.
+      are smaller than the filter, the batch dims do not broadcast, or filter_size is
+      not a positive odd int.
   """
-  a = _as_float_images(a, "a")
-  b = _as_float_images(b, "b")
+  filter_size = _check_filter_size(filter_size)
+  a = _as_float_images(a, "a", filter_size)
+  b = _as_float_images(b, "b", filter_size)
   _check_same_image_shape(a, b, "a", "b")
   try:
     batch = jnp.broadcast_shapes(a.shape[:-3], b.shape[:-3])
@@ -146,18 +159,18 @@ def ssim(a: Any, b: Any, *, max_val: float = 1.0) -> jax.Array:
     ) from e
   img = a.shape[-3:]
   if not batch:
-    return _dm_pix_ssim(a, b, max_val=float(max_val))
+    return _dm_pix_ssim(a, b, max_val=float(max_val), filter_size=filter_size)
   n = math.prod(batch)
   a4 = jnp.broadcast_to(a, batch + img).reshape((n,) + img)
   b4 = jnp.broadcast_to(b, batch + img).reshape((n,) + img)
-  return _dm_pix_ssim(a4, b4, max_val=float(max_val)).reshape(batch)
+  return _dm_pix_ssim(a4, b4, max_val=float(max_val), filter_size=filter_size).reshape(batch)
 
 
-def _gaussian_filter_1d() -> jax.Array:
+def _gaussian_filter_1d(filter_size: int) -> jax.Array:
   """dm_pix.ssim's normalised 1D Gaussian (built with the same float32 ops)."""
-  hw = _FILTER_SIZE // 2
-  shift = (2 * hw - _FILTER_SIZE + 1) / 2
-  f_i = ((jnp.arange(_FILTER_SIZE, dtype=jnp.int32) - hw + shift) / _FILTER_SIGMA) ** 2
+  hw = filter_size // 2
+  shift = (2 * hw - filter_size + 1) / 2
+  f_i = ((jnp.arange(filter_size, dtype=jnp.int32) - hw + shift) / _FILTER_SIGMA) ** 2
   filt = jnp.exp(-0.5 * f_i.astype(jnp.float32))
   return filt / jnp.sum(filt)
 
@@ -184,10 +197,10 @@ class _Prepared(NamedTuple):
   var: jax.Array  # float32[P, C, N]: local variances (centred form), >= eps^2 as in dm_pix
 
 
-@jax.jit
-def _prepare(x: jax.Array) -> _Prepared:
+@functools.partial(jax.jit, static_argnames=("filter_size",))
+def _prepare(x: jax.Array, filter_size: int = FILTER_SIZE) -> _Prepared:
   x = x.astype(jnp.float32)
-  filt = _gaussian_filter_1d()
+  filt = _gaussian_filter_1d(filter_size)
   mu = _blur(x, filt)
   # (Co)variances are shift invariant: sigma_xy = G*(x'y') - mu_x' mu_y' for
   # x' = x - a, y' = y - b. Centring each image channel on its mean keeps the two
@@ -209,16 +222,17 @@ def _prepare(x: jax.Array) -> _Prepared:
   )
 
 
-@functools.partial(jax.jit, static_argnames=("max_val",))
-def _ssim_block(q: _Prepared, c: _Prepared, *, max_val: float) -> jax.Array:
+@functools.partial(jax.jit, static_argnames=("max_val", "filter_size"))
+def _ssim_block(q: _Prepared, c: _Prepared, *, max_val: float,
+                filter_size: int = FILTER_SIZE) -> jax.Array:
   """float32[n, M] SSIM of every pair of n prepared queries and M prepared candidates."""
   ch, h, w, n = q.centred.shape
   m = c.centred.shape[-1]
-  ho, wo = h - _FILTER_SIZE + 1, w - _FILTER_SIZE + 1
+  k = filter_size
+  ho, wo = h - k + 1, w - k + 1
   n_pos = ho * wo
-  k = _FILTER_SIZE
-  filt = _gaussian_filter_1d()
-  g = (filt[:, None] * filt[None, :])[None, :, :, None]  # (1, 11, 11, 1), > 0
+  filt = _gaussian_filter_1d(k)
+  g = (filt[:, None] * filt[None, :])[None, :, :, None]  # (1, k, k, 1), > 0
   c1 = (_K1 * max_val) ** 2
   c2 = (_K2 * max_val) ** 2
   # Two positions per loop step where possible (slightly better pipelining).
@@ -229,7 +243,7 @@ def _ssim_block(q: _Prepared, c: _Prepared, *, max_val: float) -> jax.Array:
     xs = lax.dynamic_slice(q.centred, (0, hp, wp, 0), (ch, k, k, n)) * g
     ys = lax.dynamic_slice(c.centred, (0, hp, wp, 0), (ch, k, k, m))
     # G*(x'y') at position p for all pairs of centred images x', y':
-    # (C, n, 121) x (C, 121, M) -> (C, n, M).
+    # (C, n, k²) x (C, k², M) -> (C, n, M).
     gxy = lax.dot_general(
         xs.reshape(ch, k * k, n),
         ys.reshape(ch, k * k, m),
@@ -288,6 +302,7 @@ def pairwise_ssim(
     *,
     max_val: float = 1.0,
     chunk_size: int = _DEFAULT_CHUNK,
+    filter_size: int = FILTER_SIZE,
 ) -> jax.Array:
   """SSIM of every (query, candidate) pair; equals ``dm_pix.ssim`` on each pair.
 
@@ -299,24 +314,26 @@ def pairwise_ssim(
   images themselves.
 
   Args:
-    queries: float[..., H, W, C] images in [0, max_val]; H, W >= 11, any C.
+    queries: float[..., H, W, C] images in [0, max_val]; H, W >= filter_size, any C.
     candidates: float[M, H, W, C] images in [0, max_val], same (H, W, C).
     max_val: dynamic range of the pixel values.
     chunk_size: maximum number of queries per jitted block; the queries are split
       into equal blocks (padded to one size, so one compilation). Throughput is
       flat for 256-1000 on a 2-core CPU with M = 1500 candidates of 32x32x3.
+    filter_size: side of the Gaussian window, odd (see :func:`ssim`).
 
   Returns:
     float32[..., M] SSIM values in [-1, 1].
 
   Raises:
     TypeError: if an input is not floating point.
-    ValueError: if the image shapes differ, images are smaller than 11x11,
-      candidates is not 4-D, or chunk_size < 1.
+    ValueError: if the image shapes differ, images are smaller than the filter,
+      candidates is not 4-D, chunk_size < 1 or filter_size is not a positive odd int.
   """
   _check_chunk_size(chunk_size)
-  queries = _as_float_images(queries, "queries")
-  candidates = _check_candidates(candidates)
+  filter_size = _check_filter_size(filter_size)
+  queries = _as_float_images(queries, "queries", filter_size)
+  candidates = _check_candidates(candidates, filter_size)
   _check_same_image_shape(queries, candidates, "queries", "candidates")
   batch, img = queries.shape[:-3], queries.shape[-3:]
   m = candidates.shape[0]
@@ -324,9 +341,10 @@ def pairwise_ssim(
   if n == 0 or m == 0:
     return jnp.zeros(batch + (m,), jnp.float32)
   flat = queries.reshape((n,) + img)
-  cand = _prepare(candidates)
+  cand = _prepare(candidates, filter_size)
   blocks = []
   for start, stop, size in _chunks(n, chunk_size):
-    q = _prepare(_pad_rows(flat[start:stop], size))
-    blocks.append(_ssim_block(q, cand, max_val=float(max_val))[: stop - start])
+    q = _prepare(_pad_rows(flat[start:stop], size), filter_size)
+    blocks.append(_ssim_block(q, cand, max_val=float(max_val),
+                              filter_size=filter_size)[: stop - start])
   return jnp.concatenate(blocks, axis=0).reshape(batch + (m,))

@@ -24,9 +24,10 @@ is "uninformative" (`with_baseline`).
 import numpy as np
 import scipy.stats
 
+from trdr import realism
 from trdr.attacks import init as inits
 from trdr.claims import CLAIMS, RULES
-from trdr.evaluate import START
+from trdr.evaluate import START, own_start_fraction
 
 REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, NOT_TESTED = (
     "reproduced", "partly", "not reproduced", "uninformative", "not tested")
@@ -124,19 +125,6 @@ def verdict_fig2(pure: dict, rules: dict = RULES) -> dict:
   return _result("fig2", measured, checks, rules=rules)
 
 
-def own_start_fraction(images: dict) -> float:
-  """The fraction of reconstructions whose SSIM-nearest image of training set ∪ partition
-  is their own start image (a partition image: the partition image nearest to the start).
-
-  Args:
-    images: per-reconstruction arrays of one partition-start run, float/int[m] each:
-      partition_index, partition_ssim, train_ssim and start_partition_index.
-  """
-  own = (np.asarray(images["partition_index"]) == np.asarray(images[START + "partition_index"]))
-  nearer = np.asarray(images["partition_ssim"]) > np.asarray(images["train_ssim"])
-  return float(np.mean(own & nearer))
-
-
 def verdict_partition_init(name: str, records: list[dict], images: dict,
                            rules: dict = RULES) -> dict:
   """Fig. 3 (affine) or Fig. 4 (one-hidden) from that victim's landscape.json records and
@@ -166,27 +154,48 @@ def _count(summary: dict, level: float) -> int:
   return int(summary["reconstructed"][f"ssim_ge_{level:g}"])
 
 
-def verdict_fig5(uniform: dict, tuned: dict, rules: dict = RULES) -> dict:
-  """Fig. 5 from the summary.json of the uniform and the tuned DecoReco runs."""
-  level, most = rules["ssim_level"], rules["fig5_max_uniform"]
-  u, t = _count(uniform, level), _count(tuned, level)
+def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES) -> dict:
+  """Fig. 5 from the summary.json of the untuned (σ = 1) and the tuned DecoReco runs."""
+  level, most = rules["ssim_level"], rules["fig5_max_untuned"]
+  u, t = _count(untuned, level), _count(tuned, level)
   buddies = lambda summary: int(summary["reconstructed_best_buddies"][f"ssim_ge_{level:g}"])
-  measured = {"uniform: reconstructed": u, "tuned: reconstructed": t,
+  measured = {"untuned: reconstructed": u, "tuned: reconstructed": t,
               # Haim et al.'s matching, as context: best-buddy pairs (NCC) at the level.
-              "uniform: best buddies": buddies(uniform), "tuned: best buddies": buddies(tuned),
+              "untuned: best buddies": buddies(untuned), "tuned: best buddies": buddies(tuned),
               "n_train": tuned["n_train"]}
-  checks = {f"uniform ≤ {most}": u <= most, "uniform < tuned": u < t}
+  checks = {f"untuned ≤ {most}": u <= most, "untuned < tuned": u < t}
   return _result("fig5", measured, checks, rules=rules)
 
 
-def verdict_fig6(train_ssim, rules: dict = RULES) -> dict:
-  """Fig. 6 from the tuned run's per-candidate SSIM to the nearest training image float[m]."""
-  ranked = np.sort(np.asarray(train_ssim, np.float64))[::-1]
-  top = ranked[:rules["fig6_top"]]
-  ok = bool(top.size == rules["fig6_top"] and np.all(top >= rules["ssim_level"]))
-  return _result("fig6", {f"top {rules['fig6_top']} SSIM": [float(x) for x in top],
-                          "candidates": int(ranked.size)},
-                 {f"top {rules['fig6_top']} each ≥ {rules['ssim_level']}": ok}, rules=rules)
+def _quiz(train_ssim, public_ssim, rules):
+  """Fig. 6's quiz (`trdr.realism.quiz`) and its measured numbers; None when there are too
+  few reconstructions for a rank below rules["low_rank"]."""
+  if np.size(train_ssim) <= rules["low_rank"]:
+    return None, {"reconstructions": int(np.size(train_ssim))}
+  q = realism.quiz(train_ssim, public_ssim, top=rules["fig6_top"], low_rank=rules["low_rank"])
+  ssim, real = np.asarray(train_ssim)[q.index], np.asarray(public_ssim)[q.index]
+  return q, {"quiz ranks": [int(r) for r in q.rank],
+             "quiz SSIM to nearest training image": [round(float(x), 3) for x in ssim],
+             "quiz realism (SSIM to nearest public image)": [round(float(x), 3) for x in real],
+             "reconstructions": int(np.size(train_ssim))}
+
+
+def _top_four_and_odd(q, train_ssim, rules) -> dict:
+  ssim = np.asarray(train_ssim)[q.index]
+  top = np.delete(ssim, q.odd)
+  level = rules["ssim_level"]
+  return {f"the {rules['fig6_top']} top-ranked each SSIM ≥ {level}": bool(np.all(top >= level)),
+          f"the low-ranked one SSIM < {level}": bool(ssim[q.odd] < level)}
+
+
+def verdict_fig6(train_ssim, public_ssim, rules: dict = RULES) -> dict:
+  """Fig. 6 from the tuned run's per-reconstruction SSIM to the nearest training image and
+  to the nearest public (test-split) image, float[m] each."""
+  q, measured = _quiz(train_ssim, public_ssim, rules)
+  if q is None:
+    return _result("fig6", measured, {}, NOT_TESTED, rules)
+  return _result("fig6", measured, _top_four_and_odd(q, train_ssim, rules), rules=rules)
+
 
 def spearman(x, y) -> float:
   """Spearman rank correlation of float[n] x and y (average ranks for ties); NaN when
@@ -199,23 +208,42 @@ def spearman(x, y) -> float:
   return float(scipy.stats.spearmanr(x, y).statistic)
 
 
-def verdict_fig7(best_ssim_per_train, phi_train, rules: dict = RULES) -> dict:
-  """Fig. 7: not tested (see `CLAIMS`); measures Haim et al.'s SSIM-vs-|Φ| finding on the
-  tuned run (best SSIM per training image float[n], the victim's output Φ(x_i) float[n])."""
+def verdict_fig7(train_ssim, public_ssim, best_ssim_per_train, phi_train,
+                 rules: dict = RULES) -> dict:
+  """Fig. 7 from the tuned run: the quiz's reveal (SSIM to the nearest training / public
+  image float[m] each) and, as context, Haim et al.'s SSIM-vs-|Φ| finding (best SSIM per
+  training image float[n], the victim's output Φ(x_i) float[n])."""
   best = np.asarray(best_ssim_per_train, np.float64)
   rho = spearman(best, np.abs(np.asarray(phi_train, np.float64)))
-  return _result("fig7", {"reconstructed": int(np.sum(best >= rules["ssim_level"])),
-                          "n_train": int(best.size), "mean best SSIM": float(best.mean()),
-                          "ρ(best SSIM, |Φ|) (Haim et al.)": rho}, {}, NOT_TESTED, rules)
+  q, measured = _quiz(train_ssim, public_ssim, rules)
+  measured["ρ(best SSIM, |Φ|) (Haim et al.)"] = rho
+  if q is None:
+    return _result("fig7", measured, {}, NOT_TESTED, rules)
+  real = np.asarray(public_ssim)[q.index]
+  checks = {**_top_four_and_odd(q, train_ssim, rules),
+            "the least realistic-looking of the five is not the low-ranked one": bool(
+                np.argmin(real) != q.odd)}
+  return _result("fig7", measured, checks, rules=rules)
 
 
-def verdict_fig8(train_ssim, rules: dict = RULES) -> dict:
-  """Fig. 8: not tested (see `CLAIMS`); measures the tuned run's per-candidate SSIM to the
-  nearest training image float[m]."""
+def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
+  """Fig. 8 from the tuned run's per-reconstruction SSIM to the nearest training image and
+  to the nearest public image, float[m] each: does the realism score tell top-ranked from
+  low-ranked reconstructions (`trdr.realism.top_vs_low`)?"""
   ssim = np.asarray(train_ssim, np.float64)
-  count = int(np.sum(ssim >= rules["ssim_level"]))
-  return _result("fig8", {"candidates ≥ level": count, "candidates": int(ssim.size),
-                          "fraction": count / ssim.size}, {}, NOT_TESTED, rules)
+  level, top_rank = rules["ssim_level"], rules["top_rank"]
+  measured = {"reconstructions": int(ssim.size),
+              f"reconstructions with SSIM ≥ {level}": int(np.sum(ssim >= level))}
+  if ssim.size <= rules["low_rank"]:
+    return _result("fig8", measured, {}, NOT_TESTED, rules)
+  t = realism.top_vs_low(ssim, public_ssim, top_rank=top_rank, low_rank=rules["low_rank"])
+  measured.update({"realism AUC, top vs low-ranked": t["auc"],
+                   "95% interval": [t["low"], t["high"]], "top": t["n_top"],
+                   "low-ranked": t["n_low"]})
+  top = np.sort(ssim)[::-1][:top_rank]
+  checks = {f"the top {top_rank} each SSIM ≥ {level}": bool(np.all(top >= level)),
+            "the realism AUC's interval reaches 0.5": bool(t["low"] <= 0.5)}
+  return _result("fig8", measured, checks, rules=rules)
 
 
 def verdict_fig9(results: dict, rules: dict = RULES) -> dict:
@@ -325,27 +353,37 @@ def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
 
 
 def _verdicts_of(evidence: dict, rules: dict) -> dict:
-  pure, s, res = evidence["pure"], evidence["summaries"], evidence["results"]
-  images, land, same = (evidence["partition_images"], evidence["landscapes"],
-                        evidence["comparable"])
-  return {"fig1": verdict_fig1(pure, rules), "fig2": verdict_fig2(pure, rules),
-          "fig3": verdict_partition_init("fig3", pure["affine"], images["affine"], rules),
-          "fig4": verdict_partition_init("fig4", pure["one_hidden"], images["one_hidden"],
-                                         rules),
-          "table1": verdict_table1(evidence["table1"], rules),
-          "fig5": verdict_fig5(s["uniform"], s["tuned"], rules),
-          "fig6": verdict_fig6(res["tuned"]["train_ssim"], rules),
-          "fig7": verdict_fig7(res["tuned"]["best_ssim_per_train"], res["tuned"]["phi_train"],
-                               rules),
-          "fig8": verdict_fig8(res["tuned"]["train_ssim"], rules),
-          "fig9": verdict_fig9(res["partition"], rules),
-          "fig10": verdict_fig10(same, rules), "fig11": verdict_fig11(land, same, rules),
-          "fig12": verdict_fig12(land, same, rules)}
+  """Every verdict whose runs are in ``evidence`` (a seed's repeats hold only some)."""
+  pure, images = evidence.get("pure", {}), evidence.get("partition_images", {})
+  s, res = evidence.get("summaries", {}), evidence.get("results", {})
+  tuned, land, same = res.get("tuned"), evidence.get("landscapes"), evidence.get("comparable")
+  out = {}
+  if set(VICTIMS) <= set(pure):
+    out.update(fig1=verdict_fig1(pure, rules), fig2=verdict_fig2(pure, rules),
+               fig3=verdict_partition_init("fig3", pure["affine"], images["affine"], rules),
+               fig4=verdict_partition_init("fig4", pure["one_hidden"], images["one_hidden"],
+                                           rules))
+  if "table1" in evidence:
+    out["table1"] = verdict_table1(evidence["table1"], rules)
+  if {"untuned", "tuned"} <= set(s):
+    out["fig5"] = verdict_fig5(s["untuned"], s["tuned"], rules)
+  if tuned is not None:
+    out.update(fig6=verdict_fig6(tuned["train_ssim"], tuned["public_ssim"], rules),
+               fig7=verdict_fig7(tuned["train_ssim"], tuned["public_ssim"],
+                                 tuned["best_ssim_per_train"], tuned["phi_train"], rules),
+               fig8=verdict_fig8(tuned["train_ssim"], tuned["public_ssim"], rules))
+  if "partition" in res:
+    out["fig9"] = verdict_fig9(res["partition"], rules)
+  if land is not None:
+    out.update(fig10=verdict_fig10(same, rules), fig11=verdict_fig11(land, same, rules),
+               fig12=verdict_fig12(land, same, rules))
+  return out
 
 
 def verdicts(evidence: dict, rules: dict = RULES) -> dict:
-  """Every figure's and Table 1's verdict from `trdr.report.collect` output, keyed by
-  artefact, each beside its baseline (`with_baseline`: the same rule on the start images)."""
+  """Every figure's and Table 1's verdict from `trdr.report.collect` output (or the part of
+  it a seed's repeats give), keyed by artefact, each beside its baseline (`with_baseline`:
+  the same rule on the start images)."""
   measured = _verdicts_of(evidence, rules)
   baseline = _verdicts_of(baseline_evidence(evidence), rules)
   return {name: with_baseline(v, baseline[name]) for name, v in measured.items()}

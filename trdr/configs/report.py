@@ -10,12 +10,15 @@ Sections: paper (configs/paper_figures.py, same variant: Figs. 1–4 and Table 1
 WORKDIR/paper_figures), decoreco (configs/decoreco_figures.py, same variant: Figs. 5–12,
 into WORKDIR/decoreco_figures), membership (`trdr.membership`: the SSIM thresholds t of
 "natural-looking", the t of the AUC table, the per-class count below which an AUC is
-flagged uninformative). Finished runs are reused; see trdr/report.py for the verdict rules.
+flagged uninformative), repeat_seeds / repeat_runs (the repeats over seeds, into
+WORKDIR/seeds/seed_{s}). Finished runs are reused; see trdr/verdicts.py for the rules.
 
-Runtime (measured 2026-11-21): ":cpu" on a fresh clone of this 2-core CPU, `make figures`
-from scratch, 44 min (2,639 s; Figs. 1–4 runs 6 min, Figs. 5–12 runs 38 min, the report
-about a minute); ":smoke" 2–3 min from scratch, ~30 s with finished runs. Paper size: not
-run (no GPU was available).
+Runtime (measured 2026-11-21, this 2-core CPU): ":smoke" 4.2 min from scratch (its seed-1
+repeats of the two bilevel runs ~70 s of it). ":cpu": 44 min (2,639 s) from scratch before
+this revision's repeats, start-image evaluation, Table 1 sweeps and U(0, 1) lower-level
+starts; not rerun since. Estimated now from its parts (affine run 8.3 min with U(0, 1)
+lower-level starts, each seed's repeats ≈ 17 min): ≈ 90 min, over the 60 min the report
+should take on 2 cores. Paper size: not run (no GPU was available).
 """
 
 import ml_collections
@@ -30,6 +33,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
   config = ml_collections.ConfigDict()
   config.variant = variant
+  # Seeds of the repeats beside the main runs' seed 0 (data draw, victim initialisation and
+  # attack start) and the runs repeated (`trdr.report.SEED_RUNS`): Figs. 1–4, 6–9 and Table 1
+  # as mean ± std over seeds. ":smoke" repeats only the bilevel runs once (Figs. 1–4, Table
+  # 1; each DecoReco repeat costs ~25 s of compilation there).
+  config.repeat_seeds = (1,) if variant == "smoke" else (1, 2)
+  config.repeat_runs = (("affine", "one_hidden") if variant == "smoke" else
+                        ("affine", "one_hidden", "tuned", "partition"))
   config.paper = paper_figures.get_config(variant)
   config.decoreco = decoreco_figures.get_config(variant)
   config.membership = ml_collections.ConfigDict({

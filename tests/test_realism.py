@@ -1,0 +1,45 @@
+"""Figs. 6–8's quiz and realism AUC (trdr.realism)."""
+
+import numpy as np
+import pytest
+
+from trdr import membership, realism
+
+
+def test_ranks_put_the_most_similar_first_and_break_ties_by_index():
+  np.testing.assert_array_equal(realism.ranks([0.2, 0.9, 0.2, 0.5]), [3, 1, 4, 2])
+
+
+def test_quiz_takes_the_top_four_and_the_most_realistic_low_ranked_one_fourth():
+  similarity = np.linspace(1.0, 0.0, 60)       # rank = index + 1
+  real = np.zeros(60)
+  real[57], real[20] = 0.9, 1.0                 # index 20 is ranked above 50: not eligible
+  q = realism.quiz(similarity, real)
+  np.testing.assert_array_equal(q.index, [0, 1, 2, 57, 3])
+  np.testing.assert_array_equal(q.rank, [1, 2, 3, 58, 4])
+  assert q.odd == 3
+  with pytest.raises(ValueError, match="more than 50"):
+    realism.quiz(similarity[:50], real[:50])
+  with pytest.raises(ValueError, match="1-D"):
+    realism.quiz(similarity, real[:10])
+
+
+def test_auc_interval_covers_its_auc_and_separates_what_is_separated():
+  rng = np.random.default_rng(0)
+  scores = rng.standard_normal(400)
+  positive = np.arange(400) < 200
+  auc, low, high = realism.auc_interval(scores, positive)
+  assert auc == pytest.approx(membership.auc(scores, positive))
+  assert low <= auc <= high
+  # Positives shifted by 3 standard deviations: AUC ≈ Φ(3/√2) = 0.98, interval above 0.5.
+  auc, low, high = realism.auc_interval(scores + 3.0 * positive, positive)
+  assert low > 0.9 and auc > low
+  assert all(np.isnan(realism.auc_interval(scores, np.zeros(400, bool))))
+
+
+def test_top_vs_low_compares_ranks_1_to_10_with_ranks_above_50():
+  similarity = np.linspace(1.0, 0.0, 100)
+  t = realism.top_vs_low(similarity, similarity)   # realism = similarity: perfectly apart
+  assert (t["auc"], t["n_top"], t["n_low"]) == (1.0, 10, 50)
+  t = realism.top_vs_low(similarity, -similarity)
+  assert t["auc"] == 0.0 and t["high"] <= 0.5

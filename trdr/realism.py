@@ -1,0 +1,143 @@
+"""Runkel et al. Figs. 6–8: can an adversary tell the reconstructions that are training images
+from those that are not, without the training set?
+
+The paper ranks DecoReco reconstructions by their similarity to the nearest training image,
+shows four from the top 10 and one "not even in the top 50" and asks "Can you guess which
+one?" (Fig. 6); the training images reveal it (Fig. 7); "without having access to the
+training data, an adversary cannot identify whether a reconstructed natural image is part
+of the training dataset" (Sec. 4.4). This module makes that a number:
+
+  `ranks`         rank 1 = the reconstruction most similar to its nearest training image
+  `quiz`          Fig. 6's five: the top-ranked four and, fourth, the most realistic-looking
+                  reconstruction ranked below ``low_rank``
+  `auc_interval`  an AUC with a bootstrap confidence interval (scipy.stats.bootstrap)
+  `top_vs_low`    the AUC of a realism score — one the adversary can compute without the
+                  training set — for the top-ranked against the low-ranked reconstructions
+
+The realism score trdr uses is each reconstruction's SSIM to its nearest image of a public
+set disjoint from the training set (the test split: `trdr.evaluate.comparison_sets` with
+``public=True``, the ``public_ssim`` of a run's results). An AUC whose interval contains 0.5
+means the score does not tell top-ranked from low-ranked reconstructions.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+import scipy.stats
+
+from trdr import membership
+
+# The paper's ranks: Fig. 6 shows four "among the top 10" and one "not even in the top 50".
+QUIZ_TOP = 4
+TOP_RANK = 10
+LOW_RANK = 50
+
+
+def ranks(similarity) -> np.ndarray:
+  """int[m] rank of every reconstruction by ``similarity`` float[m] to its nearest training
+  image (rank 1 = most similar; ties by index)."""
+  similarity = np.asarray(similarity, np.float64)
+  order = np.argsort(-similarity, kind="stable")
+  out = np.empty(order.size, np.int64)
+  out[order] = np.arange(1, order.size + 1)
+  return out
+
+
+class Quiz(NamedTuple):
+  """Fig. 6's reconstructions: ``index`` int[5] into the candidates, ``rank`` int[5] by
+  similarity to the nearest training image, ``odd`` the position (0-based) of the one ranked
+  below ``low_rank``."""
+  index: np.ndarray
+  rank: np.ndarray
+  odd: int
+
+
+def quiz(similarity, realism, *, top: int = QUIZ_TOP, low_rank: int = LOW_RANK) -> Quiz:
+  """Runkel et al. Fig. 6: the ``top`` best-ranked reconstructions and, at position 4 as in
+  the paper, the reconstruction ranked below ``low_rank`` that looks most realistic.
+
+  Args:
+    similarity: float[m] each reconstruction's SSIM to its nearest training image.
+    realism: float[m] a score without access to the training set (higher = more
+      realistic-looking); picks the odd one among the low-ranked.
+    top: how many top-ranked reconstructions.
+    low_rank: the odd one's rank is > low_rank.
+  Returns:
+    A `Quiz`.
+  Raises:
+    ValueError: shapes differ, or m ≤ max(low_rank, top) (no reconstruction ranked that low).
+  """
+  similarity, realism = np.asarray(similarity), np.asarray(realism, np.float64)
+  if similarity.shape != realism.shape or similarity.ndim != 1:
+    raise ValueError(f"similarity {similarity.shape} and realism {realism.shape} must be "
+                     "equal 1-D shapes")
+  if similarity.size <= max(low_rank, top):
+    raise ValueError(f"the quiz needs more than {max(low_rank, top)} reconstructions, "
+                     f"got {similarity.size}")
+  rank = ranks(similarity)
+  order = np.argsort(rank)
+  low = order[low_rank:]
+  odd = int(low[np.argmax(realism[low])])
+  odd_at = min(3, top)
+  index = np.insert(order[:top], odd_at, odd)
+  return Quiz(index, rank[index], odd_at)
+
+
+def auc_interval(scores, positive, *, confidence: float = 0.95, n_resamples: int = 2000,
+                 seed: int = 0) -> tuple[float, float, float]:
+  """The AUC of ``scores`` for ``positive`` (`trdr.membership.auc`: P(score of a positive >
+  score of a negative)) and its percentile bootstrap interval, the positives and negatives
+  resampled separately (`scipy.stats.bootstrap`).
+
+  Args:
+    scores: float[n], finite.
+    positive: bool[n].
+    confidence: the interval's level.
+    n_resamples, seed: the bootstrap's.
+  Returns:
+    (auc, low, high); NaNs when either class is empty.
+  Raises:
+    ValueError: as `trdr.membership.auc`.
+  """
+  scores, positive = np.asarray(scores, np.float64), np.asarray(positive, bool)
+  value = membership.auc(scores, positive)
+  if not np.isfinite(value):
+    return value, float("nan"), float("nan")
+  pos, neg = scores[positive], scores[~positive]
+
+  def statistic(p, n, axis=-1):
+    # Mann–Whitney AUC of every resample (vectorised over the leading axes).
+    greater = (p[..., :, None] > n[..., None, :]).mean(axis=(-2, -1))
+    ties = (p[..., :, None] == n[..., None, :]).mean(axis=(-2, -1))
+    return greater + 0.5 * ties
+
+  result = scipy.stats.bootstrap((pos, neg), statistic, n_resamples=n_resamples,
+                                 confidence_level=confidence, method="percentile",
+                                 vectorized=True, rng=np.random.default_rng(seed))
+  low, high = result.confidence_interval
+  return value, float(low), float(high)
+
+
+def top_vs_low(similarity, realism, *, top_rank: int = TOP_RANK, low_rank: int = LOW_RANK,
+               confidence: float = 0.95) -> dict:
+  """Does the realism score tell the top-ranked reconstructions (rank ≤ ``top_rank``) from
+  the low-ranked ones (rank > ``low_rank``)? (Runkel et al. Sec. 4.4.)
+
+  Args:
+    similarity: float[m] SSIM of each reconstruction to its nearest training image.
+    realism: float[m] the adversary's score (higher = more realistic-looking).
+  Returns:
+    {"auc", "low", "high" (its ``confidence`` interval), "n_top", "n_low"}; AUC > 0.5
+    means the top-ranked look more realistic by the score.
+  Raises:
+    ValueError: shapes differ or a non-finite realism score.
+  """
+  similarity, realism = np.asarray(similarity), np.asarray(realism, np.float64)
+  if similarity.shape != realism.shape or similarity.ndim != 1:
+    raise ValueError(f"similarity {similarity.shape} and realism {realism.shape} must be "
+                     "equal 1-D shapes")
+  rank = ranks(similarity)
+  keep = (rank <= top_rank) | (rank > low_rank)
+  auc, low, high = auc_interval(realism[keep], rank[keep] <= top_rank, confidence=confidence)
+  return {"auc": auc, "low": low, "high": high, "n_top": int(np.sum(rank <= top_rank)),
+          "n_low": int(np.sum(rank > low_rank))}
