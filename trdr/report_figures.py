@@ -39,7 +39,7 @@ def quiz_figure(results, quiz, *, reveal: bool = False, title: str = "") -> plt.
 
 def trajectories(panels: dict, title: str = "") -> plt.Figure:
   """Mean L2 distance of the partition starts' reconstructions to the nearest training image
-  (red), the nearest partition image (green) and their own start (black) against the
+  (red), the nearest partition image (green) and their own start (black, dashed) against the
   attack's iterations, one panel per run.
 
   Args:
@@ -54,7 +54,8 @@ def trajectories(panels: dict, title: str = "") -> plt.Figure:
                                 "nearest partition"), ("start", "black", "own start")):
       curve = np.atleast_2d(results[f"trace_l2_to_{name}"])
       curve = curve[np.isfinite(curve).all(axis=1)][0]
-      ax.plot(results["trace_step"], curve, color=colour, marker=".", label=text)
+      ax.plot(results["trace_step"], curve, color=colour, marker=".", label=text,
+              ls="--" if name == "start" else "-")
     ax.set_xlabel("iteration")
     ax.set_title(label, fontsize=8)
   axes[0, 0].set_ylabel("mean L2 (display space)")
