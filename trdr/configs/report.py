@@ -17,8 +17,9 @@ Runtime (measured 2026-11-21, this 2-core CPU): ":smoke" 4.2 min from scratch (i
 repeats of the two bilevel runs ~70 s of it). ":cpu": 44 min (2,639 s) from scratch before
 this revision's repeats, start-image evaluation, Table 1 sweeps and U(0, 1) lower-level
 starts; not rerun since. Estimated now from its parts (affine run 8.3 min with U(0, 1)
-lower-level starts, each seed's repeats ≈ 17 min): ≈ 90 min, over the 60 min the report
-should take on 2 cores. Paper size: not run (no GPU was available).
+lower-level starts, +4.5 min; start evaluation and Table 1 sweeps ≈ +5 min; each seed's
+repeats ≈ 21 min): ≈ 95 min, over the 60 min the report should take on 2 cores. Paper
+size: not run (no GPU was available).
 """
 
 import ml_collections
