@@ -43,6 +43,15 @@ def ranks(similarity) -> np.ndarray:
   return out
 
 
+def _pair(similarity, realism) -> tuple[np.ndarray, np.ndarray]:
+  """The two per-reconstruction scores as float64 arrays; ValueError unless equal 1-D."""
+  similarity, realism = np.asarray(similarity, np.float64), np.asarray(realism, np.float64)
+  if similarity.shape != realism.shape or similarity.ndim != 1:
+    raise ValueError(f"similarity {similarity.shape} and realism {realism.shape} must be "
+                     "equal 1-D shapes")
+  return similarity, realism
+
+
 class Quiz(NamedTuple):
   """Fig. 6's reconstructions: ``index`` int[5] into the candidates, ``rank`` int[5] by
   similarity to the nearest training image, ``odd`` the position (0-based) of the one ranked
@@ -67,10 +76,7 @@ def quiz(similarity, realism, *, top: int = QUIZ_TOP, low_rank: int = LOW_RANK) 
   Raises:
     ValueError: shapes differ, or m ≤ max(low_rank, top) (no reconstruction ranked that low).
   """
-  similarity, realism = np.asarray(similarity), np.asarray(realism, np.float64)
-  if similarity.shape != realism.shape or similarity.ndim != 1:
-    raise ValueError(f"similarity {similarity.shape} and realism {realism.shape} must be "
-                     "equal 1-D shapes")
+  similarity, realism = _pair(similarity, realism)
   if similarity.size <= max(low_rank, top):
     raise ValueError(f"the quiz needs more than {max(low_rank, top)} reconstructions, "
                      f"got {similarity.size}")
@@ -132,10 +138,7 @@ def top_vs_low(similarity, realism, *, top_rank: int = TOP_RANK, low_rank: int =
   Raises:
     ValueError: shapes differ or a non-finite realism score.
   """
-  similarity, realism = np.asarray(similarity), np.asarray(realism, np.float64)
-  if similarity.shape != realism.shape or similarity.ndim != 1:
-    raise ValueError(f"similarity {similarity.shape} and realism {realism.shape} must be "
-                     "equal 1-D shapes")
+  similarity, realism = _pair(similarity, realism)
   rank = ranks(similarity)
   keep = (rank <= top_rank) | (rank > low_rank)
   auc, low, high = auc_interval(realism[keep], rank[keep] <= top_rank, confidence=confidence)

@@ -119,8 +119,7 @@ def collect(workdir: str, repeats: bool = False) -> dict:
 
   done = lambda name: not repeats or paper.finished(workdir, name)
   pure = {v: io.read_json(run(v, "landscape.json")) for v in VICTIMS if done(v)}
-  decoreco = [n for n in ("untuned", "tuned", "partition") if done(n) and (
-      not repeats or n in SEED_RUNS)]
+  decoreco = [n for n in ("untuned", "tuned", "partition") if done(n)]
   evidence = {
       "pure": pure,
       "partition_images": {v: arrays(v, per_image, inits.pure_index(pure[v], "partition"))
