@@ -1,21 +1,33 @@
 """experiments/colab.ipynb runs headless on CPU with the smoke configs (nbclient)."""
 
 import os
+import shutil
 
 import nbformat
 from nbclient import NotebookClient
 
+from trdr import io, paper
+from trdr.configs import bilevel_affine
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_colab_notebook_runs_headless(subprocess_env, tmp_path, monkeypatch):
-  """Its kernel runs the :smoke landscape and DecoReco attack from scratch.
+def test_colab_notebook_runs_headless(smoke_report_dir, subprocess_env, tmp_path,
+                                      monkeypatch):
+  """Every cell runs; the DecoReco attack runs from scratch, the landscape is the :smoke
+  report's finished run.
 
-  The kernel shares the session's compilation cache (conftest.py): the programs the :smoke
-  report has compiled by then are loaded, the others compiled. Either way it computes the
-  same numbers (a cache entry is the executable the kernel would compile), so the test
-  does not wait for the report.
+  The notebook's bilevel cell reuses a finished landscape.json in its work dir, and the
+  :smoke report's `landscape_bilevel` run has exactly the notebook's config
+  (bilevel_affine.py:smoke), so the test copies it there instead of computing it a third
+  time (the resume test runs it too); that cell still draws all its figures. The DecoReco
+  cell's config (decoreco_cifar.py:smoke) is none of the report's, so it trains its victim
+  and attacks. The kernel shares the session's compilation cache (conftest.py).
   """
+  shutil.copytree(paper.run_dir(smoke_report_dir, "landscape_bilevel"),
+                  tmp_path / "bilevel_affine")
+  assert io.read_json(tmp_path / "bilevel_affine" / io.CONFIG_FILE) == io.to_jsonable(
+      bilevel_affine.get_config("smoke"))
   for name, value in subprocess_env.items():
     monkeypatch.setenv(name, value)
   monkeypatch.setenv("TRDR_NOTEBOOK_SIZE", "smoke")
@@ -33,5 +45,5 @@ def test_colab_notebook_runs_headless(subprocess_env, tmp_path, monkeypatch):
   images = [o for outs in outputs.values() for o in outs
             if o.get("output_type") == "display_data" and "image/png" in o.get("data", {})]
   assert len(images) == 10                          # 6 landscape + 4 DecoReco figures
-  for name in ("bilevel_affine/landscape.json", "decoreco/summary.json"):
+  for name in ("bilevel_affine/fig10_heatmaps.png", "decoreco/summary.json"):
     assert os.path.exists(tmp_path / name), name

@@ -2,7 +2,8 @@
 
 Each script is `app.run(cli.<main>)`. Importing this module defines the flags
 --config (an ml_collections config file, locked: a typo in --config.x.y=... is an
-error), --workdir and --overwrite, and for the artefact scripts --artefacts.
+error), --workdir (``~`` and $VARS expanded) and --overwrite, and for the artefact
+scripts --artefacts.
 """
 
 import os
@@ -30,14 +31,25 @@ def default_workdir(config_arg: str, suffix: str = "") -> str:
   return os.path.join("runs", (f"{name}_{variant}" if variant else name) + suffix)
 
 
+def _workdir(value: str) -> str:
+  """--workdir with ``~`` and environment variables expanded, made absolute.
+
+  Raises:
+    ValueError: none given (paper.py and report.py need one).
+  """
+  if not value:
+    raise ValueError("--workdir is required")
+  return os.path.abspath(os.path.expandvars(os.path.expanduser(value)))
+
+
 def experiment_main(mode: str):
   """``main`` of experiments/{landscape,reconstruct,sweep}.py: `experiment.run` of
   ``mode``, then the run's figures (`plotting.run_figures`)."""
   def main(argv):
     del argv
-    workdir = _WORKDIR.value or default_workdir(
+    workdir = _workdir(_WORKDIR.value or default_workdir(
         config_flags.get_config_filename(flags.FLAGS["config"]),
-        "_sweep" if mode == "sweep" else "")
+        "_sweep" if mode == "sweep" else ""))
     experiment.run(_CONFIG.value, workdir, mode, overwrite=_OVERWRITE.value)
     plotting.run_figures(workdir)
   return main
@@ -46,7 +58,7 @@ def experiment_main(mode: str):
 def paper_main(argv):
   """``main`` of experiments/paper.py (--workdir required): the requested artefacts."""
   del argv
-  for path in paper.make(_CONFIG.value, _WORKDIR.value, _ARTEFACTS.value):
+  for path in paper.make(_CONFIG.value, _workdir(_WORKDIR.value), _ARTEFACTS.value):
     print(path)
 
 
@@ -54,6 +66,7 @@ def report_main(argv):
   """``main`` of experiments/report.py (--workdir required): every artefact, the verdicts
   and report.md."""
   del argv
-  for name, v in report.run(_CONFIG.value, _WORKDIR.value).items():
+  workdir = _workdir(_WORKDIR.value)
+  for name, v in report.run(_CONFIG.value, workdir).items():
     print(f"{name}: {v['verdict']}")
-  print(f"Wrote {os.path.join(_WORKDIR.value, 'report.md')}")
+  print(f"Wrote {os.path.join(workdir, 'report.md')}")

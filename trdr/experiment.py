@@ -158,15 +158,19 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   Args:
     config: sections seed, float64, data, victim, attack (``attack.name`` a key of
       `trdr.attacks.ATTACKS`), init, eval (and sweep for "sweep"); see configs/.
-    workdir: run directory; a checkpoint of the same config there is resumed.
+    workdir: run directory (``~`` and environment variables expanded); a checkpoint of
+      the same config there is resumed. Locked while the run writes (`trdr.io.locked`).
     mode: one of `MODES`.
     overwrite: replace a finished run (otherwise FileExistsError).
   Returns:
     "landscape": the records of landscape.json; "attack" and "sweep": the summary.
   Raises:
     FileExistsError: ``workdir`` holds a finished run or another config's run.
+    RuntimeError: another run holds ``workdir``'s lock.
     FileNotFoundError: ``attack.hparams_file`` set but missing.
-    ValueError: unknown mode or attack, bad data, model, init or attack settings.
+    ValueError: unknown mode or attack, bad data, model, init or attack settings, or
+      a checkpoint or θ* file that is corrupted; all but the last before anything is
+      written.
   """
   if mode not in MODES:
     raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
@@ -175,18 +179,37 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   if mode == "sweep" and config.attack.name != "decoreco":
     raise ValueError("the sweep tunes DecoReco's hyperparameters: attack.name must be "
                      f"'decoreco', got {config.attack.name!r}")
-  resume = io.prepare_workdir(workdir, config, FINISHED[mode], overwrite)
+  # Everything is checked before the first write: the data, the attack's settings (by
+  # building it on the untrained victim, which compiles nothing) and the loop's counts.
   jax.config.update("jax_enable_x64", bool(config.float64))
   dtype = jnp.float64 if config.float64 else jnp.float32
   task = data.make_binary_task(config.data)
+  a = attack_config(config)
+  x0, labels, init_key, extra, build_key, settings = _starts(mode, config, a, task, dtype)
+  box = (0.0, 1.0) if task.mean is None else (-task.mean, 1.0 - task.mean)
+  model = models.build_model(config.victim)
+  untrained = models.init_params(model, jax.random.key(0), task.train_images.shape[1:], dtype)
+  ATTACKS[a.name](victim.Victim(model, untrained, config.victim, {}), a, labels,
+                  key=build_key, box=box)
+  steps = config.sweep.steps if mode == "sweep" else a.steps
+  if not (int(steps) >= 1 and int(a.log_every) >= 1):
+    raise ValueError(f"need attack steps >= 1 and attack.log_every >= 1, got {steps} and "
+                     f"{a.log_every}")
+  workdir = os.path.abspath(os.path.expandvars(os.path.expanduser(workdir)))
+  with io.locked(workdir):
+    return _run(config, workdir, mode, overwrite, task, a, dtype, (
+        x0, labels, init_key, extra, build_key, settings), box)
+
+
+def _run(config, workdir, mode, overwrite, task, a, dtype, starts, box):
+  """`run` after its checks, holding the work dir's lock."""
+  x0, labels, init_key, extra, build_key, settings = starts
+  resume = io.prepare_workdir(workdir, config, FINISHED[mode], overwrite)
   logging.info("Task: %d training, %d partition, %d test images of shape %s",
                len(task.train_images), len(task.partition_images), len(task.test_images),
                task.train_images.shape[1:])
   target = victim.load_or_train(config, task,
                                 config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
-  a = attack_config(config)
-  x0, labels, init_key, extra, build_key, settings = _starts(mode, config, a, task, dtype)
-  box = (0.0, 1.0) if task.mean is None else (-task.mean, 1.0 - task.mean)
   attack = ATTACKS[a.name](target, a, labels, key=build_key, box=box)
   key_axis = None if settings is None else 0
   states = jax.vmap(attack.init, in_axes=(0, key_axis))(x0, init_key)
@@ -247,6 +270,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   if "lower_level" in a:
     summary.update(lower_level_start=a.lower_level.start, hypergradient=a.hypergradient,
                    lower_level=evaluate.lower_level_summary(history, a.lower_level.tol))
+    converged = summary["lower_level"].get("fraction_converged", 1.0)
+    if not converged == 1.0:  # NaN (a diverged solve) warns too
+      logging.warning("The lower level reached ||∇θE|| < %g in only %.1f%% of its solves "
+                      "(max_iter %d): θ(x) and the hypergradient are approximate there",
+                      a.lower_level.tol, 100 * converged, a.lower_level.max_iter)
   io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
   io.write_json(os.path.join(workdir, LANDSCAPE_FILE), records)
   logging.info("Victim: %s", target.metadata["report"])

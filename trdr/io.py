@@ -2,9 +2,13 @@
 
 Every file is written to a temporary name and moved into place (`os.replace`), so a run
 killed at any moment leaves either the previous complete file or the new one, never a
-truncated file.
+truncated file. θ* and checkpoints carry a SHA-256 (`write_verified`), checked when they
+are read. A run holds its work dir's lock (`locked`) from before its first write.
 """
 
+import contextlib
+import fcntl
+import hashlib
 import io
 import json
 import os
@@ -20,11 +24,17 @@ CHECKPOINT_FILE = "checkpoint.msgpack"
 
 
 def atomic_write(path: str, payload: bytes) -> None:
-  """Writes ``payload`` to a temporary file beside ``path``, then moves it into place."""
+  """Writes ``payload`` to a temporary file beside ``path``, then moves it into place;
+  on any error (e.g. ENOSPC) the temporary file is removed and ``path`` left as it was."""
   tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "wb") as f:
-    f.write(payload)
-  os.replace(tmp, path)
+  try:
+    with open(tmp, "wb") as f:
+      f.write(payload)
+    os.replace(tmp, path)
+  except BaseException:  # a full disk (OSError), an interrupt: leave no partial file
+    with contextlib.suppress(OSError):
+      os.remove(tmp)
+    raise
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -50,6 +60,39 @@ def write_json(path: str, obj: Any) -> None:
 def read_json(path: str) -> Any:
   with open(path) as f:
     return json.load(f)
+
+
+LOCK_FILE = ".lock"
+
+
+@contextlib.contextmanager
+def locked(workdir: str):
+  """Holds an exclusive OS lock (flock) on ``workdir``/.lock while the block runs, so two
+  runs never write one work dir; released on any exit, a killed process's included.
+
+  Raises:
+    RuntimeError: another process holds it (its PID is named).
+  """
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, LOCK_FILE)
+  with open(path, "a+") as f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      f.seek(0)
+      holder = f.read().strip() or "unknown"
+      raise RuntimeError(f"{workdir} is in use by another run (process {holder}); wait for "
+                         "it to end or use another --workdir") from None
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    try:
+      yield
+    finally:
+      f.seek(0)
+      f.truncate()
+      fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_file: str,
@@ -126,15 +169,59 @@ def read_metrics(workdir: str) -> list[dict]:
   return records
 
 
+def array_digest(*arrays: np.ndarray) -> str:
+  """SHA-256 (hex) of arrays' dtypes, shapes and bytes: their content's identity."""
+  h = hashlib.sha256()
+  for a in arrays:
+    a = np.ascontiguousarray(a)
+    h.update(f"{a.dtype.str}{a.shape}".encode())
+    h.update(a.tobytes())
+  return h.hexdigest()
+
+
+def write_verified(path: str, tree: Any) -> None:
+  """Writes a pytree of arrays, strings and dicts (flax msgpack) with its SHA-256,
+  atomically; `read_verified` checks it."""
+  body = flax.serialization.msgpack_serialize(tree)
+  atomic_write(path, flax.serialization.msgpack_serialize(
+      {"body": body, "sha256": hashlib.sha256(body).hexdigest()}))
+
+
+def read_verified(path: str, remedy: str) -> Any:
+  """The pytree `write_verified` wrote to ``path``.
+
+  Raises:
+    FileNotFoundError: no file at ``path``.
+    ValueError: the file is truncated, corrupted (its SHA-256 does not match) or not
+      written by `write_verified`; the message names ``path`` and ``remedy``.
+  """
+  with open(path, "rb") as f:
+    raw = f.read()
+  try:
+    outer = flax.serialization.msgpack_restore(raw)
+  except Exception as e:  # msgpack raises several types for malformed input
+    raise ValueError(f"{path} is unreadable ({type(e).__name__}: {e}); {remedy}") from e
+  if not (isinstance(outer, dict) and isinstance(outer.get("body"), bytes)
+          and isinstance(outer.get("sha256"), str)):
+    raise ValueError(f"{path} is not a file this trdr version wrote (no checksum); {remedy}")
+  if hashlib.sha256(outer["body"]).hexdigest() != outer["sha256"]:
+    raise ValueError(f"{path} is corrupted: its SHA-256 does not match; {remedy}")
+  return flax.serialization.msgpack_restore(outer["body"])
+
+
 def save_checkpoint(workdir: str, tree: Any) -> None:
-  """Saves a pytree of arrays (NamedTuples and dicts allowed) with flax msgpack."""
-  atomic_write(os.path.join(workdir, CHECKPOINT_FILE), flax.serialization.to_bytes(tree))
+  """Saves a pytree of arrays (NamedTuples and dicts allowed), with its checksum."""
+  write_verified(os.path.join(workdir, CHECKPOINT_FILE), flax.serialization.to_state_dict(tree))
 
 
 def load_checkpoint(workdir: str) -> dict:
-  """The last checkpoint as a nested state dict (restore with flax `from_state_dict`)."""
-  with open(os.path.join(workdir, CHECKPOINT_FILE), "rb") as f:
-    return flax.serialization.msgpack_restore(f.read())
+  """The last checkpoint as a nested state dict (restore with flax `from_state_dict`).
+
+  Raises:
+    ValueError: the checkpoint is corrupted (`read_verified`).
+  """
+  path = os.path.join(workdir, CHECKPOINT_FILE)
+  return read_verified(path, f"delete {path} (and {METRICS_FILE}) to start the run again")
 
 
 def save_npz(path: str, **arrays) -> None:

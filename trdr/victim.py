@@ -106,28 +106,39 @@ VICTIM_FILE = "victim.msgpack"
 
 def save(directory: str, params: Params, metadata: dict) -> None:
   """Writes θ* and its metadata into ONE file, ``directory``/victim.msgpack, atomically
-  (flax msgpack of {"params": θ*'s state dict, "metadata": JSON text}).
+  and checksummed (`trdr.io.write_verified` of {"params": θ*'s state dict, "metadata":
+  JSON text}).
 
   ``metadata`` should hold everything that determines θ* (`metadata`) and may hold the
   training report.
+
+  Raises:
+    ValueError: θ* holds NaN or inf (a diverged training is never cached).
   """
+  bad = [jax.tree_util.keystr(k) for k, v in jax.tree_util.tree_flatten_with_path(params)[0]
+         if not np.all(np.isfinite(np.asarray(v)))]
+  if bad:
+    raise ValueError(f"θ* has non-finite values in {bad}; not saved to {directory}")
   os.makedirs(directory, exist_ok=True)
-  payload = {"params": flax.serialization.to_state_dict(params),
-             "metadata": json.dumps(io.to_jsonable(metadata), sort_keys=True)}
-  io.atomic_write(os.path.join(directory, VICTIM_FILE),
-                  flax.serialization.msgpack_serialize(payload))
+  io.write_verified(os.path.join(directory, VICTIM_FILE),
+                    {"params": flax.serialization.to_state_dict(params),
+                     "metadata": json.dumps(io.to_jsonable(metadata), sort_keys=True)})
 
 
 def _read(directory: str) -> dict | None:
+  """victim.msgpack's contents, checksum verified; None if there is none."""
   path = os.path.join(directory, VICTIM_FILE)
   if not os.path.exists(path):
     return None
-  with open(path, "rb") as f:
-    return flax.serialization.msgpack_restore(f.read())
+  return io.read_verified(path, f"delete {path} to train θ* again")
 
 
 def load_metadata(directory: str) -> dict | None:
-  """The metadata saved with θ* in ``directory``, or None if there is no saved victim."""
+  """The metadata saved with θ* in ``directory``, or None if there is no saved victim.
+
+  Raises:
+    ValueError: the file there is corrupted (`trdr.io.read_verified`).
+  """
   saved = _read(directory)
   return None if saved is None else json.loads(saved["metadata"])
 
@@ -140,8 +151,9 @@ def load(directory: str, template: Params) -> Params:
     template: pytree with the expected structure, shapes and dtypes (e.g. `init_params`).
   Raises:
     FileNotFoundError: no saved victim in ``directory``.
-    ValueError: the saved parameters do not fit the template's architecture (a missing
-      or extra parameter, or a shape mismatch, named in the message).
+    ValueError: the file is corrupted, or the saved parameters do not fit the template's
+      architecture (a missing or extra parameter, or a shape mismatch, named in the
+      message).
   """
   saved = _read(directory)
   if saved is None:
@@ -295,12 +307,16 @@ class Victim(NamedTuple):
     return self.model.apply({"params": params}, images)
 
 
-def metadata(config: ml_collections.ConfigDict, image_shape) -> dict:
+def metadata(config: ml_collections.ConfigDict, task) -> dict:
   """Everything that determines θ*: compared to decide whether a saved θ* is reusable.
+
+  The config names the data (a path, classes); "data_sha256" is what is at that path now
+  (the SHA-256 of the training and test splits), so data regenerated in place is
+  trained on again.
 
   Args:
     config: the experiment config (sections victim, data; float64).
-    image_shape: (H, W, C).
+    task: the `trdr.data.BinaryTask` θ* is trained on.
   """
   v = config.victim
   model_fields = {k: v[k] for k in models.MODEL_FIELDS.get(v.arch, ())}
@@ -312,7 +328,9 @@ def metadata(config: ml_collections.ConfigDict, image_shape) -> dict:
         "weight_decay", "tol", "max_iter", "memory_size")}}
   return io.to_jsonable({
       "arch": v.arch, **model_fields, **training, "seed": v.seed,
-      "float64": config.float64, "data": config.data, "image_shape": list(image_shape)})
+      "float64": config.float64, "data": config.data,
+      "image_shape": list(task.train_images.shape[1:]), "data_sha256": io.array_digest(
+          task.train_images, task.train_labels, task.test_images, task.test_labels)})
 
 
 def _template(config: ml_collections.ConfigDict, image_shape) -> tuple[nn.Module, Params]:
@@ -352,9 +370,8 @@ def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Vi
     gradient norm (and, for "gd", the loss and epochs).
   """
   dtype = jnp.float64 if config.float64 else jnp.float32
-  image_shape = task.train_images.shape[1:]
-  meta = metadata(config, image_shape)
-  model, template = _template(config, image_shape)
+  meta = metadata(config, task)
+  model, template = _template(config, task.train_images.shape[1:])
   saved = load_metadata(directory)
   if saved is not None and saved.get("config") == meta:
     logging.info("Reusing θ* saved in %s", directory)

@@ -215,11 +215,15 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
     ``upper_loss``, is l before the step), ``parts`` holds ``lower_level`` and
     ``upper_loss`` for evaluation and tests.
   Raises:
-    ValueError: unknown lower-level start, solve, optimizer or schedule.
+    ValueError: unknown lower-level start, solve, optimizer or schedule; max_iter < 1 or
+      tol <= 0.
   """
   ll = attack_config.lower_level
   if ll.start not in LOWER_LEVEL_STARTS:
     raise ValueError(f"unknown lower-level start {ll.start!r}; known: {list(LOWER_LEVEL_STARTS)}")
+  if not (int(ll.max_iter) >= 1 and float(ll.tol) > 0):  # max_iter 0 would report l = 0
+    raise ValueError(f"need lower_level.max_iter >= 1 and lower_level.tol > 0, got "
+                     f"{ll.max_iter} and {ll.tol}")
   hg = attack_config.hypergradient
   theta_star = target.params
   energy_fn = functools.partial(victim.energy, apply_fn=target.apply,

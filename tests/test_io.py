@@ -1,0 +1,176 @@
+"""Nothing silently wrong, nothing lost: checksummed θ* and checkpoints, θ* keyed by the
+data's content, no partial files on a full disk, one run per work dir, and every setting
+checked before the first write (issue "Nothing silently wrong")."""
+
+import builtins
+import errno
+import glob
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from trdr import cli, data, experiment, io, models, victim
+from trdr.configs import bilevel_affine
+
+
+def _small_task():
+  config = data.default_data_config()
+  config.n_per_class = 5
+  return data.make_binary_task(config)
+
+
+def _victim_config():
+  config = bilevel_affine.get_config("smoke")
+  config.data.n_per_class = 5
+  return config
+
+
+def _corruptions(raw: bytes):
+  """A file's bytes cut in half, and with 8 bytes in its middle flipped."""
+  middle = len(raw) // 2
+  flipped = raw[:middle] + bytes(b ^ 0xFF for b in raw[middle:middle + 8]) + raw[middle + 8:]
+  return {"truncated": raw[:middle], "flipped": flipped}
+
+
+def test_corrupted_theta_star_and_checkpoint_are_named_errors(tmp_path):
+  """A truncated or byte-flipped θ* or checkpoint is a ValueError naming the file and the
+  remedy, never a silent resume (found: flipped checkpoint bytes resumed with exit 0)."""
+  theta = models.init_params(models.Affine(), jax.random.key(0), (4, 4, 1))
+  victim.save(str(tmp_path), theta, {"arch": "affine"})
+  io.save_checkpoint(str(tmp_path), {"images": np.arange(64.0).reshape(4, 16)})
+  for path, read in ((tmp_path / victim.VICTIM_FILE, lambda: victim.load_metadata(
+                         str(tmp_path))),
+                     (tmp_path / io.CHECKPOINT_FILE, lambda: io.load_checkpoint(
+                         str(tmp_path)))):
+    raw = path.read_bytes()
+    for kind, bad in _corruptions(raw).items():
+      path.write_bytes(bad)
+      with pytest.raises(ValueError, match=rf"{path}.*delete {path}") as e:
+        read()
+      assert kind and ("corrupted" in str(e.value) or "unreadable" in str(e.value))
+    path.write_bytes(raw)
+    read()  # restored: reads again
+
+
+def test_non_finite_theta_star_is_never_saved(tmp_path):
+  theta = models.init_params(models.Affine(), jax.random.key(0), (4, 4, 1))
+  theta = jax.tree.map(lambda a: a.at[0].set(np.nan), theta)
+  with pytest.raises(ValueError, match="non-finite"):
+    victim.save(str(tmp_path), theta, {})
+  assert not os.listdir(tmp_path)
+
+
+def test_changed_data_at_the_same_path_retrains_theta_star(tmp_path):
+  """The saved θ* is keyed by the data's content, not only the config that names it
+  (found: an .npz regenerated in place reused the old θ*)."""
+  config, task = _victim_config(), _small_task()
+  first = victim.load_or_train(config, task, str(tmp_path))
+  again = victim.load_or_train(config, task, str(tmp_path))
+  jax.tree.map(np.testing.assert_array_equal, again.params, first.params)  # reused
+  images = task.train_images.copy()
+  images[0, 0, 0, 0] += 0.5
+  changed = task._replace(train_images=images)
+  assert (victim.metadata(config, changed)["data_sha256"]
+          != victim.metadata(config, task)["data_sha256"])
+  retrained = victim.load_or_train(config, changed, str(tmp_path))
+  assert retrained.metadata["config"]["data_sha256"] == victim.metadata(
+      config, changed)["data_sha256"]
+  assert victim.load_metadata(str(tmp_path))["config"] == victim.metadata(config, changed)
+
+
+def test_a_full_disk_leaves_no_partial_file_and_the_old_file_intact(tmp_path, monkeypatch):
+  """ENOSPC half-way through a write: the error propagates, the previous file is intact
+  and no *.tmp<pid> is left to hold the space (found: leftovers blocked reruns)."""
+  path = tmp_path / "results.json"
+  io.write_json(path, {"step": 1})
+
+  class FullDisk:
+    def __init__(self, f):
+      self.f = f
+
+    def __enter__(self):
+      return self
+
+    def __exit__(self, *exc):
+      self.f.close()
+
+    def write(self, payload):
+      self.f.write(payload[: len(payload) // 2])
+      raise OSError(errno.ENOSPC, "No space left on device")
+
+  real_open = builtins.open
+  monkeypatch.setattr(io, "open", lambda p, mode="r", *a, **k: (
+      FullDisk(real_open(p, mode, *a, **k)) if "w" in mode else real_open(p, mode, *a, **k)),
+      raising=False)
+  with pytest.raises(OSError, match="No space left"):
+    io.write_json(path, {"step": 2})
+  monkeypatch.undo()
+  assert io.read_json(path) == {"step": 1}
+  assert glob.glob(str(tmp_path / "*.tmp*")) == []
+
+
+def test_a_second_run_in_the_same_work_dir_is_refused_at_once(tmp_path):
+  """The work dir's lock names its holder; released on exit, an exception's included
+  (found: two runs in one work dir both finished, metrics.jsonl listed each chunk twice)."""
+  with io.locked(str(tmp_path)):
+    with pytest.raises(RuntimeError, match=rf"in use by another run \(process {os.getpid()}\)"):
+      with io.locked(str(tmp_path)):
+        pass
+  with pytest.raises(KeyError):
+    with io.locked(str(tmp_path)):
+      raise KeyError("the run failed")
+  with io.locked(str(tmp_path)):
+    pass
+
+
+def _finished_run(workdir):
+  """The files of a finished landscape run (stand-ins; only their survival is checked)."""
+  os.makedirs(workdir)
+  files = {io.CONFIG_FILE: b'{"old": 1}', experiment.LANDSCAPE_FILE: b"[]",
+           io.METRICS_FILE: b'{"step": 30}\n', io.CHECKPOINT_FILE: b"step 30"}
+  for name, payload in files.items():
+    (workdir / name).write_bytes(payload)
+  return files
+
+
+@pytest.mark.parametrize("mistake", ["data_path", "lower_level_start", "max_iter_0",
+                                     "steps_0", "log_every_0"])
+def test_bad_settings_fail_before_anything_is_written(tmp_path, mistake):
+  """Each mistake is a ValueError naming it, raised before training and before the work
+  dir is touched: with --overwrite a finished run stays intact (found: its files were
+  deleted first), and a fresh work dir is not created, so the corrected command is not
+  refused (found: a leftover config.json blocked it)."""
+  config = _victim_config()
+  expected = {"data_path": "does_not_exist", "lower_level_start": "lower-level start",
+              "max_iter_0": "max_iter", "steps_0": "steps", "log_every_0": "log_every"}
+  if mistake == "data_path":
+    config.data.source, config.data.path = "npz", str(tmp_path / "does_not_exist.npz")
+  elif mistake == "lower_level_start":
+    config.attack.lower_level.start = "zeros"
+  elif mistake == "max_iter_0":
+    config.attack.lower_level.max_iter = 0
+  elif mistake == "steps_0":
+    config.attack.steps = 0
+  else:
+    config.attack.log_every = 0
+  finished = _finished_run(tmp_path / "finished")
+  with pytest.raises((ValueError, FileNotFoundError), match=expected[mistake]):
+    experiment.run(config, str(tmp_path / "finished"), "landscape", overwrite=True)
+  for name, payload in finished.items():
+    assert (tmp_path / "finished" / name).read_bytes() == payload, name
+  assert sorted(os.listdir(tmp_path / "finished")) == sorted(finished)
+  with pytest.raises((ValueError, FileNotFoundError), match=expected[mistake]):
+    experiment.run(config, str(tmp_path / "fresh"), "landscape")
+  assert not os.path.exists(tmp_path / "fresh")
+
+
+def test_workdir_flag_expands_home_and_variables(tmp_path, monkeypatch):
+  """--workdir=~/x and $VAR/x name those folders, not a folder called "~" (found)."""
+  monkeypatch.setenv("HOME", str(tmp_path))
+  monkeypatch.setenv("TRDR_RUNS", str(tmp_path / "runs"))
+  assert cli._workdir("~/x") == str(tmp_path / "x")
+  assert cli._workdir("$TRDR_RUNS/y") == str(tmp_path / "runs" / "y")
+  with pytest.raises(ValueError, match="--workdir is required"):
+    cli._workdir(None)
