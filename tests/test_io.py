@@ -174,3 +174,20 @@ def test_workdir_flag_expands_home_and_variables(tmp_path, monkeypatch):
   assert cli._workdir("$TRDR_RUNS/y") == str(tmp_path / "runs" / "y")
   with pytest.raises(ValueError, match="--workdir is required"):
     cli._workdir(None)
+
+
+def test_an_overwrite_that_fails_mid_run_leaves_the_finished_run_intact(tmp_path, monkeypatch):
+  """--overwrite builds the new run beside the old one and swaps it in only when it has
+  finished: a failure after the checks (here in training) keeps every old file and
+  leaves no staging directory (found: the old run's files were deleted first)."""
+  finished = _finished_run(tmp_path / "run")
+
+  def fail(*args, **kwargs):
+    raise RuntimeError("training failed")
+
+  monkeypatch.setattr(victim, "load_or_train", fail)
+  with pytest.raises(RuntimeError, match="training failed"):
+    experiment.run(_victim_config(), str(tmp_path / "run"), "landscape", overwrite=True)
+  for name, payload in finished.items():
+    assert (tmp_path / "run" / name).read_bytes() == payload, name
+  assert sorted(os.listdir(tmp_path)) == ["run"]

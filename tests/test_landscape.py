@@ -277,6 +277,7 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
                         env=subprocess_env, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "Resuming" not in done.stderr
+  assert sorted(os.listdir(tmp_path)) == ["my.npz", "run"]  # swapped in, nothing left over
   saved = io.read_json(workdir / "config.json")
   assert saved["data"]["classes"] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
   assert _logged_steps(workdir) == [10]

@@ -18,6 +18,7 @@ drawn from these files by `trdr.plotting.run_figures`.
 """
 
 import os
+import shutil
 import time
 
 import jax
@@ -161,7 +162,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
     workdir: run directory (``~`` and environment variables expanded); a checkpoint of
       the same config there is resumed. Locked while the run writes (`trdr.io.locked`).
     mode: one of `MODES`.
-    overwrite: replace a finished run (otherwise FileExistsError).
+    overwrite: replace a finished run (otherwise FileExistsError): the new run is built
+      in ``workdir``.overwrite and replaces the old one only once it has finished.
   Returns:
     "landscape": the records of landscape.json; "attack" and "sweep": the summary.
   Raises:
@@ -196,15 +198,26 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
     raise ValueError(f"need attack steps >= 1 and attack.log_every >= 1, got {steps} and "
                      f"{a.log_every}")
   workdir = os.path.abspath(os.path.expandvars(os.path.expanduser(workdir)))
+  starts = x0, labels, init_key, extra, build_key, settings
   with io.locked(workdir):
-    return _run(config, workdir, mode, overwrite, task, a, dtype, (
-        x0, labels, init_key, extra, build_key, settings), box)
+    if not overwrite:
+      return _run(config, workdir, mode, task, a, dtype, starts, box)
+    # --overwrite builds the new run beside the old one (θ* copied, reused if it still
+    # fits) and swaps it in only once finished: a failed run leaves the old one intact.
+    staging = io.staging_dir(workdir, keep=("victim",))
+    try:
+      out = _run(config, staging, mode, task, a, dtype, starts, box)
+    except BaseException:
+      shutil.rmtree(staging, ignore_errors=True)
+      raise
+    io.replace_dir(staging, workdir)
+    return out
 
 
-def _run(config, workdir, mode, overwrite, task, a, dtype, starts, box):
+def _run(config, workdir, mode, task, a, dtype, starts, box):
   """`run` after its checks, holding the work dir's lock."""
   x0, labels, init_key, extra, build_key, settings = starts
-  resume = io.prepare_workdir(workdir, config, FINISHED[mode], overwrite)
+  resume = io.prepare_workdir(workdir, config, FINISHED[mode])
   logging.info("Task: %d training, %d partition, %d test images of shape %s",
                len(task.train_images), len(task.partition_images), len(task.test_images),
                task.train_images.shape[1:])

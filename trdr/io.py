@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 from typing import Any
 
 import flax.serialization
@@ -93,6 +94,29 @@ def locked(workdir: str):
       f.seek(0)
       f.truncate()
       fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def staging_dir(workdir: str, keep: tuple[str, ...] = ()) -> str:
+  """A fresh sibling of ``workdir`` (``workdir``.overwrite) to build a replacement run in,
+  holding copies of the entries ``keep`` of ``workdir`` (e.g. a reusable θ*)."""
+  staging = workdir.rstrip(os.sep) + ".overwrite"
+  shutil.rmtree(staging, ignore_errors=True)  # a failed overwrite's leftover
+  os.makedirs(staging)
+  for name in keep:
+    if os.path.isdir(os.path.join(workdir, name)):
+      shutil.copytree(os.path.join(workdir, name), os.path.join(staging, name))
+  return staging
+
+
+def replace_dir(staging: str, workdir: str) -> None:
+  """Moves the finished ``staging`` to ``workdir`` by two renames, then deletes the
+  replaced run: until the first rename ``workdir`` is untouched."""
+  old = workdir.rstrip(os.sep) + ".replaced"
+  shutil.rmtree(old, ignore_errors=True)
+  if os.path.exists(workdir):
+    os.rename(workdir, old)
+  os.rename(staging, workdir)
+  shutil.rmtree(old, ignore_errors=True)
 
 
 def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_file: str,
