@@ -191,3 +191,46 @@ def test_an_overwrite_that_fails_mid_run_leaves_the_finished_run_intact(tmp_path
   for name, payload in finished.items():
     assert (tmp_path / "run" / name).read_bytes() == payload, name
   assert sorted(os.listdir(tmp_path)) == ["run"]
+
+
+def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp_path):
+  """Fault injection on the files a run reads back when it is started again: config.json,
+  checkpoint.msgpack and victim.msgpack, each truncated, with bytes flipped in the middle,
+  and replaced by a valid file of the same kind from another run. Each ends in an error
+  naming the file, or (θ* of other data) in retraining — never in a silent resume.
+  (metrics.jsonl is rewritten from the checkpoint on resume and never read; results.npz
+  and the finished marker are written last, and a finished run is refused.)"""
+  config = _victim_config()
+  other = _victim_config()
+  other.attack.steps = 7
+  run, elsewhere = str(tmp_path / "run"), str(tmp_path / "other")
+  for workdir, cfg in ((run, config), (elsewhere, other)):
+    io.prepare_workdir(workdir, cfg, experiment.LANDSCAPE_FILE)
+    io.save_checkpoint(workdir, {"images": np.full((2, 3), len(workdir), np.float32)})
+
+  def swap_in(name):
+    return (tmp_path / "other" / name).read_bytes()
+
+  # config.json: unreadable, or another run's config (which its checkpoint does not fit).
+  path = tmp_path / "run" / io.CONFIG_FILE
+  raw = path.read_bytes()
+  for bad in _corruptions(raw).values():
+    path.write_bytes(bad)
+    with pytest.raises((ValueError, FileExistsError), match=str(path)):
+      io.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)
+  path.write_bytes(swap_in(io.CONFIG_FILE))
+  with pytest.raises(FileExistsError, match="different config"):
+    io.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)
+  with pytest.raises(ValueError, match="another config.json"):
+    io.load_checkpoint(run)
+  path.write_bytes(raw)
+  assert io.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)  # resumable again
+  # checkpoint.msgpack: truncated and flipped (see above), or another run's valid one.
+  path = tmp_path / "run" / io.CHECKPOINT_FILE
+  raw = path.read_bytes()
+  for bad in [*_corruptions(raw).values(), swap_in(io.CHECKPOINT_FILE)]:
+    path.write_bytes(bad)
+    with pytest.raises(ValueError, match=rf"{path}.*delete {path}"):
+      io.load_checkpoint(run)
+  path.write_bytes(raw)
+  np.testing.assert_array_equal(io.load_checkpoint(run)["images"], len(run))

@@ -133,6 +133,7 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_fi
   Raises:
     FileExistsError: the run already finished, or an unfinished run with a different
       config is in ``workdir``, and ``overwrite`` is False.
+    ValueError: ``workdir``'s config.json is unreadable (and ``overwrite`` is False).
   """
   os.makedirs(workdir, exist_ok=True)
   config_path = os.path.join(workdir, CONFIG_FILE)
@@ -141,7 +142,12 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_fi
     if os.path.exists(os.path.join(workdir, finished_file)):
       raise FileExistsError(
           f"{workdir} holds a finished run ({finished_file}); pass --overwrite to replace it")
-    if os.path.exists(config_path) and read_json(config_path) != new_config:
+    try:
+      old_config = read_json(config_path) if os.path.exists(config_path) else new_config
+    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+      raise ValueError(f"{config_path} is unreadable ({e}); use another --workdir or pass "
+                       "--overwrite") from e
+    if old_config != new_config:
       raise FileExistsError(
           f"{workdir} holds a run with a different config ({config_path}); use another "
           "--workdir or pass --overwrite")
@@ -234,18 +240,36 @@ def read_verified(path: str, remedy: str) -> Any:
 
 
 def save_checkpoint(workdir: str, tree: Any) -> None:
-  """Saves a pytree of arrays (NamedTuples and dicts allowed), with its checksum."""
-  write_verified(os.path.join(workdir, CHECKPOINT_FILE), flax.serialization.to_state_dict(tree))
+  """Saves a pytree of arrays (NamedTuples and dicts allowed) with its checksum and the
+  SHA-256 of the work dir's config.json, which `load_checkpoint` checks."""
+  write_verified(os.path.join(workdir, CHECKPOINT_FILE),
+                 {"run": flax.serialization.to_state_dict(tree),
+                  "config_sha256": _config_digest(workdir)})
+
+
+def _config_digest(workdir: str) -> str:
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    return ""
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
 
 
 def load_checkpoint(workdir: str) -> dict:
   """The last checkpoint as a nested state dict (restore with flax `from_state_dict`).
 
   Raises:
-    ValueError: the checkpoint is corrupted (`read_verified`).
+    ValueError: the checkpoint is corrupted (`read_verified`), or was written under
+      another config.json than the work dir's (a checkpoint copied from another run).
   """
   path = os.path.join(workdir, CHECKPOINT_FILE)
-  return read_verified(path, f"delete {path} (and {METRICS_FILE}) to start the run again")
+  remedy = f"delete {path} (and {METRICS_FILE}) to start the run again"
+  saved = read_verified(path, remedy)
+  if not (isinstance(saved, dict) and "run" in saved and "config_sha256" in saved):
+    raise ValueError(f"{path} is not a checkpoint; {remedy}")
+  if saved["config_sha256"] != _config_digest(workdir):
+    raise ValueError(f"{path} was written by a run with another {CONFIG_FILE}; {remedy}")
+  return saved["run"]
 
 
 def save_npz(path: str, **arrays) -> None:
