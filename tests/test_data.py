@@ -144,7 +144,7 @@ def test_npz_missing_key(tmp_path, sample):
     ("train_images", lambda a: a["train_images"].astype(np.float32),
      r"train_images must have dtype uint8.*got float32"),
     ("test_images", lambda a: a["test_images"][0, 0],
-     r"test_images must have shape \(N, H, W\) or \(N, H, W, C\), got \(32, 3\)"),
+     r"test_images must have shape \(N, H, W\) or \(N, H, W, C\).*got \(32, 3\)"),
     ("train_images", lambda a: a["train_images"][None],
      r"train_images must have shape .* got \(1, 6, 32, 32, 3\)"),
     ("train_labels", lambda a: a["train_labels"].astype(np.float32),

@@ -234,3 +234,44 @@ def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp
       io.load_checkpoint(run)
   path.write_bytes(raw)
   np.testing.assert_array_equal(io.load_checkpoint(run)["images"], len(run))
+
+
+def _npz(path, train_shape=(40, 32, 32, 3), n_test=10, test_shape=None):
+  rng = np.random.default_rng(0)
+  test_shape = test_shape or (n_test, *train_shape[1:])
+  np.savez(path, train_images=rng.integers(0, 256, train_shape, dtype=np.uint8),
+           train_labels=np.arange(train_shape[0]) % 2,
+           test_images=rng.integers(0, 256, test_shape, dtype=np.uint8),
+           test_labels=np.arange(test_shape[0]) % 2)
+  return path
+
+
+@pytest.mark.parametrize("mistake", ["truncated_npz", "npy", "channels_first", "empty_test",
+                                     "smaller_than_the_ssim_window"])
+def test_bad_data_is_a_named_error_before_the_attack(tmp_path, mistake):
+  """Found: a truncated .npz (BadZipFile) or a .npy (TypeError) crashed uncaught, NCHW
+  images and images smaller than the SSIM window failed only after the whole attack, an
+  empty test split in a reshape. Now each is a ValueError naming it, before any write."""
+  path = tmp_path / "data.npz"
+  if mistake == "truncated_npz":
+    raw = _npz(path).read_bytes()
+    path.write_bytes(raw[: len(raw) // 2])
+  elif mistake == "npy":
+    path = tmp_path / "data.npy"
+    np.save(path, np.zeros((4, 32, 32, 3), np.uint8))
+  elif mistake == "channels_first":
+    _npz(path, train_shape=(40, 3, 32, 32))
+  elif mistake == "empty_test":
+    _npz(path, n_test=0)
+  else:
+    _npz(path, train_shape=(40, 8, 8, 3))
+  expected = {"truncated_npz": "cannot read the file as .npz",
+              "npy": "cannot read the file as .npz", "channels_first": "channels first",
+              "empty_test": r"test_images must have shape .* N ≥ 1",
+              "smaller_than_the_ssim_window": "smaller than the SSIM window 11"}[mistake]
+  config = _victim_config()
+  config.data.source, config.data.path = "npz", str(path)
+  config.data.classes = ((0,), (1,))
+  with pytest.raises(ValueError, match=expected):
+    experiment.run(config, str(tmp_path / "run"), "landscape")
+  assert not os.path.exists(tmp_path / "run")

@@ -28,6 +28,7 @@ import importlib.resources
 import os
 import pickle
 import tarfile
+import zipfile
 from typing import Any, Callable, NamedTuple, Optional
 
 from absl import logging
@@ -57,9 +58,11 @@ def _check(data: dict[str, Any], origin: str) -> dict[str, np.ndarray]:
                        f"0..255), got {images.dtype}")
     if images.ndim == 3:
       images = images[..., None]
-    if images.ndim != 4:
-      raise ValueError(f"{origin}: {split}_images must have shape (N, H, W) or "
-                       f"(N, H, W, C), got {images.shape}")
+    if images.ndim != 4 or not len(images) or images.shape[-1] > 4:
+      raise ValueError(f"{origin}: {split}_images must have shape (N, H, W) or (N, H, W, C),"
+                       f" N ≥ 1, C ≤ 4 (channels last), got {images.shape}" + (
+                           " (channels first? transpose to NHWC)" if images.ndim == 4
+                           and images.shape[1] <= 4 < images.shape[-1] else ""))
     if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
       raise ValueError(f"{origin}: {split}_labels must be a 1-D integer array, got "
                        f"shape {labels.shape} and dtype {labels.dtype}")
@@ -70,8 +73,7 @@ def _check(data: dict[str, Any], origin: str) -> dict[str, np.ndarray]:
     out[f"{split}_labels"] = labels.astype(np.int64)
   if out["train_images"].shape[1:] != out["test_images"].shape[1:]:
     raise ValueError(f"{origin}: train and test images differ in shape: (H, W, C) = "
-                     f"{out['train_images'].shape[1:]} vs "
-                     f"{out['test_images'].shape[1:]}")
+                     f"{out['train_images'].shape[1:]} vs {out['test_images'].shape[1:]}")
   return out
 
 
@@ -86,10 +88,11 @@ def _require_path(path: Optional[str], source: str) -> str:
 
 def _read_npz(path: str, origin: str) -> dict[str, np.ndarray]:
   try:
-    with np.load(path, allow_pickle=False) as f:
+    with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as f:  # .npy: TypeError
       arrays = {k: f[k] for k in _KEYS if k in f.files}
       files = sorted(f.files)
-  except (OSError, EOFError, ValueError, AttributeError) as e:
+  except (OSError, EOFError, ValueError, AttributeError, TypeError,
+          zipfile.BadZipFile) as e:
     raise ValueError(f"{origin}: cannot read the file as .npz (uint8/integer "
                      f"arrays, no pickled objects): {e}") from e
   missing = [k for k in _KEYS if k not in arrays]
@@ -160,12 +163,9 @@ def _load_cifar10_python(path: Optional[str], name: Optional[str]) -> dict:
   train = [_cifar10_batch(raw[b], f"{path}:{b}") for b in _CIFAR10_TRAIN_BATCHES]
   test_images, test_labels = _cifar10_batch(raw[_CIFAR10_TEST_BATCH],
                                             f"{path}:{_CIFAR10_TEST_BATCH}")
-  return {
-      "train_images": np.concatenate([x for x, _ in train]),
-      "train_labels": np.concatenate([y for _, y in train]),
-      "test_images": test_images,
-      "test_labels": test_labels,
-  }
+  return {"train_images": np.concatenate([x for x, _ in train]),
+          "train_labels": np.concatenate([y for _, y in train]),
+          "test_images": test_images, "test_labels": test_labels}
 
 
 def _load_tfds(path: Optional[str], name: Optional[str]) -> dict:

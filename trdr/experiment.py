@@ -186,6 +186,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   jax.config.update("jax_enable_x64", bool(config.float64))
   dtype = jnp.float64 if config.float64 else jnp.float32
   task = data.make_binary_task(config.data)
+  windows = (config.eval.get("ssim_window", evaluate.SSIM_WINDOW),
+             *config.eval.get("count_windows", ()))
+  if min(task.train_images.shape[1:3]) < max(windows):
+    raise ValueError(f"images of {task.train_images.shape[1:3]} pixels are smaller than the "
+                     f"SSIM window {max(windows)} (eval.ssim_window, eval.count_windows)")
   a = attack_config(config)
   x0, labels, init_key, extra, build_key, settings = _starts(mode, config, a, task, dtype)
   box = (0.0, 1.0) if task.mean is None else (-task.mean, 1.0 - task.mean)
