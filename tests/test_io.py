@@ -6,12 +6,15 @@ import builtins
 import errno
 import glob
 import os
+from typing import NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trdr import cli, data, experiment, io, models, victim
+from trdr import cli, data, experiment, io, loop, models, victim
+from trdr.attacks.protocol import Attack
 from trdr.configs import bilevel_affine
 
 
@@ -275,3 +278,36 @@ def test_bad_data_is_a_named_error_before_the_attack(tmp_path, mistake):
   with pytest.raises(ValueError, match=expected):
     experiment.run(config, str(tmp_path / "run"), "landscape")
   assert not os.path.exists(tmp_path / "run")
+
+
+class _Metrics(NamedTuple):
+  objective: jax.Array
+
+
+def _toy_attack(diverge_at: int) -> Attack:
+  """x ← x / 2, whose objective (the mean of x) turns NaN from step ``diverge_at`` on at
+  the grid points whose state says ``bad``."""
+  def step(state):
+    x, k, bad = state
+    objective = jnp.where((k >= diverge_at) & bad, jnp.nan, jnp.mean(x))
+    return (x / 2, k + 1, bad), _Metrics(objective)
+  return Attack("toy", None, step, lambda s: s[0], True, "pixels", {})
+
+
+def test_a_diverged_attack_stops_with_a_named_error_and_keeps_its_good_checkpoint(tmp_path):
+  """NaN in the objective stops a landscape or attack run at the chunk it appears in,
+  before that chunk's checkpoint, so the last good checkpoint stays (found: runs went on
+  and reported NaN); a sweep records divergence instead (its settings may diverge)."""
+  states = (jnp.ones((2, 1, 2, 2, 1)), jnp.zeros(2, jnp.int32), jnp.array([False, True]))
+  for name in ("stop", "sweep"):
+    os.makedirs(tmp_path / name)
+  kwargs = dict(steps=6, log_every=2, grid_batch_size=2, resume=False)
+  with pytest.raises(FloatingPointError, match=r"not finite at 1 of 2 grid points after "
+                                               r"step 4.*checkpoint of step 2"):
+    loop.run(_toy_attack(3), states, workdir=str(tmp_path / "stop"), stop_on_divergence=True,
+             **kwargs)
+  saved = io.load_checkpoint(str(tmp_path / "stop"))
+  assert np.asarray(saved["history"]["objective"]).shape == (2, 2)  # steps 0, 1 only
+  _, history, _ = loop.run(_toy_attack(3), states, workdir=str(tmp_path / "sweep"), **kwargs)
+  assert np.isnan(history["objective"][1, 3:]).all()
+  assert np.isfinite(history["objective"][0]).all()

@@ -244,7 +244,7 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
            if len(traced) else None)
   states, history, trajectory = loop.run(
       attack, states, steps=steps, log_every=a.log_every, grid_batch_size=a.grid_batch_size,
-      workdir=workdir, resume=resume, trace=trace)
+      workdir=workdir, resume=resume, trace=trace, stop_on_divergence=mode != "sweep")
   seconds = time.time() - started
   images = attack.images(states)
   summary = {"victim": target.metadata["report"], "attack": attack.name,

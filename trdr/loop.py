@@ -83,7 +83,7 @@ def _record(history: dict, done: int, n: int, seconds: float) -> dict:
 
 
 def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_size: int,
-        workdir: str, resume: bool, trace=None
+        workdir: str, resume: bool, trace=None, stop_on_divergence: bool = False
         ) -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray]]:
   """Attacks every start of ``states`` for ``steps`` steps, checkpointed (module docstring).
 
@@ -99,12 +99,15 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     trace: optional images float[G, m, H, W, C] -> {name: float[G]}, evaluated on the
       attack's images at the start and after every chunk (and checkpointed with them):
       e.g. the distances of Runkel et al.'s images to the training set along the attack.
+    stop_on_divergence: raise when a chunk ends with a non-finite objective at any grid
+      point, before its checkpoint is written (a sweep instead records divergence).
   Returns:
     (final states [G, ...], history: metric name -> float[G, steps], the value of each
     step's metric, e.g. the objective before the step, trace: {"step": int[K], name:
     float[G, K]} at steps 0, log_every, …, steps; {} without ``trace``).
   Raises:
     ValueError: log_every < 1 or steps < 0.
+    FloatingPointError: a diverged grid point, with ``stop_on_divergence``.
   """
   if log_every < 1 or steps < 0:
     raise ValueError(f"need log_every >= 1 and steps >= 0, got {log_every} and {steps}")
@@ -148,6 +151,12 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     if trace:
       traced = _traced(traced, done, trace(images(states)))
     records.append(_record(history, done, n, seconds))
+    if stop_on_divergence and records[-1]["diverged"]:  # before the checkpoint: it stays good
+      objective = next(iter(history))
+      raise FloatingPointError(
+          f"the attack diverged: {objective} is not finite at {records[-1]['diverged']} of "
+          f"{size} grid points after step {done}; lower the attack's lr (the checkpoint of "
+          f"step {done - n} in {workdir} is kept)")
     io.save_checkpoint(workdir, {"state": states, "history": history,
                                  "metrics": json.dumps(io.to_jsonable(records)),
                                  **({"trace": traced} if trace else {})})
