@@ -7,9 +7,7 @@ Without --workdir, results go to runs/<config name>[_<variant>]. See trdr/experi
 for the files written and trdr/plotting.py for the figures.
 """
 
-from absl import app
-
 from trdr import cli
 
 if __name__ == "__main__":
-  app.run(cli.experiment_main("landscape"))
+  cli.run(cli.experiment_main("landscape"))

@@ -7,10 +7,10 @@ Runs live in WORKDIR/paper_figures/<victim> and WORKDIR/decoreco_figures/<run>; 
 runs of the same config are reused. See trdr/paper.py for which run feeds which artefact.
 """
 
-from absl import app, flags
+from absl import flags
 
 from trdr import cli
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["workdir"])
-  app.run(cli.paper_main)
+  cli.run(cli.paper_main)

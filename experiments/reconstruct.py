@@ -6,9 +6,7 @@ Without --workdir, results go to runs/<config name>[_<variant>]. See trdr/experi
 for the files written.
 """
 
-from absl import app
-
 from trdr import cli
 
 if __name__ == "__main__":
-  app.run(cli.experiment_main("attack"))
+  cli.run(cli.experiment_main("attack"))

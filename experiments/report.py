@@ -6,10 +6,10 @@ Finished runs under WORKDIR/paper_figures and WORKDIR/decoreco_figures are reuse
 WORKDIR/report.md (see trdr/report.py).
 """
 
-from absl import app, flags
+from absl import flags
 
 from trdr import cli
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["workdir"])
-  app.run(cli.report_main)
+  cli.run(cli.report_main)

@@ -8,9 +8,7 @@ work directory (default runs/<config name>[_<variant>]_sweep) is what the figure
 read through ``--config.attack.hparams_file``.
 """
 
-from absl import app
-
 from trdr import cli
 
 if __name__ == "__main__":
-  app.run(cli.experiment_main("sweep"))
+  cli.run(cli.experiment_main("sweep"))

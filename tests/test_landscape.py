@@ -273,6 +273,8 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
   assert refused.returncode != 0 and "--overwrite" in refused.stderr
   _, failed_stderr = failed.communicate(timeout=600)
   assert failed.returncode != 0 and "stepz" in failed_stderr
+  # One line naming the flag and ml_collections' suggestion, not a traceback.
+  assert 'Did you mean "steps"' in failed_stderr and "Traceback" not in failed_stderr
   done = subprocess.run(cmd + ["--overwrite"], capture_output=True, text=True, cwd=tmp_path,
                         env=subprocess_env, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]

@@ -7,8 +7,9 @@ scripts --artefacts.
 """
 
 import os
+import sys
 
-from absl import flags
+from absl import app, flags
 from ml_collections import config_flags
 
 from trdr import experiment, paper, plotting, report
@@ -21,6 +22,26 @@ _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a finished run in --
 _ARTEFACTS = flags.DEFINE_list("artefacts", list(paper.ARTEFACTS),
                                f"Which of {list(paper.ARTEFACTS)} to write (paper.py).")
 flags.mark_flags_as_required(["config"])
+
+
+def run(main) -> None:
+  """`absl.app.run` of ``main`` with `parse_flags`."""
+  app.run(main, flags_parser=parse_flags)
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing; a --config.x.y=... that names no field or gives a value of the
+  wrong type exits with one line (the flag and ml_collections' suggestion, e.g. 'Did you
+  mean "steps"'), not a traceback."""
+  try:
+    return app.parse_flags_with_usage(argv)
+  except (AttributeError, KeyError, TypeError, ValueError) as e:
+    text = str(e.args[0] if e.args else e)
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a repr's quotes
+      text = text[1:-1]
+    text = " ".join(text.replace("\\n", " ").replace("\\'", "'").split())
+    sys.stderr.write(f"FATAL Flags parsing error: {text}\n")
+    sys.exit(1)
 
 
 def default_workdir(config_arg: str, suffix: str = "") -> str:
