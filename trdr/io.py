@@ -119,43 +119,39 @@ def replace_dir(staging: str, workdir: str) -> None:
   shutil.rmtree(old, ignore_errors=True)
 
 
-def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_file: str,
-                    overwrite: bool = False) -> bool:
+def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_file: str
+                    ) -> bool:
   """Creates ``workdir`` and writes config.json; says whether to resume a checkpoint.
+
+  (Replacing a run is `staging_dir` and `replace_dir`: this never deletes anything.)
 
   Args:
     workdir: the run directory.
     config: the run's full config.
     finished_file: a file name whose presence means the run finished.
-    overwrite: allow replacing a finished run, or a run started with another config.
   Returns:
     True if a checkpoint of a run with this same config exists and should be resumed.
   Raises:
     FileExistsError: the run already finished, or an unfinished run with a different
-      config is in ``workdir``, and ``overwrite`` is False.
-    ValueError: ``workdir``'s config.json is unreadable (and ``overwrite`` is False).
+      config is in ``workdir``.
+    ValueError: ``workdir``'s config.json is unreadable.
   """
   os.makedirs(workdir, exist_ok=True)
   config_path = os.path.join(workdir, CONFIG_FILE)
   new_config = to_jsonable(config)
-  if not overwrite:
-    if os.path.exists(os.path.join(workdir, finished_file)):
-      raise FileExistsError(
-          f"{workdir} holds a finished run ({finished_file}); pass --overwrite to replace it")
-    try:
-      old_config = read_json(config_path) if os.path.exists(config_path) else new_config
-    except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
-      raise ValueError(f"{config_path} is unreadable ({e}); use another --workdir or pass "
-                       "--overwrite") from e
-    if old_config != new_config:
-      raise FileExistsError(
-          f"{workdir} holds a run with a different config ({config_path}); use another "
-          "--workdir or pass --overwrite")
-  resume = (not overwrite and os.path.exists(os.path.join(workdir, CHECKPOINT_FILE)))
-  if overwrite:
-    for name in (CHECKPOINT_FILE, METRICS_FILE, finished_file):
-      if os.path.exists(os.path.join(workdir, name)):
-        os.remove(os.path.join(workdir, name))
+  if os.path.exists(os.path.join(workdir, finished_file)):
+    raise FileExistsError(
+        f"{workdir} holds a finished run ({finished_file}); pass --overwrite to replace it")
+  try:
+    old_config = read_json(config_path) if os.path.exists(config_path) else new_config
+  except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
+    raise ValueError(f"{config_path} is unreadable ({e}); use another --workdir or pass "
+                     "--overwrite") from e
+  if old_config != new_config:
+    raise FileExistsError(
+        f"{workdir} holds a run with a different config ({config_path}); use another "
+        "--workdir or pass --overwrite")
+  resume = os.path.exists(os.path.join(workdir, CHECKPOINT_FILE))
   write_json(config_path, new_config)
   return resume
 

@@ -155,8 +155,9 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
       objective = next(iter(history))
       raise FloatingPointError(
           f"the attack diverged: {objective} is not finite at {records[-1]['diverged']} of "
-          f"{size} grid points after step {done}; lower the attack's lr (the checkpoint of "
-          f"step {done - n} in {workdir} is kept)")
+          f"{size} grid points after step {done}; lower the attack's lr (" + (
+              f"the checkpoint of step {done - n} in {workdir} is kept)" if done > n else
+              "no chunk had finished: nothing was saved)"))
     io.save_checkpoint(workdir, {"state": states, "history": history,
                                  "metrics": json.dumps(io.to_jsonable(records)),
                                  **({"trace": traced} if trace else {})})
