@@ -52,7 +52,7 @@ def test_corrupted_theta_star_and_checkpoint_are_named_errors(tmp_path):
       path.write_bytes(bad)
       with pytest.raises(ValueError, match=rf"{path}.*delete {path}") as e:
         read()
-      assert kind and ("corrupted" in str(e.value) or "unreadable" in str(e.value))
+      assert "corrupted" in str(e.value) or "unreadable" in str(e.value), kind
     path.write_bytes(raw)
     read()  # restored: reads again
 
