@@ -5,7 +5,9 @@ checked before the first write (issue "Nothing silently wrong")."""
 import builtins
 import errno
 import glob
+import json
 import os
+import re
 from typing import NamedTuple
 
 import jax
@@ -13,7 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trdr import cli, data, experiment, io, loop, models, victim
+from trdr import cli, data, experiment, io, loop, membership, models, paper, plotting
+from trdr import victim
 from trdr.attacks.protocol import Attack
 from trdr.configs import bilevel_affine
 
@@ -83,35 +86,113 @@ def test_changed_data_at_the_same_path_retrains_theta_star(tmp_path):
   assert victim.load_metadata(str(tmp_path))["config"] == victim.metadata(config, changed)
 
 
+class _FullDisk:
+  """A file opened for writing whose write stores half its payload, then raises ENOSPC."""
+
+  def __init__(self, f):
+    self.f = f
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.f.close()
+
+  def write(self, payload):
+    self.f.write(payload[: len(payload) // 2])
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _fill_disk(monkeypatch, full=lambda path: True):
+  """Makes trdr.io's writes to the paths ``full`` selects hit a full disk."""
+  real_open = builtins.open
+  monkeypatch.setattr(io, "open", lambda p, mode="r", *a, **k: (
+      _FullDisk(real_open(p, mode, *a, **k)) if "w" in mode and full(str(p))
+      else real_open(p, mode, *a, **k)), raising=False)
+
+
 def test_a_full_disk_leaves_no_partial_file_and_the_old_file_intact(tmp_path, monkeypatch):
   """ENOSPC half-way through a write: the error propagates, the previous file is intact
   and no *.tmp<pid> is left to hold the space (found: leftovers blocked reruns)."""
   path = tmp_path / "results.json"
   io.write_json(path, {"step": 1})
-
-  class FullDisk:
-    def __init__(self, f):
-      self.f = f
-
-    def __enter__(self):
-      return self
-
-    def __exit__(self, *exc):
-      self.f.close()
-
-    def write(self, payload):
-      self.f.write(payload[: len(payload) // 2])
-      raise OSError(errno.ENOSPC, "No space left on device")
-
-  real_open = builtins.open
-  monkeypatch.setattr(io, "open", lambda p, mode="r", *a, **k: (
-      FullDisk(real_open(p, mode, *a, **k)) if "w" in mode else real_open(p, mode, *a, **k)),
-      raising=False)
+  _fill_disk(monkeypatch)
   with pytest.raises(OSError, match="No space left"):
     io.write_json(path, {"step": 2})
   monkeypatch.undo()
   assert io.read_json(path) == {"step": 1}
   assert glob.glob(str(tmp_path / "*.tmp*")) == []
+
+
+def test_a_run_that_hit_a_full_disk_resumes_bitwise_once_space_is_freed(tmp_path, monkeypatch):
+  """The disk fills while the checkpoint of step 4 is written: the run stops with the
+  OSError, keeps the checkpoint of step 2 and leaves no temporary file; rerun, it resumes
+  from step 2 and ends bitwise equal to a run that was never interrupted."""
+  states = (jax.random.uniform(jax.random.key(0), (2, 1, 2, 2, 1)), jnp.zeros(2, jnp.int32),
+            jnp.array([False, False]))
+  kwargs = dict(steps=6, log_every=2, grid_batch_size=2, stop_on_divergence=True)
+  reference, ref_history, _ = loop.run(_toy_attack(99), states, workdir=str(tmp_path),
+                                       resume=False, **kwargs)
+  run = tmp_path / "run"
+  os.makedirs(run)
+  written = []
+
+  def full(path):  # the second checkpoint write: the one of step 4
+    written.append(path)
+    return sum(io.CHECKPOINT_FILE in p for p in written) == 2 and io.CHECKPOINT_FILE in path
+
+  _fill_disk(monkeypatch, full)
+  with pytest.raises(OSError, match="No space left"):
+    loop.run(_toy_attack(99), states, workdir=str(run), resume=False, **kwargs)
+  monkeypatch.undo()
+  assert glob.glob(str(run / "*.tmp*")) == []
+  assert [r["step"] for r in io.read_metrics(str(run))] == [2]
+  assert np.asarray(io.load_checkpoint(str(run))["history"]["objective"]).shape == (2, 2)
+  resumed, history, _ = loop.run(_toy_attack(99), states, workdir=str(run), resume=True,
+                                 **kwargs)
+  jax.tree.map(np.testing.assert_array_equal, resumed, reference)
+  np.testing.assert_array_equal(history["objective"], ref_history["objective"])
+  assert [r["step"] for r in io.read_metrics(str(run))] == [2, 4, 6]
+
+
+def test_a_resumed_state_must_be_finite_and_fit_the_run(tmp_path):
+  """A checkpoint whose state holds NaN, or that has more steps or another grid than the
+  run, is a ValueError naming it (found: not checked; only its checksum was)."""
+  states = (jnp.ones((2, 1, 2, 2, 1)), jnp.zeros(2, jnp.int32), jnp.array([False, False]))
+  kwargs = dict(log_every=2, grid_batch_size=2, workdir=str(tmp_path), stop_on_divergence=True)
+  loop.run(_toy_attack(99), states, steps=4, resume=False, **kwargs)
+  path = tmp_path / io.CHECKPOINT_FILE
+  saved = io.load_checkpoint(str(tmp_path))
+  with pytest.raises(ValueError, match=rf"{path} does not fit this run.*\(2, ≤ 2\)"):
+    loop.run(_toy_attack(99), states, steps=2, resume=True, **kwargs)
+  three = jax.tree.map(lambda x: jnp.concatenate([x, x[:1]]), states)
+  with pytest.raises(ValueError, match=rf"{path} does not fit this run.*\(3, ≤ 6\)"):
+    loop.run(_toy_attack(99), three, steps=6, resume=True, **kwargs)
+  saved["state"]["0"] = np.asarray(saved["state"]["0"]).copy()
+  saved["state"]["0"][1, 0, 0, 0, 0] = np.nan
+  io.save_checkpoint(str(tmp_path), saved)
+  with pytest.raises(ValueError, match=rf"{path} holds a non-finite attack state.*delete"):
+    loop.run(_toy_attack(99), states, steps=6, resume=True, **kwargs)
+
+
+def test_json_is_written_without_nan_and_read_back_with_it(tmp_path):
+  """JSON has no NaN or Infinity; strict parsers reject Python's tokens for them (found:
+  NaN written into JSON files). They are written as null with the value beside them, and
+  read back as the floats they were."""
+  record = {"loss": float("nan"), "ok": 1.5, "per_point": np.array([1.0, np.inf, -np.inf]),
+            "nested": [{"std": np.float32("nan")}], "converged": None}
+  io.write_json(tmp_path / "r.json", record)
+  io.append_metrics(str(tmp_path), record)
+  for path in (tmp_path / "r.json", tmp_path / io.METRICS_FILE):
+    strict = json.loads(path.read_text(), parse_constant=lambda token: pytest.fail(
+        f"a JSON file holds {token}"))
+    assert strict["loss"] is None and strict["loss_not_finite"] == "nan"
+    assert strict["per_point_not_finite"] == {"1": "inf", "2": "-inf"}
+  for back in (io.read_json(tmp_path / "r.json"), io.read_metrics(str(tmp_path))[0]):
+    assert set(back) == set(record)
+    assert np.isnan(back["loss"]) and np.isnan(back["nested"][0]["std"])
+    assert back["per_point"] == [1.0, np.inf, -np.inf]
+    assert back["ok"] == 1.5 and back["converged"] is None
 
 
 def test_a_second_run_in_the_same_work_dir_is_refused_at_once(tmp_path):
@@ -201,8 +282,8 @@ def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp
   checkpoint.msgpack and victim.msgpack, each truncated, with bytes flipped in the middle,
   and replaced by a valid file of the same kind from another run. Each ends in an error
   naming the file, or (θ* of other data) in retraining — never in a silent resume.
-  (metrics.jsonl is rewritten from the checkpoint on resume and never read; results.npz
-  and the finished marker are written last, and a finished run is refused.)"""
+  (metrics.jsonl is rewritten from the checkpoint on resume; a finished run's files are
+  the next test's.)"""
   config = _victim_config()
   other = _victim_config()
   other.attack.steps = 7
@@ -237,6 +318,57 @@ def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp
       io.load_checkpoint(run)
   path.write_bytes(raw)
   np.testing.assert_array_equal(io.load_checkpoint(run)["images"], len(run))
+
+
+def _finish(workdir, config, value):
+  """A finished landscape run's files, as `trdr.experiment` writes them, filled with
+  ``value`` (stand-ins for its numbers)."""
+  io.prepare_workdir(workdir, config, experiment.LANDSCAPE_FILE)
+  io.save_checkpoint(workdir, {"images": np.full((2, 3), value)})
+  io.write_metrics(workdir, [{"step": 30, "objective": value}])
+  io.save_npz(os.path.join(workdir, experiment.RESULTS_FILE), final_images=np.full(6, value))
+  io.write_json(os.path.join(workdir, experiment.SUMMARY_FILE), {"seconds": value})
+  io.finish(workdir, experiment.LANDSCAPE_FILE, [{"lambda1": 0.0, "param_distance": value}])
+
+
+def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(tmp_path):
+  """Fault injection on the files a finished run is reused from (the report's
+  `paper.run_or_reuse`, `plotting.run_figures`, `membership.load_run`): each of them,
+  SHA256SUMS included, truncated, with bytes flipped in the middle, or replaced by the
+  same file of another finished run, is a ValueError naming it; a finished run is never
+  started again (found: a changed results.npz was reused silently)."""
+  config, other = _victim_config(), _victim_config()
+  other.attack.steps = 7
+  run, elsewhere = tmp_path / "run", tmp_path / "other"
+  _finish(str(run), config, 1.0)
+  _finish(str(elsewhere), other, 2.0)
+  names = sorted(os.listdir(run))
+  assert set(names) >= {io.CONFIG_FILE, io.CHECKPOINT_FILE, io.METRICS_FILE, io.SUMS_FILE,
+                        experiment.RESULTS_FILE, experiment.LANDSCAPE_FILE}
+  paper.run_or_reuse("landscape", config, str(run))  # intact: reused, nothing recomputed
+  assert sorted(os.listdir(run)) == names
+  for name in names:
+    if name == io.LOCK_FILE:
+      continue
+    path = run / name
+    raw = path.read_bytes()
+    for kind, bad in {**_corruptions(raw), "replaced": (elsewhere / name).read_bytes()
+                      }.items():
+      assert bad != raw, (name, kind)
+      path.write_bytes(bad)
+      for reuse in (lambda: paper.run_or_reuse("landscape", config, str(run)),
+                    lambda: plotting.run_figures(str(run)),
+                    lambda: membership.load_run(str(run), "run")):
+        with pytest.raises(ValueError, match=re.escape(str(path)) + ".*delete") as e:
+          reuse()
+        # Another run's valid SHA256SUMS is found out by the first file it does not fit.
+        expected = ("is corrupted" if name == io.SUMS_FILE and kind != "replaced" else
+                    "was changed or corrupted")
+        assert expected in str(e.value), (name, kind)
+      with pytest.raises(FileExistsError, match="finished run"):
+        io.prepare_workdir(str(run), config, experiment.LANDSCAPE_FILE)
+    path.write_bytes(raw)
+  paper.run_or_reuse("landscape", config, str(run))
 
 
 def _npz(path, train_shape=(40, 32, 32, 3), n_test=10, test_shape=None):

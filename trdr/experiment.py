@@ -11,7 +11,8 @@ Modes (`MODES`):
 
 Every mode writes into ``workdir``: config.json, victim/ (θ*, reused while the victim
 config is unchanged), metrics.jsonl and checkpoint.msgpack (`trdr.loop`), results.npz,
-summary.json, and its finished marker (`FINISHED`). The landscape and attack modes
+summary.json, and last SHA256SUMS and its finished marker (`FINISHED`; `trdr.io.finish`:
+a reader verifies them with `trdr.io.check_finished`). The landscape and attack modes
 evaluate the start images x0 exactly as the reconstructions and save those numbers beside
 them, prefixed `trdr.evaluate.START` (the verdicts' attack-free baseline). Figures are
 drawn from these files by `trdr.plotting.run_figures`.
@@ -294,7 +295,7 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
                       "(max_iter %d): θ(x) and the hypergradient are approximate there",
                       a.lower_level.tol, 100 * converged, a.lower_level.max_iter)
   io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
-  io.write_json(os.path.join(workdir, LANDSCAPE_FILE), records)
+  io.finish(workdir, LANDSCAPE_FILE, records)
   logging.info("Victim: %s", target.metadata["report"])
   logging.info("Wrote %s", os.path.join(workdir, LANDSCAPE_FILE))
   return records
@@ -366,7 +367,7 @@ def _finish_attack(config, workdir, task, target, dtype, results, thresholds, su
     summary.update(ssim_window=config.eval.get("ssim_window", evaluate.SSIM_WINDOW),
                    mean_best_ssim=float(np.mean(best)),
                    **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})
-  io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
+  io.finish(workdir, SUMMARY_FILE, summary)
   logging.info("Attack: %s", summary.get("reconstructed"))
   return summary
 
@@ -390,6 +391,6 @@ def _finish_sweep(config, workdir, task, images, history, settings, summary) -> 
   summary.update(num_settings=config.sweep.num_settings, steps=config.sweep.steps,
                  seconds=summary.pop("attack_seconds"), best=rows[0],
                  diverged=int(np.sum(~np.isfinite(scores))))
-  io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
+  io.finish(workdir, SUMMARY_FILE, summary)
   logging.info("Best setting: %s", rows[0])
   return summary

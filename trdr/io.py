@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 from typing import Any
 
@@ -38,29 +39,88 @@ def atomic_write(path: str, payload: bytes) -> None:
     raise
 
 
+NOT_FINITE = "_not_finite"
+
+
 def to_jsonable(obj: Any) -> Any:
-  """Nested dicts/lists/tuples of Python and NumPy scalars as plain JSON values."""
+  """Nested dicts/lists/tuples of Python and NumPy scalars as plain JSON values.
+
+  JSON has no NaN or ±inf: a non-finite number is written as null, and its dict entry
+  ``k`` gets a sibling ``k_not_finite`` giving the value ("nan", "inf" or "-inf"; for a
+  list, {"i.j": value} by index path), which `from_jsonable` puts back. (A non-finite
+  number outside any dict is written as null, without its value.)
+  """
   if isinstance(obj, ml_collections.ConfigDict):
     obj = obj.to_dict()
   if isinstance(obj, dict):
-    return {str(k): to_jsonable(v) for k, v in obj.items()}
+    out = {}
+    for k, v in obj.items():
+      out[str(k)] = to_jsonable(v)
+      lost = dict(_non_finite(v))
+      if lost:
+        out[str(k) + NOT_FINITE] = lost.get("", lost)
+    return out
   if isinstance(obj, (list, tuple)):
     return [to_jsonable(v) for v in obj]
   if isinstance(obj, np.ndarray):
     return to_jsonable(obj.tolist())
   if isinstance(obj, np.generic):
-    return obj.item()
+    obj = obj.item()
+  if isinstance(obj, float) and not np.isfinite(obj):
+    return None
   return obj
 
 
+def _non_finite(obj: Any, path: str = ""):
+  """(index path, "nan" | "inf" | "-inf") of the non-finite numbers in a list value."""
+  if isinstance(obj, (list, tuple, np.ndarray)) and not isinstance(obj, np.generic):
+    for i, v in enumerate(obj):
+      yield from _non_finite(v, f"{path}.{i}" if path else str(i))
+  elif isinstance(obj, (float, np.floating)) and not np.isfinite(obj):
+    yield path, str(float(obj))
+
+
+def from_jsonable(obj: Any) -> Any:
+  """Inverts `to_jsonable`'s nulls: each ``k_not_finite`` sibling's values put back in
+  ``k`` (as floats) and the sibling dropped."""
+  if isinstance(obj, list):
+    return [from_jsonable(v) for v in obj]
+  if not isinstance(obj, dict):
+    return obj
+  out = {k: from_jsonable(v) for k, v in obj.items()}
+  for key in [k for k in out if k.endswith(NOT_FINITE) and k[:-len(NOT_FINITE)] in out]:
+    lost, base = out.pop(key), key[:-len(NOT_FINITE)]
+    if isinstance(lost, str):
+      out[base] = float(lost)
+      continue
+    for path, value in lost.items():
+      *outer, last = map(int, path.split("."))
+      target = out[base]
+      for i in outer:
+        target = target[i]
+      target[last] = float(value)
+  return out
+
+
+def dumps_json(obj: Any, **kwargs) -> str:
+  """``obj`` as strict JSON (`to_jsonable`; no NaN or inf token in the text)."""
+  return json.dumps(to_jsonable(obj), allow_nan=False, **kwargs)
+
+
+def loads_json(text: str) -> Any:
+  """The object `dumps_json` wrote, its non-finite numbers restored (`from_jsonable`)."""
+  return from_jsonable(json.loads(text))
+
+
 def write_json(path: str, obj: Any) -> None:
-  """Writes ``obj`` (converted by `to_jsonable`) as indented JSON, atomically."""
-  atomic_write(path, json.dumps(to_jsonable(obj), indent=2, sort_keys=True).encode())
+  """Writes ``obj`` as indented strict JSON (`dumps_json`), atomically."""
+  atomic_write(path, dumps_json(obj, indent=2, sort_keys=True).encode())
 
 
 def read_json(path: str) -> Any:
+  """The object `write_json` wrote to ``path`` (`loads_json`)."""
   with open(path) as f:
-    return json.load(f)
+    return loads_json(f.read())
 
 
 LOCK_FILE = ".lock"
@@ -147,7 +207,7 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_fi
   except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
     raise ValueError(f"{config_path} is unreadable ({e}); use another --workdir or pass "
                      "--overwrite") from e
-  if old_config != new_config:
+  if to_jsonable(old_config) != new_config:
     raise FileExistsError(
         f"{workdir} holds a run with a different config ({config_path}); use another "
         "--workdir or pass --overwrite")
@@ -156,8 +216,66 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_fi
   return resume
 
 
+SUMS_FILE = "SHA256SUMS"
+
+
+def _sha256_file(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def finish(workdir: str, marker: str, obj: Any) -> None:
+  """Marks a run finished: SHA256SUMS of every file in ``workdir`` (config.json,
+  results.npz, metrics.jsonl, …, and the marker's own bytes, last), then the marker
+  ``marker`` (``obj`` as `write_json` writes it). `check_finished` verifies them; so
+  does ``sha256sum -c SHA256SUMS`` in ``workdir``."""
+  payload = dumps_json(obj, indent=2, sort_keys=True).encode()
+  names = sorted(n for n in os.listdir(workdir) if os.path.isfile(os.path.join(workdir, n))
+                 and n not in (LOCK_FILE, SUMS_FILE, marker) and ".tmp" not in n)
+  lines = [f"{_sha256_file(os.path.join(workdir, n))}  {n}\n" for n in names]
+  lines.append(f"{hashlib.sha256(payload).hexdigest()}  {marker}\n")
+  atomic_write(os.path.join(workdir, SUMS_FILE), "".join(lines).encode())
+  atomic_write(os.path.join(workdir, marker), payload)
+
+
+def check_finished(workdir: str, marker: str) -> None:
+  """Verifies a finished run's files against its SHA256SUMS (`finish`) before they are
+  reused: files added later (figures) are not checked.
+
+  Args:
+    workdir: the run directory.
+    marker: its finished marker's name, which SHA256SUMS must list last.
+
+  Raises:
+    ValueError: SHA256SUMS is missing or malformed, or a file it lists is missing or
+      changed; the message names the file and the remedy.
+  """
+  path = os.path.join(workdir, SUMS_FILE)
+  remedy = f"delete {workdir} to compute the run again"
+  if not os.path.exists(path):
+    raise ValueError(f"{workdir} has no {SUMS_FILE} (written by an older trdr, or removed): "
+                     f"its results cannot be verified; {remedy}")
+  with open(path, "rb") as f:
+    lines = f.read().split(b"\n")
+  entries = [re.fullmatch(rb"([0-9a-f]{64})  ([\w.-]+)", line) for line in lines[:-1]]
+  if (lines[-1] or not all(entries) or len(entries) < 2 or entries[-1][2] != marker.encode()
+      or CONFIG_FILE.encode() not in {e[2] for e in entries}):
+    raise ValueError(f"{path} is corrupted; {remedy}")
+  for entry in entries:
+    name = entry[2].decode()
+    file = os.path.join(workdir, name)
+    if not os.path.isfile(file):
+      raise ValueError(f"{file} is missing from the finished run; {remedy}")
+    if _sha256_file(file) != entry[1].decode():
+      raise ValueError(f"{file} was changed or corrupted after the run finished (its "
+                       f"SHA-256 differs from {path}); {remedy}")
+
+
 def _metrics_line(record: dict) -> str:
-  return json.dumps(to_jsonable(record), sort_keys=True) + "\n"
+  return dumps_json(record, sort_keys=True) + "\n"
 
 
 def append_metrics(workdir: str, record: dict) -> None:
@@ -188,7 +306,7 @@ def read_metrics(workdir: str) -> list[dict]:
     if not line.strip():
       continue
     try:
-      records.append(json.loads(line))
+      records.append(loads_json(line))
     except json.JSONDecodeError:
       if i < len(lines) - 1 and any(rest.strip() for rest in lines[i + 1:]):
         raise

@@ -14,7 +14,7 @@ with one line per chunk and with the uninterrupted run's numbers: the chunks are
 jitted computations on the same inputs.
 """
 
-import json
+import os
 import time
 from typing import Any
 
@@ -120,14 +120,15 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   if resume:
     saved = io.load_checkpoint(workdir)
     states = flax.serialization.from_state_dict(states, saved["state"])
-    history = {k: np.asarray(saved["history"][k]).reshape(size, -1) for k in history}
+    history = {k: np.asarray(saved["history"][k]) for k in history}
+    _check_resumed(workdir, states, history, size, steps, stop_on_divergence)
     if trace:
       if "trace" not in saved:
         raise ValueError(f"the checkpoint in {workdir} was written without the trace this "
                          "run records; remove it (or the run directory) to start again")
       traced = {k: np.asarray(v).reshape((-1,) if k == "step" else (size, -1))
                 for k, v in saved["trace"].items()}
-    records = json.loads(saved["metrics"])
+    records = io.loads_json(saved["metrics"])
     logging.info("Resuming from step %d", history_steps(history))
   elif trace:
     traced = _traced({}, 0, trace(images(states)))
@@ -159,7 +160,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
               f"the checkpoint of step {done - n} in {workdir} is kept)" if done > n else
               "no chunk had finished: nothing was saved)"))
     io.save_checkpoint(workdir, {"state": states, "history": history,
-                                 "metrics": json.dumps(io.to_jsonable(records)),
+                                 "metrics": io.dumps_json(records),
                                  **({"trace": traced} if trace else {})})
     io.append_metrics(workdir, records[-1])
     objective = next(iter(history))
@@ -168,6 +169,21 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
                  records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
                  records[-1]["diverged"], seconds)
   return states, history, traced
+
+
+def _check_resumed(workdir, states, history, size, steps, finite) -> None:
+  """Raises ValueError, naming the checkpoint, unless its state fits this run: G grid
+  points, at most ``steps`` steps done, and (``finite``) no NaN/inf in the state."""
+  path = os.path.join(workdir, io.CHECKPOINT_FILE)
+  remedy = f"delete {path} (and {io.METRICS_FILE}) to start the run again"
+  shapes = {k: v.shape for k, v in history.items()}
+  if any(len(s) != 2 or s[0] != size or s[1] > steps for s in shapes.values()):
+    raise ValueError(f"{path} does not fit this run: its history has shapes {shapes}, "
+                     f"expected ({size}, ≤ {steps}); {remedy}")
+  leaves = [np.asarray(x) for x in jax.tree.leaves(states)]
+  if finite and not all(np.isfinite(x).all() for x in leaves
+                        if np.issubdtype(x.dtype, np.inexact)):
+    raise ValueError(f"{path} holds a non-finite attack state; {remedy}")
 
 
 def _traced(traced: dict, step: int, values: dict) -> dict:

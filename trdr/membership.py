@@ -214,7 +214,10 @@ def load_run(run_dir: str, name: str) -> Reconstructions:
 
   Raises:
     FileNotFoundError: no results.npz or config.json in ``run_dir``.
+    ValueError: the run's files fail their SHA256SUMS (`trdr.io.check_finished`).
   """
+  landscape = os.path.exists(os.path.join(run_dir, "landscape.json"))
+  io.check_finished(run_dir, "landscape.json" if landscape else "summary.json")
   config = ml_collections.ConfigDict(io.read_json(os.path.join(run_dir, io.CONFIG_FILE)))
   with np.load(os.path.join(run_dir, RESULTS_FILE)) as saved:
     results = dict(saved)

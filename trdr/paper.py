@@ -95,9 +95,12 @@ def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -
   Raises:
     FileExistsError: ``directory`` holds a finished run of a different config (finished
       results are never replaced silently: remove the folder to recompute).
+    ValueError: a finished run's files fail their SHA256SUMS (`trdr.io.check_finished`).
   """
   if os.path.exists(os.path.join(directory, experiment.FINISHED[mode])):
-    if io.read_json(os.path.join(directory, io.CONFIG_FILE)) != io.to_jsonable(config):
+    io.check_finished(directory, experiment.FINISHED[mode])
+    if (io.to_jsonable(io.read_json(os.path.join(directory, io.CONFIG_FILE)))
+        != io.to_jsonable(config)):
       raise FileExistsError(f"{directory} holds a finished run of a different config; "
                             "remove it or use another --workdir")
     logging.info("Reusing the finished run %s", directory)

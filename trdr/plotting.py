@@ -283,11 +283,15 @@ def run_figures(workdir: str) -> list[str]:
 
   Returns:
     The paths written.
+  Raises:
+    ValueError: the run's files fail their SHA256SUMS (`trdr.io.check_finished`).
   """
+  landscape = os.path.exists(os.path.join(workdir, "landscape.json"))
+  io.check_finished(workdir, "landscape.json" if landscape else "summary.json")
   config = io.read_json(os.path.join(workdir, io.CONFIG_FILE))
   n_show = config["eval"]["n_show"]
   figures = {}
-  if os.path.exists(os.path.join(workdir, "landscape.json")):
+  if landscape:
     records = io.read_json(os.path.join(workdir, "landscape.json"))
     results = _load(workdir, "results.npz")
     figures.update(landscape_figures(records, tuple(results["grid_shape"])))

@@ -13,7 +13,6 @@ L-BFGS (`train`) or Haim et al.'s gradient descent (`train_gd`) and saved (`save
 """
 
 import dataclasses
-import json
 import os
 import time
 from typing import Any, Callable, NamedTuple
@@ -122,7 +121,7 @@ def save(directory: str, params: Params, metadata: dict) -> None:
   os.makedirs(directory, exist_ok=True)
   io.write_verified(os.path.join(directory, VICTIM_FILE),
                     {"params": flax.serialization.to_state_dict(params),
-                     "metadata": json.dumps(io.to_jsonable(metadata), sort_keys=True)})
+                     "metadata": io.dumps_json(metadata, sort_keys=True)})
 
 
 def _read(directory: str) -> dict | None:
@@ -140,7 +139,7 @@ def load_metadata(directory: str) -> dict | None:
     ValueError: the file there is corrupted (`trdr.io.read_verified`).
   """
   saved = _read(directory)
-  return None if saved is None else json.loads(saved["metadata"])
+  return None if saved is None else io.loads_json(saved["metadata"])
 
 
 def load(directory: str, template: Params) -> Params:
@@ -373,7 +372,7 @@ def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Vi
   meta = metadata(config, task)
   model, template = _template(config, task.train_images.shape[1:])
   saved = load_metadata(directory)
-  if saved is not None and saved.get("config") == meta:
+  if saved is not None and io.to_jsonable(saved.get("config")) == meta:
     logging.info("Reusing θ* saved in %s", directory)
     return Victim(model, load(directory, template), config.victim, saved)
   if saved is not None:
