@@ -13,3 +13,18 @@ _warnings.filterwarnings(
 )
 
 __version__ = "0.1.0"
+
+# The Python API (`trdr.api`), imported on first use so that `import trdr.io` stays light.
+API = ("get_config", "load_task", "train_victim", "load_victim", "attack",
+       "evaluate_reconstructions", "run_experiment")
+
+
+def __getattr__(name):
+  if name in API:
+    from trdr import api  # noqa: PLC0415
+    return getattr(api, name)
+  raise AttributeError(f"module 'trdr' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted([*globals(), *API])

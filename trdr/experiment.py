@@ -28,7 +28,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import data, evaluate, io, loop, models, victim
+from trdr import data, evaluate, io, loop, models, pretrained, victim
 from trdr.attacks import ATTACKS, decoreco, init as inits
 
 LANDSCAPE_FILE = "landscape.json"
@@ -116,7 +116,7 @@ def _with_included(sampled: decoreco.Hyperparameters, include, num: int
   return decoreco.Hyperparameters(*(jnp.concatenate([f, s]) for f, s in zip(fixed, sampled)))
 
 
-def _starts(mode, config, a, task, dtype):
+def make_starts(mode, config, a, task, dtype):
   """(x0 float[G, m, H, W, C], labels float[m], init keys [G] or one key, extra results,
   build key, hparams [G] or None) of each mode; see the module docstring."""
   if mode == "landscape":
@@ -171,9 +171,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
     FileExistsError: ``workdir`` holds a finished run or another config's run.
     RuntimeError: another run holds ``workdir``'s lock.
     FileNotFoundError: ``attack.hparams_file`` set but missing.
-    ValueError: unknown mode or attack, bad data, model, init or attack settings, or
-      a checkpoint or θ* file that is corrupted; all but the last before anything is
-      written.
+    ValueError: unknown mode or attack, bad data, model, init or attack settings, a θ*
+      file (victim.load, `trdr.pretrained`) that does not fit, or a checkpoint or θ* file
+      that is corrupted; all but the last before anything is written.
   """
   if mode not in MODES:
     raise ValueError(f"unknown mode {mode!r}; known: {MODES}")
@@ -192,19 +192,21 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   if min(task.train_images.shape[1:3]) < max(windows):
     raise ValueError(f"images of {task.train_images.shape[1:3]} pixels are smaller than the "
                      f"SSIM window {max(windows)} (eval.ssim_window, eval.count_windows)")
+  workdir = os.path.abspath(os.path.expandvars(os.path.expanduser(workdir)))
+  # A θ* from a file (victim.load) is read, checked and its architecture taken now.
+  config, loaded = pretrained.prepare(config, task, None if overwrite else workdir)
   a = attack_config(config)
-  x0, labels, init_key, extra, build_key, settings = _starts(mode, config, a, task, dtype)
-  box = (0.0, 1.0) if task.mean is None else (-task.mean, 1.0 - task.mean)
+  x0, labels, init_key, extra, build_key, settings = make_starts(mode, config, a, task, dtype)
+  box = inits.pixel_box(task.mean)
   model = models.build_model(config.victim)
   untrained = models.init_params(model, jax.random.key(0), task.train_images.shape[1:], dtype)
-  ATTACKS[a.name](victim.Victim(model, untrained, config.victim, {}), a, labels,
+  ATTACKS[a.name](loaded or victim.Victim(model, untrained, config.victim, {}), a, labels,
                   key=build_key, box=box)
   steps = config.sweep.steps if mode == "sweep" else a.steps
   if not (int(steps) >= 1 and int(a.log_every) >= 1):
     raise ValueError(f"need attack steps >= 1 and attack.log_every >= 1, got {steps} and "
                      f"{a.log_every}")
-  workdir = os.path.abspath(os.path.expandvars(os.path.expanduser(workdir)))
-  starts = x0, labels, init_key, extra, build_key, settings
+  starts = x0, labels, init_key, extra, build_key, settings, loaded
   with io.locked(workdir):
     if not overwrite:
       return _run(config, workdir, mode, task, a, dtype, starts, box)
@@ -222,13 +224,13 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
 
 def _run(config, workdir, mode, task, a, dtype, starts, box):
   """`run` after its checks, holding the work dir's lock."""
-  x0, labels, init_key, extra, build_key, settings = starts
+  x0, labels, init_key, extra, build_key, settings, loaded = starts
   resume = io.prepare_workdir(workdir, config, FINISHED[mode])
   logging.info("Task: %d training, %d partition, %d test images of shape %s",
                len(task.train_images), len(task.partition_images), len(task.test_images),
                task.train_images.shape[1:])
-  target = victim.load_or_train(config, task,
-                                config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
+  target = pretrained.keep(loaded, workdir) if loaded else victim.load_or_train(
+      config, task, config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
   attack = ATTACKS[a.name](target, a, labels, key=build_key, box=box)
   key_axis = None if settings is None else 0
   states = jax.vmap(attack.init, in_axes=(0, key_axis))(x0, init_key)

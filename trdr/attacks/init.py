@@ -26,6 +26,12 @@ def uniform(key: jax.Array, shape, mean=None, dtype=jnp.float32) -> jax.Array:
   return x if mean is None else x - jnp.asarray(mean, dtype)
 
 
+def pixel_box(mean=None) -> tuple:
+  """The pixel range [0, 1] in the victim's input space: (lower, upper), floats or
+  float[H, W, C] when the task is mean-subtracted (``mean``)."""
+  return (0.0, 1.0) if mean is None else (-mean, 1.0 - mean)
+
+
 def gaussian(key: jax.Array, shape, sigma, dtype=jnp.float32) -> jax.Array:
   """x ~ N(0, σ²) per pixel (Haim et al.'s start, in the mean-subtracted space), float[shape].
 

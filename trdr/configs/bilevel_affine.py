@@ -37,6 +37,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.victim.memory_size = 10
   config.victim.seed = 0
   config.victim.checkpoint_dir = config_dict.placeholder(str)  # default: WORKDIR/victim
+  # θ* from a file instead of training (.pth, .npz, .msgpack, orbax dir; trdr.pretrained)
+  config.victim.load = config_dict.placeholder(str)
 
   config.attack = ml_collections.ConfigDict()
   config.attack.name = "bilevel"

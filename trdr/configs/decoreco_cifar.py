@@ -66,6 +66,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.victim.log_every = 10_000
   config.victim.seed = 0
   config.victim.checkpoint_dir = config_dict.placeholder(str)  # default: WORKDIR/victim
+  # θ* from a file instead of training (.pth, .npz, .msgpack, orbax dir; trdr.pretrained)
+  config.victim.load = config_dict.placeholder(str)
 
   config.attack = ml_collections.ConfigDict()
   config.attack.name = "decoreco"

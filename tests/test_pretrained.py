@@ -1,0 +1,318 @@
+"""Attack your own model: θ* from a PyTorch state_dict (the reference code's layout), a
+NumPy .npz, a Flax msgpack or an orbax checkpoint (`trdr.pretrained`)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from trdr import data, experiment, io, models, pretrained, victim
+from trdr.configs import decoreco_cifar
+
+try:
+  import torch
+except ModuleNotFoundError:  # the optional extra trdr[torch]
+  torch = None
+needs_torch = pytest.mark.skipif(torch is None, reason="needs PyTorch: pip install '.[torch]'")
+IMAGE_SHAPE = (32, 32, 3)
+D = int(np.prod(IMAGE_SHAPE))
+
+
+def _reference_state_dict(rng, widths=(16, 8), outputs=1, all_biases=False):
+  """float64 arrays named and shaped as the Haim et al. reference MLP's state_dict:
+  ``layers.k.weight`` (out, in) over NCHW-flattened images, a bias on the first layer
+  (or every layer)."""
+  sizes = (D, *widths, outputs)
+  state = {}
+  for k, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+    state[f"layers.{k}.weight"] = rng.normal(size=(n_out, n_in)) / np.sqrt(n_in)
+    if k == 0 or all_biases:
+      state[f"layers.{k}.bias"] = rng.normal(size=n_out)
+  return state
+
+
+def _reference_forward(state, images_nhwc, absolute=False):
+  """The reference MLP's Φ in NumPy, on NCHW-flattened images (as PyTorch's
+  x.view(N, -1) of an NCHW batch); with ``absolute``, the same net on |W|, |b|, |x|."""
+  f = np.abs if absolute else (lambda a: a)
+  h = f(images_nhwc.transpose(0, 3, 1, 2).reshape(len(images_nhwc), -1))
+  n = len({k.rpartition(".")[0] for k in state})
+  for k in range(n):
+    h = h @ f(state[f"layers.{k}.weight"]).T + f(state.get(f"layers.{k}.bias", 0.0))
+    if k < n - 1:
+      h = np.maximum(h, 0.0)
+  return h[:, 0] if h.shape[1] == 1 else h
+
+
+def _config(**victim):
+  config = decoreco_cifar.get_config("smoke")
+  config.float64 = True
+  config.victim.update(victim)
+  return config
+
+
+def test_reference_state_dict_gives_the_same_phi_as_the_reference_net():
+  """θ* in the reference code's layout (PyTorch (out, in) weights over NCHW inputs) maps
+  to trdr's (Flax (in, out) kernels over NHWC inputs): Φ(x) agrees with the reference
+  forward pass on the same images, in float64.
+
+  Error argument: both sides compute the same dot products in different orders. A dot
+  product of length n in float64 is off by at most γ_n·(|a|·|b|), γ_n = n·u/(1 − n·u),
+  u = 2⁻⁵³; ReLU is 1-Lipschitz, so through L layers the difference of the two
+  computations is at most Σ_layers γ_{n_k} times the same net run on |W|, |b|, |x|
+  (`_reference_forward(absolute=True)`). The tolerance is twice that (two computations)."""
+  rng = np.random.default_rng(0)
+  state = _reference_state_dict(rng)
+  images = rng.uniform(-0.5, 0.5, size=(20, *IMAGE_SHAPE))
+  found = pretrained.layers(state, IMAGE_SHAPE)
+  cfg = pretrained.architecture(found, _config().victim)
+  assert (cfg.arch, tuple(cfg.widths), cfg.num_outputs, cfg.all_biases) == (
+      "haim_mlp", (16, 8), 1, False)
+  with jax.enable_x64(True):
+    theta = pretrained.params(found, cfg, jnp.float64)
+    phi = np.asarray(models.build_model(cfg).apply({"params": theta}, jnp.asarray(images)))
+  u = np.finfo(np.float64).eps / 2
+  gamma = sum(n * u / (1 - n * u) for n in (D + 1, 16 + 1, 8 + 1))
+  bound = 2 * gamma * _reference_forward(state, images, absolute=True)
+  error = np.abs(phi - _reference_forward(state, images))
+  assert np.all(error <= bound), (error.max(), bound.min())
+  assert not np.allclose(phi, _reference_forward(  # the permutation matters
+      {**state, "layers.0.weight": state["layers.0.weight"][:, ::-1]}, images))
+
+
+def _task(n_per_class=5):
+  config = data.default_data_config()
+  config.n_per_class = n_per_class
+  return data.make_binary_task(config)
+
+
+def test_npz_msgpack_and_orbax_load_theta_star_exactly(tmp_path):
+  """trdr's own θ* written as a Flax-layout .npz, a Flax msgpack (with and without an
+  outer "params") and an orbax checkpoint loads back bitwise, with its architecture."""
+  config = _config()
+  model = models.build_model(config.victim)
+  with jax.enable_x64(True):
+    theta = models.init_params(model, jax.random.key(1), IMAGE_SHAPE, jnp.float64)
+  flat = {f"{layer}/{name}": np.asarray(v) for layer, p in theta.items() for name, v in
+          p.items()}
+  np.savez(tmp_path / "theta.npz", **flat)
+  (tmp_path / "theta.msgpack").write_bytes(flax.serialization.to_bytes(theta))
+  (tmp_path / "wrapped.msgpack").write_bytes(flax.serialization.to_bytes({"params": theta}))
+  paths = [tmp_path / "theta.npz", tmp_path / "theta.msgpack", tmp_path / "wrapped.msgpack"]
+  if importlib.util.find_spec("orbax.checkpoint"):
+    import orbax.checkpoint as ocp
+    ocp.PyTreeCheckpointer().save(str(tmp_path / "orbax"), jax.tree.map(np.asarray, theta))
+    paths.append(tmp_path / "orbax")
+  task = _task()
+  for path in paths:
+    config.victim.load = str(path)
+    with jax.enable_x64(True):
+      resolved = pretrained.resolve(config, IMAGE_SHAPE)
+      loaded = pretrained.load(resolved, task)
+    assert resolved.victim.to_dict() == {**config.victim.to_dict(), "load": str(path)}
+    jax.tree.map(np.testing.assert_array_equal, loaded.params, theta)
+    assert loaded.metadata["config"]["sha256"] == pretrained.sha256(str(path))
+
+
+@pytest.mark.parametrize("arch, expected", [
+    ("haim_mlp", {"arch": "haim_mlp", "widths": (16,), "all_biases": True}),
+    ("one_hidden", {"arch": "one_hidden", "width": 16})])
+def test_an_ambiguous_two_layer_net_takes_the_configs_architecture(arch, expected):
+  state = _reference_state_dict(np.random.default_rng(0), widths=(16,), all_biases=True)
+  found = pretrained.layers(state, IMAGE_SHAPE)
+  victim_config = _config(arch=arch).victim
+  cfg = pretrained.architecture(found, victim_config)
+  assert {k: cfg[k] if k != "widths" else tuple(cfg[k]) for k in expected} == expected
+  with pytest.raises(ValueError, match=r"fits \['haim_mlp', 'one_hidden'\]: set victim.arch"):
+    pretrained.architecture(found, _config(arch="affine").victim)
+  one_layer = pretrained.layers({"fc.weight": np.ones((1, D)), "fc.bias": np.ones(1)},
+                                IMAGE_SHAPE)
+  assert pretrained.architecture(one_layer, victim_config).arch == "affine"
+
+
+def _bad_files(tmp_path):
+  """One θ* file per mistake, and the words its error must name."""
+  rng = np.random.default_rng(0)
+  good = _reference_state_dict(rng)
+  cases = {
+      "missing_key": ({k: v for k, v in _reference_state_dict(rng, all_biases=True).items()
+                       if k != "layers.1.weight"}, r"missing key 'layers.1.weight'"),
+      "missing_flax_key": ({"dense_0/kernel": np.ones((D, 4)), "dense_0/bias": np.ones(4),
+                            "dense_2/kernel": np.ones((4, 4)), "output/kernel": np.ones((4, 1))},
+                           r"missing keys \['dense_1/kernel'\]"),
+      "extra_key": ({**good, "layers.0.running_mean": np.zeros(16)},
+                    r"unexpected keys \['layers.0.running_mean'\]"),
+      "wrong_shape": ({**good, "layers.0.weight": good["layers.0.weight"][:, :3000]},
+                      r"layers.0.weight has 3000 inputs .*expected the images' 3072 = "
+                      r"32×32×3 pixels"),
+      "wrong_dtype": ({**good, "layers.2.weight": np.ones((1, 8), np.int32)},
+                      r"layers.2.weight has dtype int32, expected a floating-point"),
+      "nan": ({**good, "layers.1.weight": np.where(np.eye(8, 16), np.nan, 1.0)},
+              r"layers.1.weight holds 8 NaN/inf values"),
+      "no_architecture": ({**good, "layers.1.bias": np.zeros(8)},
+                          r"no victim architecture of trdr has 3 layer\(s\)"),
+  }
+  out = {}
+  for name, (arrays, message) in cases.items():
+    np.savez(tmp_path / f"{name}.npz", **arrays)
+    out[name] = (tmp_path / f"{name}.npz", message)
+  (tmp_path / "theta.txt").write_text("not a model")
+  out["unknown_format"] = (tmp_path / "theta.txt", "unknown format")
+  (tmp_path / "truncated.npz").write_bytes((tmp_path / "extra_key.npz").read_bytes()[:500])
+  out["truncated"] = (tmp_path / "truncated.npz", r"cannot read .*truncated.npz")
+  return out
+
+
+@pytest.mark.parametrize("mistake", ["missing_key", "missing_flax_key", "extra_key",
+                                     "wrong_shape", "wrong_dtype", "nan", "no_architecture",
+                                     "unknown_format", "truncated"])
+def test_a_theta_star_file_that_does_not_fit_is_a_named_error_before_any_write(tmp_path,
+                                                                              mistake):
+  path, message = _bad_files(tmp_path)[mistake]
+  config = _config()
+  config.data.n_per_class = 5
+  config.victim.load = str(path)
+  with pytest.raises(ValueError, match=message):
+    experiment.run(config, str(tmp_path / "run"), "attack")
+  assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_pth_file_without_torch_names_the_extra(tmp_path, monkeypatch):
+  monkeypatch.setitem(sys.modules, "torch", None)  # as if not installed
+  (tmp_path / "model.pth").write_bytes(b"\x80\x02}q\x00.")
+  with pytest.raises(ModuleNotFoundError, match=r"pip install 'trdr\[torch\]'"):
+    pretrained.read(str(tmp_path / "model.pth"))
+
+
+class _ReferenceMLP(torch.nn.Module if torch else object):
+  """Haim et al.'s MLP as their reference code builds it: ``self.layers`` of nn.Linear,
+  a bias on the first layer only, ReLU between, inputs x.view(N, -1) of NCHW images."""
+
+  def __init__(self, widths=(16, 8)):
+    super().__init__()
+    sizes = (D, *widths, 1)
+    self.layers = torch.nn.ModuleList(
+        torch.nn.Linear(a, b, bias=k == 0, dtype=torch.float64)
+        for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
+
+  def forward(self, x):
+    h = x.view(x.shape[0], -1)
+    for k, layer in enumerate(self.layers):
+      h = layer(h)
+      if k < len(self.layers) - 1:
+        h = torch.relu(h)
+    return h[:, 0]
+
+
+@needs_torch
+def test_a_pytorch_trained_reference_mlp_gives_torchs_phi(tmp_path):
+  """A Haim-style MLP trained in PyTorch (full-batch GD on the logistic loss, float64)
+  and saved as the reference code saves it (torch.save(model.state_dict())) loads into
+  trdr with Φ(x) equal to PyTorch's on the same images, within the bound of
+  `test_reference_state_dict_gives_the_same_phi_as_the_reference_net`."""
+  task = _task()
+  torch.manual_seed(0)
+  model = _ReferenceMLP()
+  x = torch.from_numpy(np.ascontiguousarray(task.train_images.transpose(0, 3, 1, 2), np.float64))
+  y = torch.from_numpy(task.train_labels.astype(np.float64))
+  optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+  for _ in range(20):
+    optimizer.zero_grad()
+    torch.nn.functional.softplus(-y * model(x)).mean().backward()
+    optimizer.step()
+  torch.save(model.state_dict(), tmp_path / "model.pth")
+  config = _config()
+  config.data.n_per_class = 5
+  config.victim.load = str(tmp_path / "model.pth")
+  with jax.enable_x64(True):
+    resolved = pretrained.resolve(config, IMAGE_SHAPE)
+    loaded = pretrained.load(resolved, task)
+    images = task.test_images.astype(np.float64)
+    phi = np.asarray(loaded.apply(loaded.params, jnp.asarray(images)))
+  with torch.no_grad():
+    expected = model(torch.from_numpy(images.transpose(0, 3, 1, 2).copy())).numpy()
+  state = {k: v.numpy() for k, v in model.state_dict().items()}
+  u = np.finfo(np.float64).eps / 2
+  gamma = sum(n * u / (1 - n * u) for n in (D + 1, 16 + 1, 8 + 1))
+  bound = 2 * gamma * _reference_forward(state, images, absolute=True)
+  assert np.all(np.abs(phi - expected) <= bound), (np.abs(phi - expected).max(), bound.min())
+  correct = np.sum(np.where(model(x).detach().numpy() >= 0, 1.0, -1.0) == task.train_labels)
+  # The report's accuracy is a float32 mean of n booleans: k/n to 2⁻²⁴, so k is exact.
+  assert round(loaded.metadata["report"]["train_accuracy"] * len(x)) == correct
+
+
+@needs_torch
+def test_the_command_line_attacks_a_loaded_pytorch_theta_star(
+    smoke_report_dir, subprocess_env, tmp_path):
+  """End to end: the :smoke report's DecoReco victim (trained by trdr, every layer with
+  a bias), written out as a PyTorch state_dict in the reference code's layout, is attacked by
+  ``experiments/reconstruct.py --config.victim.load=...`` under decoreco_cifar.py:smoke,
+  whose victim section says all_biases=False: the architecture comes from the file, the
+  run's θ* is the original bitwise (the transposes are exact), and the victim's accuracy
+  on the same data is the original's."""
+  source = os.path.join(smoke_report_dir, "decoreco_figures", "victim")
+  trained = pretrained.read(os.path.join(source, "victim.msgpack"))
+  names = sorted({k.partition("/")[0] for k in trained}, key=lambda s: (s == "output", s))
+  state = {}
+  for k, name in enumerate(names):
+    kernel = trained[f"{name}/kernel"]
+    if k == 0:  # NHWC-flattened inputs -> NCHW-flattened, as PyTorch's x.view(N, -1)
+      kernel = kernel.reshape(*IMAGE_SHAPE, -1).transpose(2, 0, 1, 3).reshape(D, -1)
+    state[f"layers.{k}.weight"] = kernel.T
+    state[f"layers.{k}.bias"] = trained[f"{name}/bias"]
+  torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
+             tmp_path / "model.pth")
+  report_config = io.read_json(os.path.join(smoke_report_dir, "decoreco_figures", "tuned",
+                                            io.CONFIG_FILE))
+  config = decoreco_cifar.get_config("smoke")
+  assert report_config["data"] == io.to_jsonable(config.data)  # the premise: same data
+  assert not config.victim.all_biases
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  workdir = tmp_path / "run"
+  done = subprocess.run(
+      [sys.executable, os.path.join(repo, "experiments", "reconstruct.py"),
+       f"--config={os.path.join(repo, 'configs', 'decoreco_cifar.py')}:smoke",
+       f"--workdir={workdir}", f"--config.victim.load={tmp_path / 'model.pth'}",
+       "--config.attack.steps=20", "--config.attack.log_every=10"],
+      capture_output=True, text=True, cwd=tmp_path, env=subprocess_env, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  io.check_finished(str(workdir), experiment.SUMMARY_FILE)
+  saved = io.read_json(workdir / io.CONFIG_FILE)
+  assert saved["victim"]["all_biases"] and saved["victim"]["widths"] == list(
+      report_config["victim"]["widths"])
+  copy = pretrained.read(str(workdir / "victim" / "victim.msgpack"))
+  assert copy.keys() == trained.keys()
+  for k in trained:
+    np.testing.assert_array_equal(copy[k], trained[k])
+  summary = io.read_json(workdir / experiment.SUMMARY_FILE)
+  original = victim.load_metadata(source)["report"]
+  assert summary["victim"]["train_accuracy"] == original["train_accuracy"]
+  assert summary["victim"]["test_accuracy"] == original["test_accuracy"]
+  assert summary["candidates"] > 0
+
+
+def test_the_readmes_use_from_python_example_runs_as_written(tmp_path, monkeypatch):
+  """The README's "Use from Python" block, executed as written in a directory holding a
+  model.npz (the reference layout, decoreco_cifar.py:smoke's architecture)."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  with open(os.path.join(repo, "README.md")) as f:
+    readme = f.read()
+  section = readme.split("## Use from Python", 1)[1]
+  code = section.split("```python\n", 1)[1].split("```", 1)[0]
+  widths = tuple(decoreco_cifar.get_config("smoke").victim.widths)
+  np.savez(tmp_path / "model.npz",
+           **_reference_state_dict(np.random.default_rng(0), widths=widths))
+  monkeypatch.chdir(tmp_path)
+  namespace = {}
+  exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
+  images, task = namespace["images"], namespace["task"]
+  assert images.shape == (2 * len(task.train_images), *IMAGE_SHAPE)
+  assert np.all(np.isfinite(images))
+  assert namespace["found"]["count_ssim_ge"].shape == (1,)
+  assert namespace["target"].metadata["config"]["sha256"] == pretrained.sha256("model.npz")

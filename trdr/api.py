@@ -1,0 +1,119 @@
+"""trdr from Python: the documented entry points, importable as ``trdr.<name>``.
+
+  config = trdr.get_config("decoreco_cifar", "smoke")    # an ml_collections.ConfigDict
+  task = trdr.load_task(config)                          # training / test images
+  target = trdr.load_victim("model.pth", config, task)   # θ* from a file (or train_victim)
+  images = trdr.attack(target, config, task)             # reconstructions float[m, H, W, C]
+  found = trdr.evaluate_reconstructions(images, task)    # nearest training images by SSIM
+  trdr.run_experiment(config, "runs/mine", "attack")     # all of it, with files and resume
+
+Every image array is in the victim's input space (pixels in [0, 1], minus the training
+mean when ``config.data.subtract_mean``), NHWC.
+"""
+
+import importlib
+import tempfile
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from trdr import data, evaluate, experiment, loop, pretrained, victim
+from trdr.attacks import ATTACKS, init as inits
+
+
+def get_config(name: str, variant: str = "") -> ml_collections.ConfigDict:
+  """The config ``trdr/configs/<name>.py`` of ``variant`` ("" paper size, "cpu", "smoke").
+
+  Raises:
+    ModuleNotFoundError: no such config; ValueError: unknown variant.
+  """
+  return importlib.import_module(f"trdr.configs.{name}").get_config(variant)
+
+
+def load_task(config: ml_collections.ConfigDict) -> data.BinaryTask:
+  """The task of ``config.data`` (or of a data config itself): train, partition and test
+  images float32[N, H, W, C] in the victim's input space, labels float32[N] in {−1, +1}.
+
+  Raises:
+    ValueError: bad data (`trdr.data.make_binary_task`).
+  """
+  return data.make_binary_task(config.data if "data" in config else config)
+
+
+def train_victim(config: ml_collections.ConfigDict, task: data.BinaryTask,
+                 directory: str) -> victim.Victim:
+  """θ* of ``config.victim`` trained on ``task`` (L-BFGS, or Haim et al.'s GD when
+  ``victim.training="gd"``), cached in ``directory`` (`trdr.victim.load_or_train`)."""
+  jax.config.update("jax_enable_x64", bool(config.float64))
+  return victim.load_or_train(config, task, directory)
+
+
+def load_victim(path: str, config: ml_collections.ConfigDict,
+                task: data.BinaryTask) -> victim.Victim:
+  """θ* from a .pth, .npz, Flax .msgpack or orbax directory (`trdr.pretrained`); its
+  architecture is read from the arrays where unambiguous, else from ``config.victim``.
+
+  ``config.victim.load`` is set to ``path`` and its architecture fields to the file's
+  (``config`` is changed in place, so that `attack` builds the same model).
+
+  Raises:
+    ValueError: a key, shape, dtype or value that does not fit, naming it.
+    ModuleNotFoundError: a .pth without PyTorch installed.
+  """
+  jax.config.update("jax_enable_x64", bool(config.float64))
+  with config.unlocked():
+    config.victim.load = path
+    config.victim = pretrained.resolve(config, task.train_images.shape[1:]).victim
+  return pretrained.load(config, task)
+
+
+def attack(target: victim.Victim, config: ml_collections.ConfigDict, task: data.BinaryTask,
+           workdir: str | None = None) -> np.ndarray:
+  """One attack of ``config.attack`` (bilevel or DecoReco) on ``target`` from
+  ``config.init.kind``, for ``config.attack.steps`` steps.
+
+  Args:
+    target: the victim (`train_victim`, `load_victim`).
+    config: the experiment config (sections seed, float64, attack, init).
+    task: the task: its labels (their count per class) and, for image starts, images.
+    workdir: where the checkpoint and metrics.jsonl go (a temporary directory if None).
+  Returns:
+    The reconstructions float[m, H, W, C] in the victim's input space.
+  Raises:
+    ValueError: bad attack settings; FloatingPointError: the attack diverged.
+  """
+  jax.config.update("jax_enable_x64", bool(config.float64))
+  dtype = jnp.float64 if config.float64 else jnp.float32
+  a = experiment.attack_config(config)
+  x0, labels, init_key, _, build_key, _ = experiment.make_starts("attack", config, a, task,
+                                                                 dtype)
+  reconstruction = ATTACKS[a.name](target, a, labels, key=build_key,
+                                   box=inits.pixel_box(task.mean))
+  states = jax.vmap(reconstruction.init, in_axes=(0, None))(x0, init_key)
+  with tempfile.TemporaryDirectory() as scratch:
+    states, _, _ = loop.run(reconstruction, states, steps=a.steps, log_every=a.log_every,
+                            grid_batch_size=a.grid_batch_size, workdir=workdir or scratch,
+                            resume=False, stop_on_divergence=True)
+    return np.asarray(reconstruction.images(states))[0]
+
+
+def evaluate_reconstructions(images: np.ndarray, task: data.BinaryTask, *,
+                             ssim_window: int = evaluate.SSIM_WINDOW,
+                             thresholds=(0.4,)) -> dict[str, np.ndarray]:
+  """Nearest neighbours of reconstructions float[m, H, W, C] (victim input space) in the
+  training set and the partition by SSIM (`trdr.evaluate.reconstructions`, images shown
+  as pixels): train_index/train_ssim/train_l2 [m], the same for partition, and each
+  training image's best reconstruction (best_ssim_per_train [n]) and the count of
+  training images with SSIM ≥ each threshold (count_ssim_ge)."""
+  return evaluate.reconstructions(np.asarray(images), task.mean,
+                                  evaluate.comparison_sets(task), thresholds=thresholds,
+                                  ssim_window=ssim_window)
+
+
+def run_experiment(config: ml_collections.ConfigDict, workdir: str, mode: str = "attack",
+                   overwrite: bool = False):
+  """`trdr.experiment.run`: ``mode`` "landscape", "attack" or "sweep" with every file
+  written, checked and resumable; returns landscape.json's records or the summary."""
+  return experiment.run(config, workdir, mode, overwrite=overwrite)

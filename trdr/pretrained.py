@@ -1,0 +1,340 @@
+"""θ* trained outside trdr: a PyTorch state_dict, a NumPy .npz, a Flax msgpack or an orbax
+checkpoint, mapped to trdr's Flax layout (``config.victim.load``).
+
+The attack needs only θ* and the labels' count per class; the data named by
+``config.data`` is used to check the input size and, after the attack, for evaluation.
+Two layouts of named arrays are understood (`read` returns either):
+
+* **PyTorch** (the Haim et al. 2022 / Buzaglo et al. 2023 reference code): ``<stem>.weight``
+  float[out, in] and optional ``<stem>.bias`` float[out] per linear layer, layers in the
+  natural order of their stems (``layers.0``, ``layers.1``, …), the first layer's inputs
+  the image flattened channels first (NCHW: index c·H·W + h·W + w). A ``{"state_dict": …}``
+  wrapper and a ``module.`` prefix (DataParallel) are removed.
+* **trdr / Flax**: ``<layer>/kernel`` float[in, out] and ``<layer>/bias`` float[out] with
+  trdr's layer names (affine: ``dense``; one-hidden: ``hidden``, ``output``; Haim et al.'s
+  MLP: ``dense_0``, …, ``dense_{L-2}``, ``output``), inputs flattened channels last (NHWC:
+  h·W·C + w·C + c), as `trdr.models` defines them; an outer ``params`` level is removed.
+
+Formats: ``.pth``/``.pt`` (needs PyTorch: ``pip install 'trdr[torch]'``), ``.npz`` (names
+as above, e.g. ``layers.0.weight`` or ``dense_0/kernel``), ``.msgpack`` (Flax
+``serialization.to_bytes`` of θ* or {"params": θ*}, or a trdr ``victim.msgpack``) and a
+directory (an orbax PyTree checkpoint).
+
+The architecture is inferred from the arrays where that is unambiguous (the number of
+layers, the widths, the outputs C, which layers have biases); a two-layer net with both
+biases and one output fits both the one-hidden network (eq. 9) and Haim et al.'s MLP, and
+``victim.arch`` decides. The activation is never in the file: ``victim.activation``
+(default ReLU, the reference's).
+"""
+
+import hashlib
+import os
+import re
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+
+from trdr import io, models, victim
+
+FORMATS = (".pth", ".pt", ".npz", ".msgpack", "an orbax checkpoint directory")
+
+
+def read(path: str) -> dict[str, np.ndarray]:
+  """The named arrays of the θ* file ``path`` (flat names: ``a.b`` PyTorch, ``a/b`` Flax).
+
+  Raises:
+    FileNotFoundError: nothing at ``path``.
+    ModuleNotFoundError: a .pth/.pt file and PyTorch is not installed.
+    ValueError: an unknown extension, or a file that cannot be read as its format.
+  """
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"victim.load: no file or directory {path}")
+  ext = os.path.splitext(path)[1].lower()
+  try:
+    if os.path.isdir(path):
+      tree = _read_orbax(path)
+    elif ext in (".pth", ".pt"):
+      tree = _read_torch(path)
+    elif ext == ".npz":
+      with open(path, "rb") as fh, np.load(fh, allow_pickle=False) as f:
+        tree = {k: f[k] for k in f.files}
+    elif ext == ".msgpack":
+      with open(path, "rb") as f:
+        tree = flax.serialization.msgpack_restore(f.read())
+      if isinstance(tree, dict) and set(tree) == {"body", "sha256"}:  # trdr's victim.msgpack
+        tree = io.read_verified(path, "use another file")["params"]
+    else:
+      raise ValueError(f"victim.load: {path} has an unknown format; known: {FORMATS}")
+  except (ModuleNotFoundError, ValueError):
+    raise
+  except Exception as e:  # zip, msgpack and orbax raise many types for a damaged file
+    raise ValueError(f"victim.load: cannot read {path} ({type(e).__name__}: {e})") from e
+  if isinstance(tree, dict) and set(tree) in ({"params"}, {"state_dict"}):
+    tree = next(iter(tree.values()))
+  if not isinstance(tree, dict) or not tree:
+    raise ValueError(f"victim.load: {path} holds no named arrays")
+  flat = {}
+  for key_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    name = "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in key_path)
+    flat[name.removeprefix("module.")] = np.asarray(leaf)
+  return flat
+
+
+def _read_torch(path):
+  try:
+    import torch  # noqa: PLC0415  (an optional extra)
+  except ModuleNotFoundError as e:
+    raise ModuleNotFoundError(
+        f"reading {path} needs PyTorch: pip install 'trdr[torch]' (or save θ* as .npz: "
+        "numpy.savez(path, **{k: v.numpy() for k, v in model.state_dict().items()}))") from e
+  state = torch.load(path, map_location="cpu", weights_only=True)
+  if isinstance(state, dict) and "state_dict" in state:
+    state = state["state_dict"]
+  return {k: v.detach().cpu().numpy() if hasattr(v, "detach") else v
+          for k, v in state.items()}
+
+
+def _read_orbax(path):
+  import orbax.checkpoint as ocp  # noqa: PLC0415  (slow to import; only for this format)
+  return ocp.PyTreeCheckpointer().restore(os.path.abspath(path))
+
+
+def layers(arrays: dict[str, np.ndarray], image_shape) -> list[dict]:
+  """The linear layers of ``arrays`` (`read`) in order, in trdr's orientation.
+
+  Args:
+    arrays: name -> array, PyTorch or Flax layout (module docstring).
+    image_shape: (H, W, C) of the images Φ takes.
+  Returns:
+    Per layer {"kernel": float[in, out] over NHWC-flattened inputs for the first layer,
+    "bias": float[out] or None, "stem": the file's name of the layer, "flax": whether
+    the file has the Flax layout}.
+  Raises:
+    ValueError: a name of neither layout (or both), a kernel that is not 2-D, a bias
+      whose size is not the layer's outputs, a layer's inputs that are not the previous
+      layer's outputs (the first layer's: H·W·C), a non-float dtype or a NaN/inf; each
+      names the array, what was expected and what was found.
+  """
+  torch_style = [k for k in arrays if re.fullmatch(r".+\.(weight|bias)", k)]
+  flax_style = [k for k in arrays if re.fullmatch(r"[^/.]+/(kernel|bias)", k)]
+  if len(torch_style) == len(arrays):
+    stems = {k.rpartition(".")[0] for k in arrays}
+    natural = lambda s: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", s)]
+    found = [(s, f"{s}.weight", f"{s}.bias") for s in sorted(stems, key=natural)]
+  elif len(flax_style) == len(arrays):
+    stems = {k.partition("/")[0] for k in arrays}
+    order = lambda s: (s == "output", int(s[6:]) if re.fullmatch(r"dense_\d+", s) else -1)
+    found = [(s, f"{s}/kernel", f"{s}/bias") for s in sorted(stems, key=order)]
+    dense = [int(x[6:]) for x in stems if re.fullmatch(r"dense_\d+", x)]
+    missing = sorted({f"dense_{k}/kernel" for k in range(max(dense, default=-1))}
+                     - set(arrays))
+    if missing:
+      raise ValueError(f"missing keys {missing}: Haim et al.'s MLP in trdr's names has "
+                       f"layers dense_0 … dense_{max(dense)}, output")
+  else:
+    odd = sorted(set(arrays) - set(torch_style)) or sorted(set(arrays) - set(flax_style))
+    raise ValueError(f"unexpected keys {odd}: θ* arrays must be named <layer>.weight / "
+                     "<layer>.bias (PyTorch) or <layer>/kernel / <layer>/bias (Flax), "
+                     "not both")
+  out = []
+  fan_in = int(np.prod(image_shape))
+  for stem, w_name, b_name in found:
+    if w_name not in arrays:
+      raise ValueError(f"missing key {w_name!r}: layer {stem!r} has a bias but no weights")
+    w = _checked(w_name, arrays[w_name])
+    if w.ndim != 2:
+      raise ValueError(f"{w_name} has shape {w.shape}: expected a 2-D weight matrix")
+    if w_name.endswith(".weight"):  # PyTorch (out, in) -> (in, out); NCHW -> NHWC inputs
+      w = w.T
+      if not out and w.shape[0] == fan_in:
+        h, wd, c = image_shape
+        w = w.reshape(c, h, wd, -1).transpose(1, 2, 0, 3).reshape(fan_in, -1)
+    expected_in = fan_in if not out else out[-1]["kernel"].shape[1]
+    if w.shape[0] != expected_in:
+      what = (f"the images' {fan_in} = {'×'.join(map(str, image_shape))} pixels" if not out
+              else f"the previous layer's {expected_in} outputs")
+      raise ValueError(f"{w_name} has {w.shape[0]} inputs (shape {arrays[w_name].shape}), "
+                       f"expected {what}")
+    bias = _checked(b_name, arrays[b_name]) if b_name in arrays else None
+    if bias is not None and bias.shape != (w.shape[1],):
+      raise ValueError(f"{b_name} has shape {bias.shape}, expected ({w.shape[1]},)")
+    out.append({"kernel": w, "bias": bias, "stem": stem,
+                "flax": w_name.endswith("/kernel")})
+  return out
+
+
+def _checked(name: str, a: np.ndarray) -> np.ndarray:
+  if not np.issubdtype(a.dtype, np.floating):
+    raise ValueError(f"{name} has dtype {a.dtype}, expected a floating-point dtype")
+  if not np.all(np.isfinite(a)):
+    raise ValueError(f"{name} holds {np.sum(~np.isfinite(a))} NaN/inf values")
+  return a
+
+
+# trdr's layer names per architecture, for L layers (`trdr.models`).
+_FLAX_NAMES = {"affine": lambda n: ["dense"], "one_hidden": lambda n: ["hidden", "output"],
+               "haim_mlp": lambda n: [*(f"dense_{k}" for k in range(n - 1)), "output"]}
+
+
+def architecture(found: list[dict], victim_config: ml_collections.ConfigDict
+                 ) -> ml_collections.ConfigDict:
+  """``victim_config`` with the architecture of the layers ``found`` (`layers`): ``arch``
+  and its fields (`trdr.models.MODEL_FIELDS`) as the arrays say, where they are
+  unambiguous; otherwise ``victim_config.arch`` decides.
+
+  Raises:
+    ValueError: no trdr architecture has these layers (e.g. a bias on some later layers
+      only, or on none of the first), naming what was found.
+  """
+  n, outputs = len(found), found[-1]["kernel"].shape[1]
+  biases = [layer["bias"] is not None for layer in found]
+  widths = tuple(int(layer["kernel"].shape[1]) for layer in found[:-1])
+  fits = {}
+  if n == 1 and outputs == 1 and biases[0]:
+    fits["affine"] = {}
+  if n == 2 and outputs == 1 and all(biases):
+    fits["one_hidden"] = {"width": widths[0]}
+  if n >= 2 and biases[0] and len(set(biases[1:])) == 1:
+    fits["haim_mlp"] = {"widths": widths, "all_biases": all(biases),
+                        "num_outputs": int(outputs)}
+  description = (f"{n} layer(s) of widths {[int(x['kernel'].shape[1]) for x in found]}, "
+                 f"biases {biases}")
+  if not fits:
+    raise ValueError(f"no victim architecture of trdr has {description}; known: affine "
+                     "(eq. 8), one_hidden (eq. 9), haim_mlp (a bias on the first layer, and "
+                     "on every later layer or none)")
+  if found[0]["flax"]:  # trdr's own layer names say which architecture it is
+    stems = [layer["stem"] for layer in found]
+    named = next((arch for arch, names in _FLAX_NAMES.items() if names(n) == stems), None)
+    if named is None or named not in fits:
+      raise ValueError(f"unexpected layer names {stems} for {description}: Flax-layout "
+                       f"θ* must use trdr's names, here {_FLAX_NAMES['haim_mlp'](n)}"
+                       + (f" or {_FLAX_NAMES['one_hidden'](n)}" if n == 2 else ""))
+    fits = {named: fits[named]}
+  arch = victim_config.arch if victim_config.arch in fits else next(iter(fits))
+  if len(fits) > 1 and victim_config.arch not in fits:
+    raise ValueError(f"{description} fits {sorted(fits)}: set victim.arch to one of them")
+  out = ml_collections.ConfigDict(victim_config.to_dict())
+  out.arch = arch
+  for name, value in fits[arch].items():
+    out[name] = value
+  if arch != "affine" and "activation" not in out:
+    out.activation = "relu"
+  return out
+
+
+def resolve(config: ml_collections.ConfigDict, image_shape) -> ml_collections.ConfigDict:
+  """``config`` with ``victim`` set to the architecture of the file ``victim.load``
+  (`architecture`); unchanged when ``victim.load`` is not set.
+
+  Raises:
+    ValueError: as `read`, `layers` and `architecture`; also ``victim.checkpoint_dir``
+      set together with ``victim.load``.
+  """
+  path = config.victim.get("load")
+  if not path:
+    return config
+  if config.victim.get("checkpoint_dir"):
+    raise ValueError("victim.load and victim.checkpoint_dir are both set: a loaded θ* is "
+                     "not trained, so it has no cache; unset victim.checkpoint_dir")
+  resolved = ml_collections.ConfigDict(config.to_dict())
+  resolved.victim = architecture(layers(read(path), image_shape), config.victim)
+  changed = {k: resolved.victim[k] for k in resolved.victim
+             if config.victim.get(k) != resolved.victim[k]}
+  if changed:
+    logging.info("victim architecture from %s: %s", path, changed)
+  return resolved
+
+
+def params(found: list[dict], model_config: ml_collections.ConfigDict, dtype) -> dict:
+  """θ* in trdr's Flax layout for the architecture ``model_config`` (`architecture`)."""
+  names = _FLAX_NAMES[model_config.arch](len(found))
+  return {name: {"kernel": jnp.asarray(layer["kernel"], dtype),
+                 **({} if layer["bias"] is None else {"bias": jnp.asarray(layer["bias"],
+                                                                         dtype)})}
+          for name, layer in zip(names, found)}
+
+
+def sha256(path: str) -> str:
+  """SHA-256 of a file, or of a directory's files (names and bytes, in sorted order)."""
+  h = hashlib.sha256()
+  files = ([path] if os.path.isfile(path) else sorted(
+      os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs))
+  for file in files:
+    h.update(os.path.relpath(file, path).encode())
+    with open(file, "rb") as f:
+      for block in iter(lambda: f.read(1 << 20), b""):
+        h.update(block)
+  return h.hexdigest()
+
+
+def load(config: ml_collections.ConfigDict, task) -> victim.Victim:
+  """The `trdr.victim.Victim` of the file ``config.victim.load``.
+
+  Args:
+    config: a config `resolve` returned (sections victim, data, float64).
+    task: the `trdr.data.BinaryTask` named by ``config.data`` (for the input size and
+      the accuracies reported; the attack does not see it).
+  Returns:
+    The victim; metadata {"config": {"load": path, "sha256": the file's}, "report":
+    train/test accuracy and sizes}.
+  Raises:
+    ValueError: as `resolve`; or the parameters do not fit the model that
+      ``config.victim`` builds (a missing or extra parameter, or a shape).
+  """
+  path = config.victim.load
+  dtype = jnp.float64 if config.float64 else jnp.float32
+  image_shape = task.train_images.shape[1:]
+  theta = params(layers(read(path), image_shape), config.victim, dtype)
+  model = models.build_model(config.victim)
+  template = models.init_params(model, jax.random.key(0), image_shape, dtype)
+  expected = jax.tree.map(np.shape, template)
+  if jax.tree.map(np.shape, theta) != expected:
+    raise ValueError(f"θ* of {path} does not fit victim {config.victim.to_dict()}: "
+                     f"expected {expected}, found {jax.tree.map(np.shape, theta)}")
+  apply = lambda x: model.apply({"params": theta}, jnp.asarray(x, dtype))
+  acc = lambda x, y: float(jnp.mean(victim.predictions(apply(x)) == jnp.asarray(y)))
+  report = {"loaded_from": os.path.abspath(path),
+            "train_accuracy": acc(task.train_images, task.train_labels),
+            "test_accuracy": acc(task.test_images, task.test_labels),
+            "n_train": int(len(task.train_images)), "n_test": int(len(task.test_images))}
+  meta = {"config": {"load": os.path.abspath(path), "sha256": sha256(path)},
+          "report": report}
+  return victim.Victim(model, theta, config.victim, meta)
+
+
+def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
+            ) -> tuple[ml_collections.ConfigDict, victim.Victim | None]:
+  """For `trdr.experiment.run`, before it writes: (``config`` `resolve`d, the loaded
+  victim or None when ``victim.load`` is unset). ``workdir``: the run directory to be
+  resumed, None for a fresh one (--overwrite).
+
+  Raises:
+    ValueError: as `resolve` and `load`; or ``workdir`` holds a checkpoint of an attack on
+      another θ* read from the same path (the file changed since that run started).
+  """
+  if not config.victim.get("load"):
+    return config, None
+  config = resolve(config, task.train_images.shape[1:])
+  loaded = load(config, task)
+  copy = os.path.join(workdir, "victim")
+  if workdir and os.path.exists(os.path.join(workdir, io.CHECKPOINT_FILE)) and os.path.exists(
+      os.path.join(copy, victim.VICTIM_FILE)):
+    old = victim.load_metadata(copy)["config"]
+    if old != loaded.metadata["config"]:
+      raise ValueError(f"{config.victim.load} changed since the run in {workdir} started "
+                       f"(SHA-256 {loaded.metadata['config']['sha256'][:12]}…, the run's "
+                       f"θ* {str(old.get('sha256'))[:12]}…); restore it, use another "
+                       "--workdir or pass --overwrite")
+  return config, loaded
+
+
+def keep(loaded: victim.Victim, workdir: str) -> victim.Victim:
+  """Saves a copy of the loaded θ* as the run's ``victim/`` (`trdr.victim.save`), so the
+  run's files alone suffice to evaluate it later; returns ``loaded``."""
+  victim.save(os.path.join(workdir, "victim"), loaded.params, loaded.metadata)
+  return loaded
