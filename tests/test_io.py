@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trdr import cli, data, experiment, io, loop, membership, models, paper, plotting
-from trdr import victim
+from trdr import cli, data, evaluate, experiment, io, loop, membership, models, paper
+from trdr import plotting, solver, victim
 from trdr.attacks.protocol import Attack
 from trdr.configs import bilevel_affine
 
@@ -443,3 +443,16 @@ def test_a_diverged_attack_stops_with_a_named_error_and_keeps_its_good_checkpoin
   _, history, _ = loop.run(_toy_attack(3), states, workdir=str(tmp_path / "sweep"), **kwargs)
   assert np.isnan(history["objective"][1, 3:]).all()
   assert np.isfinite(history["objective"][0]).all()
+
+
+def test_a_nan_lower_level_solve_is_never_counted_converged():
+  """Found: `grad_norm >= tol` is False for NaN, so the L-BFGS loop stops on a NaN
+  gradient; it must not be read as converged. The solve reports NaN and the run's
+  lower-level summary counts it as not converged (and `trdr.experiment` warns)."""
+  _, info = solver.minimize_energy(lambda p: jnp.sum(p ** 2) * jnp.nan, jnp.ones(3),
+                                   max_iter=10, tol=1e-6)
+  assert np.isnan(info.grad_norm) and not info.grad_norm < 1e-6
+  summary = evaluate.lower_level_summary(
+      {"grad_norm": np.array([[float(info.grad_norm), 1e-9]]),
+       "num_iter": np.array([[int(info.num_iter), 3]])}, tol=1e-6)
+  assert summary["fraction_converged"] == 0.5

@@ -41,7 +41,9 @@ def minimize_energy(fun: EnergyFn, params0: Params, *, max_iter: int, tol: float
     fun: params -> float[] scalar.
     params0: starting point, pytree of float arrays.
     max_iter: most iterations.
-    tol: stop when the Euclidean norm of the gradient over all leaves is below this.
+    tol: stop when the Euclidean norm of the gradient over all leaves is below this. A
+      NaN norm (a diverged solve) also stops the loop, but is never below ``tol``: the
+      callers' convergence tests (``grad_norm < tol``) count it as not converged.
     memory_size: number of L-BFGS curvature pairs kept.
   Returns:
     (params, MinimizeInfo).
