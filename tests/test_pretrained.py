@@ -266,7 +266,7 @@ def test_the_command_line_attacks_a_loaded_pytorch_theta_star(
       kernel = kernel.reshape(*IMAGE_SHAPE, -1).transpose(2, 0, 1, 3).reshape(D, -1)
     state[f"layers.{k}.weight"] = kernel.T
     state[f"layers.{k}.bias"] = trained[f"{name}/bias"]
-  torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
+  torch.save({k: torch.from_numpy(np.array(v)) for k, v in state.items()},  # a writable copy
              tmp_path / "model.pth")
   report_config = io.read_json(os.path.join(smoke_report_dir, "decoreco_figures", "tuned",
                                             io.CONFIG_FILE))
