@@ -384,11 +384,11 @@ def test_absent_class_id():
 
 
 @pytest.mark.parametrize("classes", [
-    ((0, 1, 2),), ((0,), (1,), (2,)), ((), (1, 2)), ((0, 1), 2), ((0.5,), (1,)),
-    "(0, 1)", 7,
+    ((0, 1, 2),), ((), (1, 2)), ((0, 1), 2), ((0.5,), (1,)), "(0, 1)", 7,
 ])
 def test_malformed_classes(classes):
-  with pytest.raises(ValueError, match=r"classes must be two non-empty tuples"):
+  """(Three or more groups are a C-class task: tests/test_multiclass.py.)"""
+  with pytest.raises(ValueError, match=r"classes must be two or more non-empty tuples"):
     data.make_binary_task(_config(classes=classes))
 
 

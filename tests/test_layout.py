@@ -17,7 +17,8 @@ PACKAGE = os.path.join(REPO, "trdr")
 FLOW = (
     "trdr", "trdr.io", "trdr.sharding", "trdr.solver",
     "trdr.data", "trdr.configs", *(f"trdr.configs.{name}" for name in (
-        "bilevel_affine", "bilevel_one_hidden", "decoreco_cifar", "decoreco_landscape",
+        "bilevel_affine", "bilevel_one_hidden", "decoreco_cifar", "decoreco_multiclass",
+        "decoreco_landscape",
         "paper_figures", "decoreco_figures", "report")),
     "trdr.models", "trdr.victim", "trdr.pretrained",
     "trdr.attacks.protocol", "trdr.attacks.linear_solve", "trdr.attacks.init",

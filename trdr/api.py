@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from trdr import data, evaluate, experiment, loop, pretrained, victim
+from trdr import data, evaluate, experiment, loop, models, pretrained, victim
 from trdr.attacks import ATTACKS, init as inits
 
 
@@ -47,6 +47,7 @@ def train_victim(config: ml_collections.ConfigDict, task: data.BinaryTask,
   """θ* of ``config.victim`` trained on ``task`` (L-BFGS, or Haim et al.'s GD when
   ``victim.training="gd"``), cached in ``directory`` (`trdr.victim.load_or_train`)."""
   jax.config.update("jax_enable_x64", bool(config.float64))
+  models.check_labels(config.victim, task.train_labels)
   return victim.load_or_train(config, task, directory)
 
 

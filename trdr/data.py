@@ -1,6 +1,4 @@
-"""Data sources and the binary classification task attacked by the reconstruction.
-
-Two steps:
+"""Data sources and the binary (or C-class) task attacked by the reconstruction.
 
 1. `load_source(source, path, name)` reads a labelled image data set (train and test
    splits) as uint8 arrays. Sources, registered in `SOURCES`:
@@ -15,15 +13,16 @@ Two steps:
    * ``"tfds"``: a tensorflow-datasets data set (optional extra
      ``pip install -e ".[tfds]"``).
 
-2. `make_binary_task(data_config)` merges the classes into two groups (labels -1 and
-   +1), draws the victim's training set and a disjoint "distinct partition" of the
-   same size from the train split, and scales pixels to [0, 1] (optionally
-   subtracting the training set's per-pixel mean).
+2. `make_binary_task(data_config)` merges the classes into two groups (labels −1, +1;
+   or C > 2 groups, labels 0 … C−1), draws the victim's training set and a disjoint
+   "distinct partition" of the same size from the train split, and scales pixels to
+   [0, 1] (optionally subtracting the training set's per-pixel mean).
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import importlib.resources
 import os
 import pickle
@@ -237,31 +236,27 @@ def load_source(source: str, path: Optional[str] = None,
 
 
 def to_pixels(images: np.ndarray, mean: Optional[np.ndarray]) -> np.ndarray:
-  """Undoes mean subtraction for display: `images + mean` (`images` if mean is None).
-
-  Args:
-    images: float [..., H, W, C], preprocessed as in `BinaryTask`.
-    mean: float32 [H, W, C] (`BinaryTask.mean`) or None.
-
-  Returns:
-    The images in [0, 1] pixel scale (reconstructions may lie outside).
+  """Undoes mean subtraction: images float[..., H, W, C] (`BinaryTask`) + mean
+  float32[H, W, C] (or None: unchanged), in [0, 1] pixels (reconstructions may exceed).
   """
   return images if mean is None else images + mean
 
 
 class BinaryTask(NamedTuple):
-  """A two-group classification task: victim training set, distinct partition, test.
+  """A two-group (or C-group) classification task: victim training set, distinct
+  partition, test. Shapes below for two groups; C groups give C·n images.
 
   Attributes:
     train_images: float32 [2n, H, W, C], pixels in [0, 1] (minus `mean` if mean
       subtraction is on). The n images of the first class group, then the n of the
-      second.
-    train_labels: float32 [2n] in {-1, +1}: -1 for the first group, +1 for the second.
+      second (then the third …).
+    train_labels: float32 [2n] in {-1, +1}: -1 for the first group, +1 for the second;
+      with C > 2 groups, the group index 0 … C−1.
     partition_images: float32 [2n, H, W, C], the attack's distinct partition, drawn
       from the train split and disjoint from the training set; same layout.
-    partition_labels: float32 [2n] in {-1, +1}.
-    test_images: float32 [M, H, W, C], every test-split image of the two groups.
-    test_labels: float32 [M] in {-1, +1}.
+    partition_labels: float32 [2n], as train_labels.
+    test_images: float32 [M, H, W, C], every test-split image of the groups.
+    test_labels: float32 [M], as train_labels.
     mean: float32 [H, W, C], the training set's per-pixel mean that was subtracted
       from all images, or None.
     train_index: int64 [2n], indices of the training images in the source's train
@@ -283,23 +278,24 @@ class BinaryTask(NamedTuple):
     return to_pixels(images, self.mean)
 
 
-def parse_classes(classes: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
-  """Normalises `classes` to two disjoint, non-empty tuples of int class ids.
+def parse_classes(classes: Any) -> tuple[tuple[int, ...], ...]:
+  """Normalises `classes` to C ≥ 2 disjoint, non-empty tuples of int class ids (C = 2:
+  a binary task; more: a C-class task, e.g. ((0,), (1,), …, (9,)), Buzaglo et al.).
 
   Accepts tuples or lists (as ml_collections may deliver from the command line) or
   their string form, e.g. "((0,2,4,6,8),(1,3,5,7,9))".
 
   Raises:
-    ValueError: not two non-empty groups of integers, or the groups overlap.
+    ValueError: not two or more non-empty groups of integers, or groups that overlap.
   """
   if isinstance(classes, str):
     try:
       classes = ast.literal_eval(classes)
     except (ValueError, SyntaxError) as e:
       raise ValueError(f"classes {classes!r} is not a Python literal") from e
-  bad = ValueError(f"classes must be two non-empty tuples of class ids, e.g. "
+  bad = ValueError(f"classes must be two or more non-empty tuples of class ids, e.g. "
                    f"((0, 1, 8, 9), (2, 3, 4, 5, 6, 7)); got {classes!r}")
-  if not isinstance(classes, (tuple, list)) or len(classes) != 2:
+  if not isinstance(classes, (tuple, list)) or len(classes) < 2:
     raise bad
   groups = []
   for group in classes:
@@ -307,11 +303,12 @@ def parse_classes(classes: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
         isinstance(c, (int, np.integer)) and not isinstance(c, bool) for c in group):
       raise bad
     groups.append(tuple(int(c) for c in group))
-  shared = sorted(set(groups[0]) & set(groups[1]))
-  if shared:
-    raise ValueError(f"class groups {groups[0]} and {groups[1]} overlap in "
-                     f"{shared}; each class may belong to one group only")
-  return groups[0], groups[1]
+  for i, j in itertools.combinations(range(len(groups)), 2):
+    shared = sorted(set(groups[i]) & set(groups[j]))
+    if shared:
+      raise ValueError(f"class groups {groups[i]} and {groups[j]} overlap in "
+                       f"{shared}; each class may belong to one group only")
+  return tuple(groups)
 
 
 def make_binary_task(data_config: Any) -> BinaryTask:
@@ -361,8 +358,10 @@ def make_binary_task(data_config: Any) -> BinaryTask:
     partition_index.append(perm[n:2 * n])
   train_index = np.concatenate(train_index).astype(np.int64)
   partition_index = np.concatenate(partition_index).astype(np.int64)
-  pm = np.repeat(np.array([-1.0, 1.0], np.float32), n)
-  test_keep = np.flatnonzero(np.isin(test_labels, groups[0] + groups[1]))
+  # Labels: ±1 for two groups (first −1), else the group's index 0 … C−1 (as float32).
+  values = np.array([-1.0, 1.0] if len(groups) == 2 else range(len(groups)), np.float32)
+  pm = np.repeat(values, n)
+  test_keep = np.flatnonzero(np.isin(test_labels, sum(groups, ())))
 
   scale = lambda images: images.astype(np.float32) / np.float32(255.0)
   train = scale(data["train_images"][train_index])
@@ -372,11 +371,11 @@ def make_binary_task(data_config: Any) -> BinaryTask:
   if data_config.subtract_mean:
     mean = train.mean(axis=0, dtype=np.float64).astype(np.float32)
     train, partition, test = train - mean, partition - mean, test - mean
-  logging.info("binary task from %s: classes %s vs %s, %d train, %d partition, "
-               "%d test images of shape %s", data_config.source, groups[0],
-               groups[1], len(train), len(partition), len(test), train.shape[1:])
-  test_pm = np.where(np.isin(test_labels[test_keep], groups[1]), np.float32(1.0),
-                     np.float32(-1.0))
+  logging.info("%d-class task from %s: classes %s, %d train, %d partition, %d test "
+               "images of shape %s", len(groups), data_config.source, " vs ".join(
+                   map(str, groups)), len(train), len(partition), len(test), train.shape[1:])
+  group_of = {c: g for g, group in enumerate(groups) for c in group}
+  test_pm = values[[group_of[int(c)] for c in test_labels[test_keep]]]
   return BinaryTask(train_images=train, train_labels=pm, partition_images=partition,
                     partition_labels=pm.copy(), test_images=test, test_labels=test_pm,
                     mean=mean, train_index=train_index, partition_index=partition_index)

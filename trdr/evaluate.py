@@ -177,6 +177,20 @@ def counts(count_ssim_ge, thresholds) -> dict[str, int]:
   return {f"ssim_ge_{t:g}": int(c) for t, c in zip(thresholds, np.asarray(count_ssim_ge))}
 
 
+def per_class_counts(results: dict, labels, thresholds) -> dict[str, dict]:
+  """Training images reconstructed per class: {"reconstructed_per_class[_w{w}]": {label:
+  {"ssim_ge_0.4": count, ...}}} from one run's best_ssim_per_train[_w{w}] float[n] and
+  the training labels float[n] (±1, or 0 … C−1: Buzaglo et al.'s per-class evaluation)."""
+  out = {}
+  for key in results:
+    if key.startswith("best_ssim_per_train"):
+      best, suffix = np.asarray(results[key]), key.removeprefix("best_ssim_per_train")
+      out["reconstructed_per_class" + suffix] = {
+          f"{c:g}": {f"ssim_ge_{t:g}": int(np.sum(best[labels == c] >= t)) for t in thresholds}
+          for c in np.unique(labels)}
+  return out
+
+
 def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int,
                     memory_size: int, batch: int, theta_init=None) -> np.ndarray:
   """||θ* − θ(x)||² per grid point, θ(x) = argmin E(x, y; θ) re-solved by L-BFGS to

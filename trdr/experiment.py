@@ -198,6 +198,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   a = attack_config(config)
   x0, labels, init_key, extra, build_key, settings = make_starts(mode, config, a, task, dtype)
   box = inits.pixel_box(task.mean)
+  models.check_labels(config.victim, task.train_labels)
   model = models.build_model(config.victim)
   untrained = models.init_params(model, jax.random.key(0), task.train_images.shape[1:], dtype)
   ATTACKS[a.name](loaded or victim.Victim(model, untrained, config.victim, {}), a, labels,
@@ -366,6 +367,7 @@ def _finish_attack(config, workdir, task, target, dtype, results, thresholds, su
         prefix, _, suffix = key.partition(kind)
         if _ and prefix in ("", evaluate.START):
           summary[prefix + name + suffix] = evaluate.counts(results[key], thresholds)
+    summary.update(evaluate.per_class_counts(results, task.train_labels, thresholds))
     summary.update(ssim_window=config.eval.get("ssim_window", evaluate.SSIM_WINDOW),
                    mean_best_ssim=float(np.mean(best)),
                    **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})

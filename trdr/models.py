@@ -11,6 +11,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 
 class Affine(nn.Module):
@@ -148,6 +149,28 @@ MODEL_FIELDS: dict[str, tuple[str, ...]] = {
     "one_hidden": ("width", "activation"),
     "haim_mlp": ("widths", "activation", "all_biases", "num_outputs"),
 }
+
+
+def check_labels(victim_config: ml_collections.ConfigDict, labels) -> None:
+  """Checks that a task's labels (`trdr.data.BinaryTask`) fit the victim: one output (and
+  L-BFGS training on the logistic loss, the bilevel lower level) needs a binary task,
+  labels ±1; C > 1 outputs need labels ±1 (C = 2) or the classes 0 … C−1.
+
+  Raises:
+    ValueError: they do not fit, naming the victim's outputs and the labels found.
+  """
+  labels = np.unique(np.asarray(labels))
+  outputs = victim_config.get("num_outputs", 1) if victim_config.arch == "haim_mlp" else 1
+  binary = set(labels.tolist()) <= {-1.0, 1.0}
+  lbfgs = victim_config.get("training", "lbfgs") == "lbfgs"
+  if (outputs == 1 or lbfgs or victim_config.get("loss") in ("bce", "mse")) and not binary:
+    raise ValueError(
+        f"labels {labels.tolist()[:12]} are not a binary task's ±1: a C-class task (data."
+        "classes with C > 2 groups) needs victim.arch='haim_mlp', num_outputs=C, "
+        "training='gd' and loss='ce' (and attack.form='multiclass')")
+  if not binary and not set(labels.tolist()) <= set(range(outputs)):
+    raise ValueError(f"labels {labels.tolist()[:12]} do not fit a victim with "
+                     f"num_outputs={outputs}: set victim.num_outputs to the class count")
 
 
 def build_model(victim_config: ml_collections.ConfigDict) -> nn.Module:

@@ -283,10 +283,12 @@ def load(config: ml_collections.ConfigDict, task) -> victim.Victim:
     The victim; metadata {"config": {"load": path, "sha256": the file's}, "report":
     train/test accuracy and sizes}.
   Raises:
-    ValueError: as `resolve`; or the parameters do not fit the model that
-      ``config.victim`` builds (a missing or extra parameter, or a shape).
+    ValueError: as `resolve`; the parameters do not fit the model that ``config.victim``
+      builds (a missing or extra parameter, or a shape); or the task's labels do not fit
+      its outputs (`trdr.models.check_labels`).
   """
   path = config.victim.load
+  models.check_labels(config.victim, task.train_labels)
   dtype = jnp.float64 if config.float64 else jnp.float32
   image_shape = task.train_images.shape[1:]
   theta = params(layers(read(path), image_shape), config.victim, dtype)

@@ -104,12 +104,9 @@ VICTIM_FILE = "victim.msgpack"
 
 
 def save(directory: str, params: Params, metadata: dict) -> None:
-  """Writes θ* and its metadata into ONE file, ``directory``/victim.msgpack, atomically
-  and checksummed (`trdr.io.write_verified` of {"params": θ*'s state dict, "metadata":
-  JSON text}).
-
-  ``metadata`` should hold everything that determines θ* (`metadata`) and may hold the
-  training report.
+  """Writes θ* and its metadata (what determines θ*, `metadata`, and the training report)
+  into ONE file, ``directory``/victim.msgpack, atomically and checksummed
+  (`trdr.io.write_verified` of {"params": θ*'s state dict, "metadata": JSON text}).
 
   Raises:
     ValueError: θ* holds NaN or inf (a diverged training is never cached).
@@ -175,17 +172,22 @@ def load(directory: str, template: Params) -> Params:
   return jax.tree.map(lambda t, r: jnp.asarray(r, t.dtype), template, restored)
 
 
+def class_index(labels: jax.Array, num_classes: int) -> jax.Array:
+  """int32[n] class indices: (y + 1)/2 of ±1 labels for C = 2, else the labels 0 … C−1."""
+  return ((labels + 1) / 2 if num_classes == 2 else labels).astype(jnp.int32)
+
+
 # Losses of the gradient-descent victims (Haim et al. 2022; Buzaglo et al. 2023), each
-# (logits, labels y ∈ {−1, +1} float[n]) -> float[] mean over the training set.
+# (logits, labels float[n]: ±1, or 0 … C−1 for C > 2) -> float[] mean over the training set.
 GD_LOSSES: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
     # Binary cross-entropy on {0, 1} labels, i.e. the logistic loss on y ∈ {−1, +1}.
     "bce": logistic_loss,
     # Squared error to the ±1 target, (1/n) Σ (Φ_i − y_i)².
     "mse": lambda logits, labels: jnp.mean((logits - labels) ** 2),
-    # Cross-entropy over C = 2 output logits, class index (y + 1)/2 (the multiclass
-    # victim of Buzaglo et al. on the binary task).
+    # Cross-entropy over C output logits (Buzaglo et al.'s multiclass victim; C = 2 on
+    # the binary task).
     "ce": lambda logits, labels: jnp.mean(optax.softmax_cross_entropy_with_integer_labels(
-        logits, ((labels + 1) / 2).astype(jnp.int32))),
+        logits, class_index(labels, logits.shape[1]))),
 }
 
 
@@ -202,7 +204,10 @@ class GDReport(NamedTuple):
 
 
 def predictions(logits: jax.Array) -> jax.Array:
-  """±1 predictions from logits float[n] (sign) or float[n, 2] (argmax)."""
+  """Predicted labels as the task's: ±1 from logits float[n] (sign) or float[n, 2]
+  (argmax), the class 0 … C−1 from float[n, C > 2]."""
+  if logits.ndim == 2 and logits.shape[1] > 2:
+    return jnp.argmax(logits, axis=1).astype(logits.dtype)
   if logits.ndim == 2:
     return jnp.where(jnp.argmax(logits, axis=1) == 1, 1.0, -1.0)
   return jnp.where(logits >= 0, 1.0, -1.0)
@@ -212,16 +217,15 @@ def train_gd(model, params0: Params, task, victim_config: ml_collections.ConfigD
              log_fn: Callable[[dict], None] | None = None) -> tuple[Params, GDReport]:
   """Full-batch gradient descent as in Haim et al. 2022, stopped at a train-loss threshold.
 
-  θ ← θ − lr ∇θ [loss(Φ(x; θ), y) + (wd/2)||θ||²] for at most ``max_epochs`` epochs,
-  stopping at the first epoch whose training loss (without the weight-decay term) is below
-  ``loss_threshold``. The loop is a `lax.while_loop`, run from Python in jitted chunks of
-  ``log_every`` epochs so that progress is logged.
+  θ ← θ − lr ∇θ [loss(Φ(x; θ), y) + (wd/2)||θ||²] for at most ``max_epochs`` epochs, up
+  to the first epoch whose training loss (without weight decay) is below ``loss_threshold``;
+  a `lax.while_loop` in jitted chunks of ``log_every`` epochs, each logged.
 
   Args:
-    model: Flax module, images float[n, H, W, C] -> logits float[n] (or float[n, 2] for
+    model: Flax module, images float[n, H, W, C] -> logits float[n] (or float[n, C] for
       the "ce" loss).
     params0: initial θ (e.g. `models.init_params`, Haim's 1e-4 first layer).
-    task: a `trdr.data.BinaryTask` (training and test sets; labels ±1).
+    task: a `trdr.data.BinaryTask` (training and test sets; labels ±1, or 0 … C−1).
     victim_config: fields loss (a `GD_LOSSES` name), lr > 0, weight_decay ≥ 0,
       max_epochs ≥ 1, loss_threshold ≥ 0, log_every ≥ 1.
     log_fn: called with a dict (epoch, train_loss, train_accuracy) after every chunk.
@@ -260,6 +264,8 @@ def train_gd(model, params0: Params, task, victim_config: ml_collections.ConfigD
 
     return jax.lax.while_loop(cond, body, (params, loss, epoch))
 
+  acc = lambda p, images, labels: float(jnp.mean(predictions(apply_fn(
+      p, jnp.asarray(images))) == jnp.asarray(labels)))
   params, loss, epoch = params0, jnp.asarray(jnp.inf, x.dtype), jnp.asarray(0, jnp.int32)
   while int(epoch) < cfg.max_epochs and not float(loss) < cfg.loss_threshold:
     until = min(int(epoch) + cfg.log_every, cfg.max_epochs)
@@ -270,13 +276,11 @@ def train_gd(model, params0: Params, task, victim_config: ml_collections.ConfigD
           f"lower victim.lr (now {cfg.lr})")
     if log_fn is not None:
       log_fn({"epoch": int(epoch), "train_loss": float(loss),
-              "train_accuracy": float(jnp.mean(predictions(apply_fn(params, x)) == y))})
+              "train_accuracy": acc(params, x, y)})
   final_loss = float(data_loss(params))
   report = GDReport(
-      train_loss=final_loss,
-      train_accuracy=float(jnp.mean(predictions(apply_fn(params, x)) == y)),
-      test_accuracy=float(jnp.mean(predictions(apply_fn(params, jnp.asarray(task.test_images)))
-                                   == jnp.asarray(task.test_labels))),
+      train_loss=final_loss, train_accuracy=acc(params, x, y),
+      test_accuracy=acc(params, task.test_images, task.test_labels),
       epochs=int(epoch), grad_norm=float(optax.tree.norm(jax.grad(objective)(params))),
       reached_threshold=bool(final_loss < cfg.loss_threshold),
       n_train=int(x.shape[0]), n_test=int(task.test_images.shape[0]))

@@ -309,8 +309,8 @@ def make_loss_and_grad(target: victim.Victim, attack_config, labels: jax.Array) 
   if (a.form == "multiclass") != (outputs > 1):
     raise ValueError(f"attack.form {a.form!r} does not fit a victim with num_outputs = "
                      f"{outputs}: use 'multiclass' exactly when it is > 1")
-  if a.form == "multiclass":  # ±1 labels -> class indices 0 / 1 (Buzaglo et al.)
-    labels = ((labels + 1) / 2).astype(jnp.int32)
+  if a.form == "multiclass":  # class indices (Buzaglo et al.): ±1 -> 0 / 1 when C = 2
+    labels = victim.class_index(labels, outputs)
   weight_decay = v.weight_decay if a.form == "weight_decay" else 0.0
   if a.get("fused", True) and fused_applies(target):
     scale = weight_decay if a.form == "weight_decay" else 1.0

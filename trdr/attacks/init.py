@@ -138,7 +138,9 @@ def _noise(kind):
       raise ValueError(f"candidates_per_image must be >= 1, got {m_per_image}")
     n, shape = task.train_images.shape[0], task.train_images.shape[1:]
     m = m_per_image * n
-    labels = class_labels(m, dtype)
+    # m_per_image candidates per training image, with its label: per class, m_per_image
+    # times its training images (binary: −1 then +1, as `class_labels(m)`).
+    labels = jnp.repeat(jnp.asarray(task.train_labels, dtype), m_per_image)
     if kind == "gaussian":
       return gaussian(key, (m, *shape), init_scale, dtype), labels
     return uniform(key, (m, *shape), task.mean, dtype), labels
@@ -161,7 +163,7 @@ def _images(kind):
 
 
 # name -> start(key, task, dtype, *, init_scale, m_per_image, lambda1, lambda2)
-#   -> (images float[m, H, W, C], labels float[m] in {−1, +1}).
+#   -> (images float[m, H, W, C], labels float[m] in {−1, +1}, or 0 … C−1 for C > 2).
 INITS: dict[str, Callable] = {
     "gaussian": _noise("gaussian"), "uniform": _noise("uniform"),
     "ground_truth": _images("ground_truth"), "partition": _images("partition"),
@@ -186,8 +188,8 @@ def candidates(kind: str, key: jax.Array, task, dtype, *, init_scale=None,
       Haim et al.); the image starts have one candidate per training image (m = n), with
       its label.
   Returns:
-    (images float[m, H, W, C], labels float[m] in {−1, +1}: for the noise starts −1 for
-    the first half).
+    (images float[m, H, W, C], labels float[m] as the task's: binary {−1, +1} (for the
+    noise starts −1 for the first half), C > 2 classes 0 … C−1).
   Raises:
     ValueError: unknown kind, or m_per_image < 1.
   """
