@@ -37,6 +37,18 @@ def x64_module():
   yield from _enable_x64()
 
 
+@pytest.fixture(autouse=True)
+def _x64_restored():
+  """`trdr.experiment.run` and the Python API set JAX's process-wide jax_enable_x64 from
+  the config (float64 configs turn it on); it is put back after every test, so that no
+  test's precision depends on which tests ran before it in its worker (found: a float64
+  run in test_pretrained left it on, and the float32 rescoring test of test_report then
+  differed from the run's records in the last bits)."""
+  previous = jax.config.jax_enable_x64
+  yield
+  jax.config.update("jax_enable_x64", previous)
+
+
 # ------------------------------------------------- the :smoke report, built once per session
 #
 # `experiments/report.py --config=configs/report.py:smoke` takes about 2.5 minutes, most of
