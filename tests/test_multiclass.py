@@ -65,7 +65,11 @@ def test_the_smoke_ten_class_attack_end_to_end(tmp_path):
   summary = experiment.run(config, str(tmp_path / "run"), "attack")
   n = 10 * config.data.n_per_class
   assert summary["candidates"] == 2 * n and summary["n_train"] == n
-  assert summary["victim"]["train_accuracy"] == 1.0  # GD to the loss threshold fits all
+  # GD stopped below the loss threshold t: every image's cross-entropy is < n·t, so its
+  # class has probability > exp(−n·t) > 1/2 (n·t ≪ 1) and is the argmax: accuracy 1.
+  assert summary["victim"]["reached_threshold"]
+  assert n * config.victim.loss_threshold < np.log(2)
+  assert summary["victim"]["train_accuracy"] == 1.0
   assert np.isfinite(summary["final_loss"])
   with np.load(tmp_path / "run" / experiment.RESULTS_FILE) as results:
     np.testing.assert_array_equal(results["labels"], np.repeat(np.arange(10.0), 2 * 2))
