@@ -24,7 +24,7 @@ FLOW = (
     "trdr.attacks.protocol", "trdr.attacks.linear_solve", "trdr.attacks.init",
     "trdr.attacks.gradient_norm", "trdr.attacks.kkt_mlp", "trdr.attacks.bilevel",
     "trdr.attacks.decoreco", "trdr.attacks",
-    "trdr.loop", "trdr.ssim", "trdr.metrics", "trdr.evaluate", "trdr.experiment",
+    "trdr.loop", "trdr.ssim", "trdr.metrics", "trdr.evaluate", "trdr.starts", "trdr.experiment",
     "trdr.membership", "trdr.realism", "trdr.plotting", "trdr.report_figures", "trdr.paper",
     "trdr.claims", "trdr.verdicts", "trdr.report", "trdr.api",
     "trdr.cli",

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from trdr import membership, realism
+from trdr import realism, roc
 
 
 def test_ranks_put_the_most_similar_first_and_break_ties_by_index():
@@ -29,7 +29,7 @@ def test_auc_interval_covers_its_auc_and_separates_what_is_separated():
   scores = rng.standard_normal(400)
   positive = np.arange(400) < 200
   auc, low, high = realism.auc_interval(scores, positive)
-  assert auc == pytest.approx(membership.auc(scores, positive))
+  assert auc == pytest.approx(roc.auc(scores, positive))
   assert low <= auc <= high
   # Positives shifted by 3 standard deviations: AUC ≈ Φ(3/√2) = 0.98, interval above 0.5.
   auc, low, high = realism.auc_interval(scores + 3.0 * positive, positive)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from trdr import data, evaluate, experiment, io, metrics, models, paper, plotting, sharding
-from trdr import victim
+from trdr import starts as start_images, victim
 from trdr.attacks import decoreco, init as inits
 from trdr.configs import bilevel_affine, decoreco_cifar, decoreco_figures
 
@@ -123,7 +123,7 @@ def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
   params = models.init_params(model, jax.random.key(0), (12, 12, 1), jnp.float64)
   m = 6
   _, _, labels = _candidates(jax.random.key(1), m, (12, 12, 1), 1.0)
-  settings = experiment.sample_settings(
+  settings = start_images.sample_settings(
       jax.random.key(2), 4, ml_collections.ConfigDict({
           "init_scale": (0.05, 0.5), "lr": (1e-3, 1e-2), "lambda_min": (0.01, 0.5),
           "alpha": (10.0, 50.0)}), jnp.float64)
@@ -149,8 +149,8 @@ def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
 
 def test_sample_settings_ranges(x64_module):
   ranges = decoreco_cifar.get_config("").sweep.ranges
-  s = experiment.sample_settings(jax.random.key(0), 2000, ranges, jnp.float64)
-  for name in experiment.HPARAM_NAMES:
+  s = start_images.sample_settings(jax.random.key(0), 2000, ranges, jnp.float64)
+  for name in start_images.HPARAM_NAMES:
     low, high = ranges[name]
     values = np.asarray(getattr(s, name))
     assert values.min() >= low and values.max() <= high, name
@@ -160,22 +160,22 @@ def test_sample_settings_ranges(x64_module):
   bad = ranges.copy_and_resolve_references()
   bad.lr = (0.0, 1.0)
   with pytest.raises(ValueError, match="log-uniform"):
-    experiment.sample_settings(jax.random.key(0), 2, bad, jnp.float64)
+    start_images.sample_settings(jax.random.key(0), 2, bad, jnp.float64)
 
 
 def test_the_sweep_starts_from_the_published_settings(x64_module):
   config = decoreco_cifar.get_config("")
   published = config.sweep.include
-  sampled = experiment.sample_settings(jax.random.key(0), 3, config.sweep.ranges, jnp.float64)
-  settings = experiment._with_included(sampled, published, 5)
-  for i, name in enumerate(experiment.HPARAM_NAMES):
+  sampled = start_images.sample_settings(jax.random.key(0), 3, config.sweep.ranges, jnp.float64)
+  settings = start_images._with_included(sampled, published, 5)
+  for i, name in enumerate(start_images.HPARAM_NAMES):
     np.testing.assert_array_equal(getattr(settings, name)[:2], [s[i] for s in published])
     np.testing.assert_array_equal(getattr(settings, name)[2:], getattr(sampled, name))
-  assert experiment._with_included(sampled, (), 3) is sampled
+  assert start_images._with_included(sampled, (), 3) is sampled
   with pytest.raises(ValueError, match="at most num_settings"):
-    experiment._with_included(sampled, published, 1)
+    start_images._with_included(sampled, published, 1)
   with pytest.raises(ValueError, match="4 numbers"):
-    experiment._with_included(sampled, ((1.0, 2.0),), 4)
+    start_images._with_included(sampled, ((1.0, 2.0),), 4)
 
 
 def test_hparams_keep_keeps_the_configs_sigma_and_takes_the_rest(tmp_path):
@@ -300,7 +300,7 @@ def test_sweep_ranks_settings_and_feeds_the_run(smoke_report_dir, victim_dir, tm
   best = io.read_json(os.path.join(sweep_dir, "best.json"))
   assert best == rows[0] == io.read_json(os.path.join(sweep_dir, "summary.json"))["best"]
   tuned = io.read_json(os.path.join(paper.run_dir(smoke_report_dir, "tuned"), "summary.json"))
-  for name in experiment.HPARAM_NAMES:
+  for name in start_images.HPARAM_NAMES:
     assert tuned["hyperparameters"][name] == pytest.approx(best[name])
   config.attack.hparams_file = str(tmp_path / "missing.json")
   with pytest.raises(FileNotFoundError, match="run the sweep"):

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from trdr import data, evaluate, experiment, loop, models, pretrained, victim
+from trdr import data, evaluate, experiment, loop, models, pretrained, starts, victim
 from trdr.attacks import ATTACKS, init as inits
 
 
@@ -88,7 +88,7 @@ def attack(target: victim.Victim, config: ml_collections.ConfigDict, task: data.
   jax.config.update("jax_enable_x64", bool(config.float64))
   dtype = jnp.float64 if config.float64 else jnp.float32
   a = experiment.attack_config(config)
-  x0, labels, init_key, _, build_key, _ = experiment.make_starts("attack", config, a, task,
+  x0, labels, init_key, _, build_key, _ = starts.make_starts("attack", config, a, task,
                                                                  dtype)
   reconstruction = ATTACKS[a.name](target, a, labels, key=build_key,
                                    box=inits.pixel_box(task.mean))

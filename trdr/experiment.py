@@ -8,6 +8,9 @@ Modes (`MODES`):
   "attack"     one attack (G = 1) from ``config.init.kind`` (`trdr.attacks.init.INITS`)
   "sweep"      DecoReco's hyperparameters (σ, lr, λ_min, α): S settings drawn from Haim et
                al.'s ranges, G = S, ranked by the in-run score; sweep.json, best.json
+  "membership" every start kind of ``config.init.kinds`` under each of ``config.init.seeds``
+               (one start per training image; `trdr.starts`), G = kinds · seeds, for
+               `trdr.membership`; starts.json
 
 Every mode writes into ``workdir``: config.json, victim/ (θ*, reused while the victim
 config is unchanged), metrics.jsonl and checkpoint.msgpack (`trdr.loop`), results.npz,
@@ -28,17 +31,19 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import data, evaluate, io, loop, models, pretrained, victim
-from trdr.attacks import ATTACKS, decoreco, init as inits
+from trdr import data, evaluate, io, loop, models, pretrained, starts as start_images, victim
+from trdr.attacks import ATTACKS, init as inits
+from trdr.starts import HPARAM_NAMES
 
 LANDSCAPE_FILE = "landscape.json"
 RESULTS_FILE = "results.npz"
 SUMMARY_FILE = "summary.json"
 SWEEP_FILE = "sweep.json"
 BEST_FILE = "best.json"
-FINISHED = {"landscape": LANDSCAPE_FILE, "attack": SUMMARY_FILE, "sweep": SUMMARY_FILE}
+MEMBERSHIP_FILE = "starts.json"
+FINISHED = {"landscape": LANDSCAPE_FILE, "attack": SUMMARY_FILE, "sweep": SUMMARY_FILE,
+            "membership": MEMBERSHIP_FILE}
 MODES = tuple(FINISHED)
-HPARAM_NAMES = decoreco.Hyperparameters._fields
 
 
 def attack_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
@@ -70,84 +75,6 @@ def attack_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDic
         if k not in keep:
           a[k] = float(best[k])
   return a
-
-
-def sample_settings(key, num: int, ranges: ml_collections.ConfigDict, dtype
-                    ) -> decoreco.Hyperparameters:
-  """``num`` DecoReco settings from Haim et al.'s sweep ranges: σ and lr log-uniform,
-  λ_min and α uniform, each over ``ranges.<name>`` = (low, high).
-
-  Returns:
-    Hyperparameters of float[num] arrays.
-  Raises:
-    ValueError: a range with low > high or a non-positive log-uniform bound.
-  """
-  keys = jax.random.split(key, len(HPARAM_NAMES))
-  values = []
-  for k, name in zip(keys, HPARAM_NAMES):
-    low, high = (float(v) for v in ranges[name])
-    if low > high:
-      raise ValueError(f"sweep range for {name} has low {low} > high {high}")
-    log = name in ("init_scale", "lr")
-    if log and low <= 0:
-      raise ValueError(f"sweep range for {name} is log-uniform: bounds must be > 0, "
-                       f"got ({low}, {high})")
-    u = jax.random.uniform(k, (num,), dtype)
-    values.append(jnp.exp(jnp.log(low) + u * (jnp.log(high) - jnp.log(low))) if log
-                  else low + u * (high - low))
-  return decoreco.Hyperparameters(*values)
-
-
-def _with_included(sampled: decoreco.Hyperparameters, include, num: int
-                   ) -> decoreco.Hyperparameters:
-  """The settings ``include`` ((σ, lr, λ_min, α) each, e.g. the published reference runs)
-  first, then the sampled ones.
-
-  Raises:
-    ValueError: more included settings than ``num``, or one that is not 4 numbers.
-  """
-  include = [tuple(map(float, s)) for s in include]
-  if len(include) > num or any(len(s) != len(HPARAM_NAMES) for s in include):
-    raise ValueError(f"sweep.include must hold at most num_settings = {num} settings of "
-                     f"{len(HPARAM_NAMES)} numbers {HPARAM_NAMES}, got {include}")
-  if not include:
-    return sampled
-  fixed = jnp.asarray(include, sampled.init_scale.dtype).T
-  return decoreco.Hyperparameters(*(jnp.concatenate([f, s]) for f, s in zip(fixed, sampled)))
-
-
-def make_starts(mode, config, a, task, dtype):
-  """(x0 float[G, m, H, W, C], labels float[m], init keys [G] or one key, extra results,
-  build key, hparams [G] or None) of each mode; see the module docstring."""
-  if mode == "landscape":
-    grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
-    key_noise, key_attack = jax.random.split(jax.random.key(config.seed))
-    x_gt = jnp.asarray(task.train_images, dtype)
-    x_rnd = inits.uniform(key_noise, x_gt.shape, task.mean, dtype)
-    x0 = inits.grid_images(grid, x_gt, jnp.asarray(task.partition_images, dtype), x_rnd)
-    extra = {"lambda1": grid.lambda1, "lambda2": grid.lambda2,
-             "grid_shape": np.asarray(grid.shape), "noise_images": np.asarray(x_rnd)}
-    return x0, jnp.asarray(task.train_labels, dtype), key_attack, extra, key_attack, None
-  if mode == "attack":
-    key_init, key_attack = jax.random.split(jax.random.key(config.seed))
-    x0, labels = inits.candidates(
-        config.init.kind, key_init, task, dtype, init_scale=a.get("init_scale"),
-        m_per_image=a.get("candidates_per_image", 2), lambda1=config.init.get("lambda1", 1.0),
-        lambda2=config.init.get("lambda2", 1.0))
-    return x0[None], labels, key_attack, {}, key_attack, None
-  key_settings, key_init = jax.random.split(jax.random.key(config.sweep.seed))
-  settings = _with_included(sample_settings(
-      key_settings, config.sweep.num_settings - len(config.sweep.get("include", ())),
-      config.sweep.ranges, dtype), config.sweep.get("include", ()), config.sweep.num_settings)
-  m_per_image = a.candidates_per_image
-  _, labels = inits.candidates("gaussian", key_init, task, dtype, init_scale=1.0,
-                               m_per_image=m_per_image)
-  keys = jax.random.split(key_init, config.sweep.num_settings)
-  key_x, key_l = jax.vmap(jax.random.split, out_axes=1)(keys)
-  x0 = jax.vmap(lambda k, s: inits.candidates("gaussian", k, task, dtype, init_scale=s,
-                                              m_per_image=m_per_image)[0])(
-                                                  key_x, settings.init_scale)
-  return x0, labels, key_l, {}, key_init, settings
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape",
@@ -196,7 +123,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   # A θ* from a file (victim.load) is read, checked and its architecture taken now.
   config, loaded = pretrained.prepare(config, task, None if overwrite else workdir)
   a = attack_config(config)
-  x0, labels, init_key, extra, build_key, settings = make_starts(mode, config, a, task, dtype)
+  x0, labels, init_key, extra, build_key, settings = start_images.make_starts(
+      mode, config, a, task, dtype)
   box = inits.pixel_box(task.mean)
   models.check_labels(config.victim, task.train_labels)
   model = models.build_model(config.victim)
@@ -233,7 +161,7 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
   target = pretrained.keep(loaded, workdir) if loaded else victim.load_or_train(
       config, task, config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
   attack = ATTACKS[a.name](target, a, labels, key=build_key, box=box)
-  key_axis = None if settings is None else 0
+  key_axis = 0 if init_key.ndim else None
   states = jax.vmap(attack.init, in_axes=(0, key_axis))(x0, init_key)
   if settings is not None:
     states = states._replace(hparams=settings)
@@ -286,6 +214,11 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
              **{f"trace_{k}": v for k, v in trajectory.items()}, **evaluation}
   if mode == "attack":
     return _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary)
+  if mode == "membership":
+    io.save_npz(os.path.join(workdir, RESULTS_FILE), **results)
+    summary.update(kinds=list(config.init.kinds), seeds=[int(s) for s in config.init.seeds])
+    io.finish(workdir, MEMBERSHIP_FILE, summary)
+    return summary
   records = evaluate.grid_records(extra["lambda1"], extra["lambda2"], history, evaluation,
                                   thresholds, uniform_tols)
   io.save_npz(os.path.join(workdir, RESULTS_FILE), **results)

@@ -1,256 +1,229 @@
-"""Membership ambiguity of reconstructions, measured (Runkel et al. 2024, Sec. 5).
+"""Membership ambiguity, measured the way an adversary would face it (Runkel et al. 2024,
+Sec. 5: "even when reconstructing natural images that could be part of the training
+dataset, an adversary yet cannot identify whether it is a valid or invalid training data
+sample with certainty").
 
-The paper's conclusion is that an attacker who holds a natural-looking reconstruction
-cannot tell whether it shows a training image or merely a natural image that the
-victim never saw. This module measures that on finished runs:
+  run        one `trdr.experiment` run per attack in mode "membership" (configs/membership.py:
+             noise, public and controlled mixed starts under ≥ 3 seeds, same budget), then
+             `per_image` and `measure`; membership.json
+  per_image  every reconstruction's (and every start image's) scores and ground truth
+  measure    ROC AUC with its bootstrap CI, the spread over seeds and TPR at low FPR per
+             (attack, start kind, stage, score); natural-looking counts and member fractions
 
-1. Every reconstruction is matched to its SSIM-nearest *real* image in the training set
-   ∪ the distinct partition (the partition: images from the same distribution that the
-   victim did not train on). The runs already hold the nearest image of each set
-   (``train_ssim`` / ``partition_ssim``), so the nearest real image is the larger of the
-   two; it is a member match when ``train_ssim >= partition_ssim`` (`nearest_real`).
-2. A reconstruction is *natural-looking* at threshold t when that SSIM exceeds t.
-   `fractions` counts, for each t, the natural-looking reconstructions and the fraction
-   of them whose nearest real image is a training member.
-3. Among the natural-looking reconstructions, `auc` (Mann–Whitney U, scipy) measures
-   how well a score that the attacker can compute without the training set separates
-   member matches from non-member matches: the victim's logistic loss
-   softplus(−yΦ(x)) and margin yΦ(x) at the reconstruction, the grid point's
-   ||θ* − θ||² (bilevel landscapes) and the DecoReco multiplier λ_i. An AUC near 0.5
-   supports the paper; far from 0.5 (either way) refutes it.
-
-`load_run` reads a finished `trdr.experiment` run (a landscape or a single attack, of
-either attack) into a `Reconstructions`, reloading the victim θ* of the run to evaluate Φ
-at the reconstructions.
+**Scores** (`SCORES`) are what an adversary holding θ* and the reconstruction can compute,
+without the training set, each computed per image and oriented once (higher = "member").
+**Ground truth** (evaluation only): a reconstruction is a member when its SSIM-nearest
+real image in the pool training set ∪ distinct partition (non-members of the same
+distribution) is a training image; the L2-nearest image's membership and Haim et al.'s
+best buddies (the reconstruction and its L2-nearest pool image are each other's nearest)
+are reported beside it. **Natural-looking**: SSIM ≥ t to the nearest image of the public
+reference test[1::2] (never a start), so it needs no training set. **Stages**: the same
+measurement on the reconstructions and on their start images ("start": an attack that
+returns its start, the baseline).
 """
 
 import os
-from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import scipy.stats
+import optax
 
-from trdr import io, victim
+from trdr import data, evaluate, experiment, io, metrics, paper, roc, victim
+from trdr.attacks import init as inits
 
-RESULTS_FILE = "results.npz"
-# Score name -> what it is; every score is computable without the training set.
+MEASURED_FILE = "membership.json"
 SCORES = {
-    "loss": "victim's logistic loss softplus(−yΦ(x)) at the reconstruction",
-    "margin": "victim's margin yΦ(x) at the reconstruction",
-    "param_distance": "||θ* − θ||² of the grid point the reconstruction came from",
-    "lambda": "DecoReco multiplier λ_i of the reconstruction",
+    "neg_loss": "−softplus(−yΦ(x; θ*)): the victim's logistic loss at the image, negated",
+    "margin": "yΦ(x; θ*): the victim's margin at the image",
+    "neg_grad_norm": "−‖∇θ softplus(−yΦ(x; θ))‖₂ at θ*: the per-sample gradient norm, negated",
+    "neg_moved": "−‖x − x0‖₂ (victim's input space): how little the attack moved the image",
+    "lambda": "λ_i: DecoReco's KKT multiplier of the candidate",
 }
+STAGES = ("reconstruction", "start")
 
 
-class Reconstructions(NamedTuple):
-  """The reconstructions of one run, flattened over grid points and candidates.
-
-  Attributes:
-    name: the run's label.
-    attack: "bilevel" or "decoreco".
-    nearest_ssim: float[N], SSIM to the nearest real image (training set ∪ partition).
-    is_member: bool[N], whether that nearest real image is a training image.
-    scores: score name (a key of `SCORES`) -> float[N].
-  """
-  name: str
-  attack: str
-  nearest_ssim: np.ndarray
-  is_member: np.ndarray
-  scores: dict
-
-
-def nearest_real(train_ssim, partition_ssim) -> tuple[np.ndarray, np.ndarray]:
-  """The SSIM to the nearest real image and whether it is a training member.
+def gradient_norms(target: victim.Victim, images, labels, batch: int = 16) -> np.ndarray:
+  """‖∇θ softplus(−yΦ(x; θ))‖₂ at θ = θ* of each image, one image at a time.
 
   Args:
-    train_ssim: float[...], SSIM of each reconstruction to its nearest training image.
-    partition_ssim: float[...] (same shape), to its nearest partition image.
+    target: a binary victim (Φ float[n]).
+    images: float[n, H, W, C] in the victim's input space.
+    labels: float[n] in {−1, +1}.
+    batch: images per vectorised block (memory: batch copies of θ*).
   Returns:
-    (float[...] the larger of the two, bool[...] train_ssim >= partition_ssim; a tie
-    counts as a member match).
+    float[n], non-negative.
+  """
+  def one(xy):
+    x, y = xy
+    loss = lambda p: jax.nn.softplus(-y * target.apply(p, x[None]).reshape(()))
+    return optax.global_norm(jax.grad(loss)(target.params))
+  return np.asarray(jax.jit(lambda xs, ys: jax.lax.map(one, (xs, ys), batch_size=batch))(
+      images, labels))
+
+
+def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim) -> dict:
+  """Member by SSIM and by L2 and best buddies, each bool[G, m]; display float[G, m, ...]."""
+  flat = display.reshape((-1, *display.shape[-3:]))
+  d = np.asarray(metrics.pairwise_l2(flat, pool)).reshape((*display.shape[:2], -1))
+  buddy = np.stack([np.asarray(metrics.best_buddies(dg.T)[0]) for dg in d])
+  return {"member_ssim": np.asarray(train_ssim) >= np.asarray(partition_ssim),
+          "member_l2": d.argmin(-1) < n_train, "best_buddy": buddy}
+
+
+def per_image(run_dir: str, chunk_size: int = 500) -> dict:
+  """Scores and ground truth of every image of a finished "membership" run.
+
+  Args:
+    run_dir: a `trdr.experiment` run of mode "membership" (binary victim).
+    chunk_size: SSIM queries per block.
+  Returns:
+    {"kind": str[N], "seed": int[N], "start_member": int8[N] (`init.start_membership`),
+     "grid_point": int[N], and per stage of `STAGES`: {"member_ssim", "member_l2",
+     "best_buddy": bool[N], "natural_ssim": float[N], "scores": {name: float[N]}}},
+    N = G · m images, grid point-major. Every score is a function of its own image (and,
+    for λ_i, of its own candidate's multiplier): nothing is broadcast from a grid point.
   Raises:
-    ValueError: the shapes differ.
+    FileNotFoundError: not a finished run.
+    ValueError: its files fail their SHA256SUMS, or the victim is not binary.
   """
-  train_ssim, partition_ssim = np.asarray(train_ssim), np.asarray(partition_ssim)
-  if train_ssim.shape != partition_ssim.shape:
-    raise ValueError(f"train_ssim {train_ssim.shape} and partition_ssim "
-                     f"{partition_ssim.shape} must have the same shape")
-  return np.maximum(train_ssim, partition_ssim), train_ssim >= partition_ssim
+  io.check_finished(run_dir, experiment.MEMBERSHIP_FILE)
+  config = ml_collections.ConfigDict(io.read_json(os.path.join(run_dir, io.CONFIG_FILE)))
+  with np.load(os.path.join(run_dir, experiment.RESULTS_FILE)) as saved:
+    results = dict(saved)
+  task = data.make_binary_task(config.data)
+  if len(np.unique(task.train_labels)) != 2:
+    raise ValueError("the membership measurement needs a binary victim (two class groups)")
+  mean = None if results["mean"].size == 0 else results["mean"]
+  display = str(results["display"])
+  n_train = len(task.train_images)
+  pool = np.concatenate([task.to_pixels(task.train_images),
+                         task.to_pixels(task.partition_images)])
+  reference = task.to_pixels(task.test_images[inits.PUBLIC_REFERENCE])
+  grid, m = results["final_images"].shape[:2]
+  labels = np.broadcast_to(results["labels"], (grid, m))
+  out = {"kind": np.repeat(results["start_kind"], m), "seed": np.repeat(results["start_seed"], m),
+         "start_member": results["start_member"].reshape(-1),
+         "grid_point": np.repeat(np.arange(grid), m)}
+  with jax.enable_x64(bool(config.float64)):
+    target = victim.load_saved(config, os.path.join(run_dir, "victim"),
+                               results["final_images"].shape[-3:])
+    dtype = jnp.float64 if config.float64 else jnp.float32
+    for stage, key, prefix in (("reconstruction", "final_images", ""),
+                               ("start", "initial_images", evaluate.START)):
+      images = results[key]
+      flat = jnp.asarray(images.reshape((-1, *images.shape[-3:])), dtype)
+      y = jnp.asarray(labels.reshape(-1), dtype)
+      margin = np.asarray(y * jax.jit(target.apply)(target.params, flat), np.float64)
+      scores = {"neg_loss": -np.logaddexp(0.0, -margin), "margin": margin,
+                "neg_grad_norm": -gradient_norms(target, flat, y).astype(np.float64)}
+      if stage == "reconstruction":
+        moved = images - results["initial_images"]
+        scores["neg_moved"] = -np.sqrt(np.sum(np.square(moved, dtype=np.float64),
+                                              axis=(-3, -2, -1))).reshape(-1)
+        if "final_lambdas" in results:
+          scores["lambda"] = np.asarray(results["final_lambdas"], np.float64).reshape(-1)
+      shown = evaluate.to_display(images, mean, display)
+      truth = _ground_truth(shown, pool, n_train, results[prefix + "train_ssim"],
+                            results[prefix + "partition_ssim"])
+      natural = metrics.nearest_neighbours(shown.reshape((-1, *shown.shape[-3:])), reference,
+                                           chunk_size=chunk_size)
+      out[stage] = {**{k: v.reshape(-1) for k, v in truth.items()},
+                    "natural_ssim": np.asarray(natural.ssim, np.float64), "scores": scores}
+  return out
 
 
-def margin_and_loss(logits, labels) -> tuple[np.ndarray, np.ndarray]:
-  """The margin yΦ(x) and the logistic loss softplus(−yΦ(x)) = log(1 + exp(−yΦ(x))).
-
-  Args:
-    logits: float[...], the victim's output Φ(x).
-    labels: float[...] in {−1, +1}, broadcastable to ``logits``.
-  Returns:
-    (margin float[...], loss float[...]), float64.
-  """
-  margin = np.asarray(logits, np.float64) * np.asarray(labels, np.float64)
-  return margin, np.logaddexp(0.0, -margin)
+def _seed_spread(values, label, seeds, seed_of) -> dict:
+  aucs = [roc.auc(values[seed_of == s], label[seed_of == s]) for s in seeds]
+  finite = [a for a in aucs if np.isfinite(a)]
+  return {"per_seed": aucs, "seed_mean": float(np.mean(finite)) if finite else float("nan"),
+          "seed_std": float(np.std(finite, ddof=1)) if len(finite) > 1 else float("nan")}
 
 
-def auc(scores, positive) -> float:
-  """ROC AUC = P(score of a positive > score of a negative) + ½ P(tie) (Mann–Whitney U).
-
-  Args:
-    scores: float[n], finite.
-    positive: bool[n], the class of each score.
-  Returns:
-    The AUC in [0, 1]; NaN when either class is empty.
-  Raises:
-    ValueError: shapes differ, not 1-D, or a non-finite score.
-  """
-  scores, positive = np.asarray(scores, np.float64), np.asarray(positive, bool)
-  if scores.ndim != 1 or scores.shape != positive.shape:
-    raise ValueError(f"scores {scores.shape} and positive {positive.shape} must be equal "
-                     "1-D shapes")
-  if not np.all(np.isfinite(scores)):
-    raise ValueError("scores must be finite")
-  n_pos, n_neg = int(positive.sum()), int((~positive).sum())
-  if n_pos == 0 or n_neg == 0:
-    return float("nan")
-  u = scipy.stats.mannwhitneyu(scores[positive], scores[~positive]).statistic
-  return float(u / (n_pos * n_neg))
+def _fraction(x, mask) -> float:
+  return float(np.mean(x[mask])) if mask.any() else float("nan")
 
 
-def fractions(nearest_ssim, is_member, thresholds) -> list[dict]:
-  """Natural-looking reconstructions (nearest real SSIM > t) and who they match, per t.
-
-  Args:
-    nearest_ssim: float[N], SSIM to the nearest real image.
-    is_member: bool[N], whether that image is a training member.
-    thresholds: SSIM levels t.
-  Returns:
-    One dict per t: threshold, natural (count), members, non_members, fraction_member
-    (NaN when no reconstruction is natural-looking).
-  Raises:
-    ValueError: the shapes differ.
-  """
-  nearest_ssim, is_member = np.asarray(nearest_ssim), np.asarray(is_member, bool)
-  if nearest_ssim.shape != is_member.shape:
-    raise ValueError(f"nearest_ssim {nearest_ssim.shape} and is_member {is_member.shape} "
-                     "must have the same shape")
+def _fractions(stage: dict, kind_mask, thresholds, start_member) -> list[dict]:
   rows = []
   for t in thresholds:
-    natural = nearest_ssim > t
-    members = int(np.sum(natural & is_member))
+    natural = kind_mask & (stage["natural_ssim"] >= t)
     count = int(natural.sum())
-    rows.append({"threshold": float(t), "natural": count, "members": members,
-                 "non_members": count - members,
-                 "fraction_member": members / count if count else float("nan")})
+    frac = lambda x, natural=natural: _fraction(x, natural)
+    rows.append({"threshold": float(t), "natural": count,
+                 "fraction_member": frac(stage["member_ssim"]),
+                 "ssim_l2_agree": frac(stage["member_ssim"] == stage["member_l2"]),
+                 "best_buddies": int(np.sum(stage["best_buddy"][natural])),
+                 "start_member_agree": (frac(stage["member_ssim"] == (start_member == 1))
+                                        if np.all(start_member[natural] >= 0) else None)})
   return rows
 
 
-def separation(recon: Reconstructions, threshold: float, min_per_class: int = 10
-               ) -> list[dict]:
-  """AUC of each score for member vs non-member matches among natural-looking ones.
+def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
+  """The membership tables from `per_image` output of each attack.
 
   Args:
-    recon: one run's reconstructions.
-    threshold: natural-looking means nearest real SSIM > threshold.
-    min_per_class: fewer members or non-members than this marks the AUC uninformative.
+    images: attack name -> `per_image` output.
+    config: configs/membership.py (natural_threshold, natural_thresholds, fprs,
+      confidence, n_resamples, min_per_class).
   Returns:
-    One dict per score of ``recon``: score, auc (P(member's score > non-member's)),
-    separability (max(auc, 1 − auc): the AUC of the better orientation, optimistic for the
-    attacker), members, non_members, informative (bool). Reconstructions with a
-    non-finite score (a diverged attack) are left out of that score's AUC.
+    {"rows": [{"attack", "kind", "stage", "score", "informative", and when informative
+      the `roc.summary` fields and per_seed, seed_mean, seed_std}], "fractions": [{"attack",
+      "kind", "stage", "rows": [...]}], "roc": {"attack/kind/score": [fpr, tpr]} (the
+      reconstructions' curves), "natural_threshold", "fprs", "confidence", "min_per_class"}.
+    AUCs count natural-looking images with a finite score only; fewer than min_per_class
+    members or non-members: "informative" False and no AUC.
   """
-  natural = recon.nearest_ssim > threshold
-  rows = []
-  for name, values in recon.scores.items():
-    values = np.asarray(values, np.float64)
-    keep = natural & np.isfinite(values)
-    member = recon.is_member[keep]
-    value = auc(values[keep], member)
-    rows.append({"score": name, "auc": value,
-                 "separability": max(value, 1.0 - value) if np.isfinite(value) else value,
-                 "members": int(member.sum()), "non_members": int((~member).sum()),
-                 "informative": bool(min(member.sum(), (~member).sum()) >= min_per_class)})
-  return rows
+  rows, fractions, curves = [], [], {}
+  for attack, per in images.items():
+    for kind in dict.fromkeys(per["kind"].tolist()):
+      in_kind = per["kind"] == kind
+      seeds = sorted(set(per["seed"][in_kind].tolist()))
+      for stage in STAGES:
+        s = per[stage]
+        fractions.append({"attack": attack, "kind": kind, "stage": stage, "rows": _fractions(
+            s, in_kind, config.natural_thresholds, per["start_member"])})
+        for score, values in s["scores"].items():
+          keep = in_kind & (s["natural_ssim"] >= config.natural_threshold) & np.isfinite(values)
+          label = s["member_ssim"][keep]
+          row = {"attack": attack, "kind": kind, "stage": stage, "score": score,
+                 "members": int(label.sum()), "non_members": int((~label).sum())}
+          row["informative"] = min(row["members"], row["non_members"]) >= config.min_per_class
+          if row["informative"]:
+            row.update(roc.summary(values[keep], label, fprs=config.fprs,
+                                   confidence=config.confidence,
+                                   n_resamples=config.n_resamples),
+                       **_seed_spread(values[keep], label, seeds, per["seed"][keep]))
+            if stage == "reconstruction":
+              curves[f"{attack}/{kind}/{score}"] = [
+                  c.tolist() for c in roc.roc_curve(values[keep], label)]
+          rows.append(row)
+  return {"rows": rows, "fractions": fractions, "roc": curves,
+          "natural_threshold": float(config.natural_threshold),
+          "fprs": [float(f) for f in config.fprs], "confidence": float(config.confidence),
+          "min_per_class": int(config.min_per_class)}
 
 
-# ------------------------------------------------------------------------ loading runs
-
-
-def victim_logits(config: ml_collections.ConfigDict, run_dir: str, images) -> np.ndarray:
-  """Φ(x; θ*) of the run's saved victim at ``images``.
-
-  θ* is read from ``config.victim.checkpoint_dir`` (or RUN_DIR/victim) into the
-  architecture of ``config.victim``, in float64 when ``config.float64`` (inside a
-  `jax.enable_x64` context, so the process-wide setting is left as it was).
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Runs (or reuses) every attack's membership run and writes WORKDIR/membership.json.
 
   Args:
-    config: the run's config (its config.json).
-    run_dir: the run's directory.
-    images: float[..., H, W, C], in the space the victim was trained on (mean-subtracted
-      when the task subtracts the mean).
+    config: configs/membership.py.
+    workdir: output directory; one sub-directory per attack (`trdr.paper.run_or_reuse`:
+      finished runs of the same config are reused, unfinished ones resumed).
   Returns:
-    float[...] logits (binary victims).
+    `measure` output.
   Raises:
-    FileNotFoundError: no saved victim.
+    FileExistsError: a sub-directory holds a finished run of another config.
+    ValueError: as `per_image`.
   """
-  images = np.asarray(images)
-  directory = config.victim.get("checkpoint_dir") or os.path.join(run_dir, "victim")
-  with jax.enable_x64(bool(config.float64)):
-    target = victim.load_saved(config, directory, images.shape[-3:])
-    dtype = jnp.float64 if config.float64 else jnp.float32
-    flat = jnp.asarray(images.reshape((-1, *images.shape[-3:])), dtype)
-    logits = np.asarray(jax.jit(target.apply)(target.params, flat))
-  return logits.reshape(images.shape[:-3])
-
-
-def load_run(run_dir: str, name: str) -> Reconstructions:
-  """A finished bilevel landscape run or DecoReco run as `Reconstructions`.
-
-  Bilevel (``attack.name != "decoreco"``): every grid point's reconstructions, labels
-  of the training set (candidate i has label y_i), scores loss, margin, param_distance.
-  DecoReco (a single run, results float[m, ...], or its landscape, float[G, m, ...]):
-  labels and λ from results.npz, scores loss, margin, lambda.
-
-  Raises:
-    FileNotFoundError: no results.npz or config.json in ``run_dir``.
-    ValueError: the run's files fail their SHA256SUMS (`trdr.io.check_finished`).
-  """
-  landscape = os.path.exists(os.path.join(run_dir, "landscape.json"))
-  io.check_finished(run_dir, "landscape.json" if landscape else "summary.json")
-  config = ml_collections.ConfigDict(io.read_json(os.path.join(run_dir, io.CONFIG_FILE)))
-  with np.load(os.path.join(run_dir, RESULTS_FILE)) as saved:
-    results = dict(saved)
-  images = results["final_images"]
-  nearest, member = nearest_real(results["train_ssim"], results["partition_ssim"])
-  decoreco = config.attack.name == "decoreco"
-  labels = np.broadcast_to(results["labels"], images.shape[:-3])
-  margin, loss = margin_and_loss(victim_logits(config, run_dir, images), labels)
-  scores = {"loss": loss, "margin": margin}
-  if decoreco:
-    scores["lambda"] = np.broadcast_to(results["final_lambdas"], images.shape[:-3])
-  else:
-    distance = np.asarray(results["param_distance"])  # one per grid point (or run)
-    scores["param_distance"] = np.broadcast_to(distance.reshape(distance.shape + (1,)),
-                                               images.shape[:-3])
-  return Reconstructions(
-      name=name, attack="decoreco" if decoreco else "bilevel",
-      nearest_ssim=nearest.reshape(-1), is_member=member.reshape(-1),
-      scores={k: np.asarray(v, np.float64).reshape(-1) for k, v in scores.items()})
-
-
-def measure(runs: list[Reconstructions], thresholds, auc_threshold: float,
-            min_per_class: int = 10) -> dict:
-  """`fractions` and `separation` for every run: the numbers of the report's table.
-
-  Returns:
-    {"thresholds": [...], "auc_threshold": float, "min_per_class": int,
-     "runs": {name: {"attack": str, "total": int, "fractions": [...], "auc": [...]}}}.
-  """
-  return {
-      "thresholds": [float(t) for t in thresholds], "auc_threshold": float(auc_threshold),
-      "min_per_class": int(min_per_class),
-      "runs": {r.name: {"attack": r.attack, "total": int(r.nearest_ssim.size),
-                        "fractions": fractions(r.nearest_ssim, r.is_member, thresholds),
-                        "auc": separation(r, auc_threshold, min_per_class)}
-               for r in runs}}
+  os.makedirs(workdir, exist_ok=True)
+  images = {}
+  for name, attack in config.attacks.items():
+    directory = os.path.join(workdir, name)
+    paper.run_or_reuse("membership", attack, directory)
+    images[name] = per_image(directory, config.chunk_size)
+  measured = measure(images, config)
+  io.write_json(os.path.join(workdir, MEASURED_FILE), measured)
+  return measured

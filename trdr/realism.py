@@ -25,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.stats
 
-from trdr import membership
+from trdr import roc
 
 # The paper's ranks: Fig. 6 shows four "among the top 10" and one "not even in the top 50".
 QUIZ_TOP = 4
@@ -91,7 +91,7 @@ def quiz(similarity, realism, *, top: int = QUIZ_TOP, low_rank: int = LOW_RANK) 
 
 def auc_interval(scores, positive, *, confidence: float = 0.95, n_resamples: int = 2000,
                  seed: int = 0) -> tuple[float, float, float]:
-  """The AUC of ``scores`` for ``positive`` (`trdr.membership.auc`: P(score of a positive >
+  """The AUC of ``scores`` for ``positive`` (`trdr.roc.auc`: P(score of a positive >
   score of a negative)) and its percentile bootstrap interval, the positives and negatives
   resampled separately (`scipy.stats.bootstrap`).
 
@@ -103,10 +103,10 @@ def auc_interval(scores, positive, *, confidence: float = 0.95, n_resamples: int
   Returns:
     (auc, low, high); NaNs when either class is empty.
   Raises:
-    ValueError: as `trdr.membership.auc`.
+    ValueError: as `trdr.roc.auc`.
   """
   scores, positive = np.asarray(scores, np.float64), np.asarray(positive, bool)
-  value = membership.auc(scores, positive)
+  value = roc.auc(scores, positive)
   if not np.isfinite(value):
     return value, float("nan"), float("nan")
   pos, neg = scores[positive], scores[~positive]

@@ -2,7 +2,7 @@
 
 At the size of the sweep config (configs/decoreco_cifar.py:cpu: D-1000-1000-1, m = 200,
 float64, fused gradient) against an untrained victim, S settings drawn from the config's
-ranges (`trdr.experiment.sample_settings`), ``steps`` iterations of
+ranges (`trdr.start_images.sample_settings`), ``steps`` iterations of
 `trdr.attacks.decoreco.run_steps`: as ONE vmapped computation (`trdr.sharding.grid_map`,
 the sweep's code path) and in a Python loop over the settings (each setting's run jitted
 once). Prints both times, their ratio and the largest difference of the final candidates.
@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 
 from benchmarks import common
-from trdr import experiment, models, sharding, victim
+from trdr import models, sharding, starts as start_images, victim
 from trdr.attacks import decoreco
 
 
@@ -30,7 +30,7 @@ def run(config: ml_collections.ConfigDict, num_settings: int, steps: int, repeat
     target = victim.Victim(model, models.init_params(model, jax.random.key(0), shape, dtype),
                            config.victim, {})
     m = config.attack.candidates_per_image * 2 * config.data.n_per_class
-    settings = experiment.sample_settings(jax.random.key(1), num_settings,
+    settings = start_images.sample_settings(jax.random.key(1), num_settings,
                                           config.sweep.ranges, dtype)
     keys = jax.random.split(jax.random.key(2), num_settings)
     starts = jax.vmap(lambda k, sigma: decoreco.init_state(*common.decoreco_candidates(

@@ -6,7 +6,10 @@ mean-subtracted, so every initialisation lives in the same space as the victim's
 
   `INITS`        name -> start of one attack: "gaussian" N(0, σ²) (Haim et al.'s tuned
                  σ), "uniform" U(0, 1) noise, "ground_truth", "partition" (the distinct
-                 partition), "mixture" (eq. 10 at given λ1, λ2); see `candidates`.
+                 partition), "mixture" (eq. 10 at given λ1, λ2), and for the
+                 membership experiment "public" (test-split images an attacker may
+                 hold) and "mixed" (each start a training image or a non-member at
+                 random, `start_membership`); see `candidates`.
   `make_grid`    the (λ1, λ2) grid of eq. 10 mixtures, `grid_images` all its starts.
   `PURE_INITS`   the three pure grid points (noise, ground truth, partition);
                  `find_point` is the one way to locate one on a grid or in records.
@@ -162,12 +165,73 @@ def _images(kind):
   return start
 
 
+# Test-split images an attacker may start from ("public"); the others, test[1::2], are the
+# membership experiment's public reference for "natural-looking" (`trdr.membership`).
+PUBLIC_STARTS = slice(0, None, 2)
+PUBLIC_REFERENCE = slice(1, None, 2)
+
+
+def public_images(key: jax.Array, task, dtype) -> jax.Array:
+  """For each training image, a different test-split image of its class from
+  ``test[PUBLIC_STARTS]``, drawn without replacement: float[n, H, W, C].
+
+  Raises:
+    ValueError: a class has fewer such test images than training images.
+  """
+  pool_images = np.asarray(task.test_images)[PUBLIC_STARTS]
+  pool_labels = np.asarray(task.test_labels)[PUBLIC_STARTS]
+  labels = np.asarray(task.train_labels)
+  index = np.zeros(len(labels), np.int64)
+  for c, label in enumerate(np.unique(labels)):
+    where, pool = np.flatnonzero(labels == label), np.flatnonzero(pool_labels == label)
+    if len(pool) < len(where):
+      raise ValueError(f"init.kind 'public' needs {len(where)} test images of class {label} "
+                       f"in test[::2], the split has {len(pool)}: use fewer training images "
+                       "(data.n_per_class)")
+    pick = np.asarray(jax.random.permutation(jax.random.fold_in(key, c), len(pool)))
+    index[where] = pool[pick[:len(where)]]
+  return jnp.asarray(pool_images[index], dtype)
+
+
+def member_coin(key: jax.Array, n: int) -> jax.Array:
+  """bool[n]: which starts of "mixed" are training images (each independently, P = ½)."""
+  return jax.random.bernoulli(key, 0.5, (n,))
+
+
+def start_membership(kind: str, key: jax.Array, n: int) -> np.ndarray:
+  """int8[n] of the starts `candidates` (kind, key) draws with one start per training
+  image: 1 a training image, 0 a real image the victim did not train on (partition, public
+  test image), −1 no real image (noise, eq. 10 mixtures).
+
+  Raises:
+    ValueError: unknown kind.
+  """
+  if kind not in INITS:
+    raise ValueError(f"unknown init.kind {kind!r}; known: {sorted(INITS)}")
+  fixed = {"ground_truth": 1, "partition": 0, "public": 0}
+  if kind == "mixed":
+    return np.asarray(member_coin(key, n), np.int8)
+  return np.full(n, fixed.get(kind, -1), np.int8)
+
+
+def _real(kind):
+  def start(key, task, dtype, *, init_scale, m_per_image, lambda1, lambda2):
+    del init_scale, m_per_image, lambda1, lambda2
+    labels = jnp.asarray(task.train_labels, dtype)
+    if kind == "public":
+      return public_images(key, task, dtype), labels
+    coin = member_coin(key, len(labels)).reshape((-1, 1, 1, 1))
+    return jnp.where(coin, jnp.asarray(task.train_images, dtype),
+                     jnp.asarray(task.partition_images, dtype)), labels
+  return start
+
+
 # name -> start(key, task, dtype, *, init_scale, m_per_image, lambda1, lambda2)
 #   -> (images float[m, H, W, C], labels float[m] in {−1, +1}, or 0 … C−1 for C > 2).
 INITS: dict[str, Callable] = {
     "gaussian": _noise("gaussian"), "uniform": _noise("uniform"),
     "ground_truth": _images("ground_truth"), "partition": _images("partition"),
-    "mixture": _images("mixture"),
+    "mixture": _images("mixture"), "public": _real("public"), "mixed": _real("mixed"),
 }
 
 
@@ -179,7 +243,9 @@ def candidates(kind: str, key: jax.Array, task, dtype, *, init_scale=None,
   Args:
     kind: a key of `INITS`: "gaussian" (N(0, σ²), σ = ``init_scale``, Haim et al.),
       "uniform" (U(0, 1) pixels minus the mean, no variance tuning: Runkel et al. Fig. 5),
-      "ground_truth", "partition", or "mixture" (eq. 10 with ``lambda1``, ``lambda2``).
+      "ground_truth", "partition", "mixture" (eq. 10 with ``lambda1``, ``lambda2``),
+      "public" (`public_images`) or "mixed" (training image i or partition image i, by
+      `member_coin`).
     key: PRNG key.
     task: `trdr.data.BinaryTask` (mean-subtracted when ``task.mean`` is set).
     dtype: float dtype.
@@ -191,7 +257,7 @@ def candidates(kind: str, key: jax.Array, task, dtype, *, init_scale=None,
     (images float[m, H, W, C], labels float[m] as the task's: binary {−1, +1} (for the
     noise starts −1 for the first half), C > 2 classes 0 … C−1).
   Raises:
-    ValueError: unknown kind, or m_per_image < 1.
+    ValueError: unknown kind, m_per_image < 1, or too few public images.
   """
   if kind not in INITS:
     raise ValueError(f"unknown init.kind {kind!r}; known: {sorted(INITS)}")

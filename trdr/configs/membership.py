@@ -1,0 +1,79 @@
+r"""Membership ambiguity measured as an adversary faces it (Runkel et al. 2024, Sec. 5).
+
+Command:
+  make membership                                   # ":cpu", into runs/membership_cpu
+  python experiments/membership.py --config=configs/membership.py:smoke --workdir=DIR
+
+Per attack (``attacks``, each a full experiment config: the bilevel attack on the affine
+victim, eq. 2/7/8, and DecoReco on Haim et al.'s MLP), one run of `trdr.experiment` in mode
+"membership" attacks, under every seed of its ``init.seeds``, one start per training image
+of each kind of its ``init.kinds``, with the same budget and stopping rule
+(``attack.steps``):
+  "uniform"   U(0, 1) noise (bilevel, as Runkel et al. start it); "gaussian": N(0, σ²) at
+              Haim et al.'s CIFAR σ (DecoReco). An attacker can have either.
+  "public"    test-split images of the same classes (an attacker can have them)
+  "mixed"     each start, at random and recorded, training image i or partition image i
+              (a non-member of the same distribution): the controlled comparison.
+Rule, fixed before any run (``verdict``): for a start kind, the adversary "cannot tell"
+when, for every score, the AUC's 95 % CI contains 0.5 or the TPR at 1 % FPR is ≤ 5 %.
+"Natural-looking": SSIM ≥ ``natural_threshold`` to the nearest image of test[1::2] (the
+public images not used as starts); 0.15 is below the 5th percentile (0.177) of that SSIM
+for real CIFAR-10 training-distribution images and three times its median for U(0, 1)
+noise (0.046), measured on the shipped sample before any membership run.
+
+Variants: "" (paper-size attacks: 50,000 DecoReco iterations; one GPU), "cpu" (n = 100, 300
+bilevel steps, 2,500 DecoReco iterations), "smoke" (n = 10, seconds per attack, for tests).
+Runtime: see README, "Membership ambiguity".
+"""
+
+import ml_collections
+
+from trdr.configs import bilevel_affine, decoreco_cifar
+
+VARIANTS = ("", "cpu", "smoke")
+
+
+def _bilevel(variant: str, n_per_class: int) -> ml_collections.ConfigDict:
+  config = bilevel_affine.get_config("smoke" if variant == "smoke" else None)
+  config.data.n_per_class = n_per_class
+  config.init = ml_collections.ConfigDict()
+  return config
+
+
+def _decoreco(variant: str, n_per_class: int) -> ml_collections.ConfigDict:
+  config = decoreco_cifar.get_config(variant)
+  config.data.n_per_class = n_per_class
+  config.attack.candidates_per_image = 1   # one start per training image, its label
+  config.eval.public_set = False           # the reference set is test[1::2] (membership)
+  config.eval.count_windows = ()
+  if variant == "cpu":
+    config.attack.steps = 2500
+  return config
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  variant = arg or ""
+  if variant not in VARIANTS:
+    raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
+  n_per_class = {"": 100, "cpu": 50, "smoke": 5}[variant]
+  config = ml_collections.ConfigDict()
+  config.variant = variant
+  config.attacks = ml_collections.ConfigDict({
+      "bilevel_affine": _bilevel(variant, n_per_class),
+      "decoreco_mlp": _decoreco(variant, n_per_class)})
+  # The noise start of each attack as its paper draws it: U(0, 1) pixels for the bilevel
+  # attack (Runkel et al.), N(0, σ²) at the tuned σ for DecoReco (Haim et al.).
+  noise = {"bilevel_affine": "uniform", "decoreco_mlp": "gaussian"}
+  for name, attack in config.attacks.items():
+    attack.init.kinds = (noise[name], "public", "mixed")
+    attack.init.seeds = (0, 1, 2)
+    attack.eval.ssim_thresholds = ()
+  config.natural_threshold = 0.15
+  config.natural_thresholds = (0.1, 0.15, 0.2, 0.25)   # the member-fraction table
+  config.fprs = (0.01, 0.1)
+  config.confidence = 0.95
+  config.n_resamples = 2000
+  config.min_per_class = 10       # fewer natural-looking members or non-members: no AUC
+  config.verdict = ml_collections.ConfigDict({"fpr": 0.01, "max_tpr": 0.05})
+  config.chunk_size = 500         # SSIM queries per block
+  return config
