@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-sweep fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-sweep membership fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -78,6 +78,9 @@ fig11:  ## Fig. 11: λ2 = 1 line of both landscapes.
 
 fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
 	$(PAPER) --artefacts=fig12
+
+membership:  ## Membership ambiguity as an adversary faces it (~20 min at SIZE=cpu): runs/membership_SIZE/membership.md.
+	$(PYTHON) experiments/membership.py --config=configs/membership.py:$(PAPER_VARIANT) --workdir=$(RUNS)/membership_$(SIZE)
 
 figures:  ## Figs. 1–12 + Table 1 with verdicts and membership ambiguity: runs/report_SIZE/report.md.
 	$(REPORT)

@@ -333,7 +333,7 @@ def _finish(workdir, config, value):
 
 def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(tmp_path):
   """Fault injection on the files a finished run is reused from (the report's
-  `paper.run_or_reuse`, `plotting.run_figures`, `membership.load_run`): each of them,
+  `paper.run_or_reuse`, `plotting.run_figures`): each of them,
   SHA256SUMS included, truncated, with bytes flipped in the middle, or replaced by the
   same file of another finished run, is a ValueError naming it; a finished run is never
   started again (found: a changed results.npz was reused silently)."""
@@ -357,8 +357,7 @@ def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(t
       assert bad != raw, (name, kind)
       path.write_bytes(bad)
       for reuse in (lambda: paper.run_or_reuse("landscape", config, str(run)),
-                    lambda: plotting.run_figures(str(run)),
-                    lambda: membership.load_run(str(run), "run")):
+                    lambda: plotting.run_figures(str(run))):
         with pytest.raises(ValueError, match=re.escape(str(path)) + ".*delete") as e:
           reuse()
         # Another run's valid SHA256SUMS is found out by the first file it does not fit.
@@ -369,6 +368,19 @@ def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(t
         io.prepare_workdir(str(run), config, experiment.LANDSCAPE_FILE)
     path.write_bytes(raw)
   paper.run_or_reuse("landscape", config, str(run))
+
+
+def test_the_membership_reader_refuses_a_changed_finished_run(tmp_path):
+  """`membership.per_image` checks SHA256SUMS before it reads a "membership" run."""
+  run = tmp_path / "run"
+  io.prepare_workdir(str(run), _victim_config(), experiment.MEMBERSHIP_FILE)
+  io.save_npz(os.path.join(run, experiment.RESULTS_FILE), final_images=np.zeros(6))
+  io.finish(str(run), experiment.MEMBERSHIP_FILE, {"kinds": ["mixed"]})
+  path = run / experiment.RESULTS_FILE
+  raw = path.read_bytes()
+  path.write_bytes(_corruptions(raw)["flipped"])
+  with pytest.raises(ValueError, match=re.escape(str(path)) + ".*delete"):
+    membership.per_image(str(run))
 
 
 def _npz(path, train_shape=(40, 32, 32, 3), n_test=10, test_shape=None):

@@ -19,14 +19,14 @@ FLOW = (
     "trdr.data", "trdr.configs", *(f"trdr.configs.{name}" for name in (
         "bilevel_affine", "bilevel_one_hidden", "decoreco_cifar", "decoreco_multiclass",
         "decoreco_landscape",
-        "paper_figures", "decoreco_figures", "report")),
+        "paper_figures", "decoreco_figures", "membership", "report")),
     "trdr.models", "trdr.victim", "trdr.pretrained",
     "trdr.attacks.protocol", "trdr.attacks.linear_solve", "trdr.attacks.init",
     "trdr.attacks.gradient_norm", "trdr.attacks.kkt_mlp", "trdr.attacks.bilevel",
     "trdr.attacks.decoreco", "trdr.attacks",
     "trdr.loop", "trdr.ssim", "trdr.metrics", "trdr.evaluate", "trdr.starts", "trdr.experiment",
-    "trdr.membership", "trdr.realism", "trdr.plotting", "trdr.report_figures", "trdr.paper",
-    "trdr.claims", "trdr.verdicts", "trdr.report", "trdr.api",
+    "trdr.roc", "trdr.realism", "trdr.plotting", "trdr.report_figures", "trdr.paper",
+    "trdr.membership", "trdr.claims", "trdr.verdicts", "trdr.report", "trdr.api",
     "trdr.cli",
 )
 MAX_MODULE_LINES = 400

@@ -1,5 +1,5 @@
-"""The report: verdict rules flip on synthetic numbers, membership AUC and fractions on
-planted examples, and experiments/report.py at :smoke end to end."""
+"""The report: verdict rules flip on synthetic numbers, the membership verdict's rule, and
+experiments/report.py at :smoke end to end."""
 
 import itertools
 import os
@@ -9,97 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from trdr import membership, report, verdicts
-
-
-# ------------------------------------------------------------------------ membership
-
-
-def _pairwise_auc(scores, positive):
-  """The AUC by its definition: over all (member, non-member) pairs, 1 if the member
-  scores higher, ½ for a tie."""
-  pos, neg = scores[positive], scores[~positive]
-  diff = pos[:, None] - neg[None, :]
-  return float(np.mean((diff > 0) + 0.5 * (diff == 0)))
-
-
-def test_auc_of_separated_identical_and_reversed_scores():
-  positive = np.array([True, True, True, False, False])
-  assert membership.auc([5.0, 4.0, 3.0, 2.0, 1.0], positive) == 1.0
-  assert membership.auc([1.0, 2.0, 3.0, 4.0, 5.0], positive) == 0.0
-  assert membership.auc(np.full(5, 7.0), positive) == 0.5
-
-
-def test_auc_handles_ties_like_the_pairwise_definition():
-  rng = np.random.default_rng(0)
-  for _ in range(20):
-    scores = rng.integers(0, 4, size=30).astype(float)   # many ties
-    positive = rng.random(30) < 0.4
-    assert membership.auc(scores, positive) == pytest.approx(_pairwise_auc(scores, positive))
-  # One tie between the classes: pairs (3>1, 3>2, 2=2, 2>1) -> 3.5 / 4.
-  assert membership.auc([3.0, 2.0, 2.0, 1.0], [True, True, False, False]) == 0.875
-
-
-def test_auc_of_an_empty_class_is_nan_and_bad_input_raises():
-  assert np.isnan(membership.auc([1.0, 2.0], [True, True]))
-  with pytest.raises(ValueError, match="same|equal"):
-    membership.auc([1.0, 2.0], [True])
-  with pytest.raises(ValueError, match="finite"):
-    membership.auc([1.0, np.nan], [True, False])
-
-
-def test_nearest_real_takes_the_larger_ssim_and_a_tie_is_a_member():
-  ssim, member = membership.nearest_real([0.9, 0.2, 0.5], [0.3, 0.8, 0.5])
-  np.testing.assert_allclose(ssim, [0.9, 0.8, 0.5])
-  np.testing.assert_array_equal(member, [True, False, True])
-  with pytest.raises(ValueError, match="same shape"):
-    membership.nearest_real([0.1, 0.2], [0.1])
-
-
-def test_fractions_on_a_planted_example():
-  nearest = np.array([0.95, 0.85, 0.75, 0.65, 0.55, 0.1])
-  member = np.array([True, False, True, True, False, True])
-  rows = membership.fractions(nearest, member, (0.5, 0.7, 0.9, 0.99))
-  assert [r["natural"] for r in rows] == [5, 3, 1, 0]
-  assert [r["members"] for r in rows] == [3, 2, 1, 0]
-  assert [r["non_members"] for r in rows] == [2, 1, 0, 0]
-  assert rows[0]["fraction_member"] == pytest.approx(0.6)
-  assert rows[1]["fraction_member"] == pytest.approx(2 / 3)
-  assert rows[2]["fraction_member"] == 1.0 and np.isnan(rows[3]["fraction_member"])
-  with pytest.raises(ValueError, match="same shape"):
-    membership.fractions(nearest, member[:-1], (0.5,))
-
-
-def test_margin_and_loss():
-  margin, loss = membership.margin_and_loss([2.0, -1.0, 800.0], [1.0, 1.0, -1.0])
-  np.testing.assert_allclose(margin, [2.0, -1.0, -800.0])
-  np.testing.assert_allclose(loss, [np.log1p(np.exp(-2.0)), np.log1p(np.e), 800.0])
-
-
-def _recon(nearest, member, **scores):
-  return membership.Reconstructions("planted", "bilevel", np.asarray(nearest),
-                                    np.asarray(member), {k: np.asarray(v, float)
-                                                         for k, v in scores.items()})
-
-
-def test_separation_only_counts_natural_looking_finite_scores():
-  n = 24
-  nearest = np.r_[np.full(n, 0.9), np.full(4, 0.1)]       # the last 4 are not natural
-  member = np.r_[np.tile([True, False], n // 2), [True] * 4]
-  perfect = np.where(member, 1.0, 0.0)
-  perfect[-4:] = -5.0      # would break the separation if the non-natural ones counted
-  flat = np.zeros(n + 4)
-  with_nan = perfect.copy()
-  with_nan[0] = np.nan
-  rows = {r["score"]: r for r in membership.separation(
-      _recon(nearest, member, perfect=perfect, flat=flat, with_nan=with_nan), 0.5, 10)}
-  assert rows["perfect"]["auc"] == 1.0 and rows["perfect"]["separability"] == 1.0
-  assert rows["flat"]["auc"] == 0.5
-  assert (rows["perfect"]["members"], rows["perfect"]["non_members"]) == (12, 12)
-  assert rows["with_nan"]["members"] == 11 and rows["with_nan"]["auc"] == 1.0
-  assert rows["perfect"]["informative"]
-  rows = membership.separation(_recon(nearest, member, perfect=perfect), 0.5, 13)
-  assert not rows[0]["informative"]
+from trdr import report, verdicts
 
 
 # ------------------------------------------------------------------------- verdict rules
@@ -334,22 +244,32 @@ def test_spearman():
   assert np.isnan(verdicts.spearman([1, 2, 3], [5, 5, 5]))
 
 
-def _measured(*rows):
-  return {"runs": {"r": {"auc": [
-      {"score": f"s{i}", "auc": a, "separability": max(a, 1 - a), "informative": ok}
-      for i, (a, ok) in enumerate(rows)]}}}
+def _row(kind, auc, ci, tpr, stage="reconstruction", informative=True):
+  return {"attack": "a", "kind": kind, "stage": stage, "score": f"s{auc}", "auc": auc,
+          "ci": list(ci), "tpr_at_fpr": {"0.01": tpr}, "informative": informative}
 
 
-def test_membership_verdict_from_auc():
-  assert verdicts.verdict_membership(_measured((0.5, True), (0.45, True)))["verdict"] == (
-      "reproduced")
-  assert verdicts.verdict_membership(_measured((0.5, True), (0.1, True)))["verdict"] == (
-      "not reproduced")
-  assert verdicts.verdict_membership(_measured((0.5, True), (0.7, True)))["verdict"] == "partly"
-  # A high AUC over too few reconstructions does not count.
-  assert verdicts.verdict_membership(_measured((0.55, True), (1.0, False)))["verdict"] == (
-      "reproduced")
-  assert verdicts.verdict_membership(_measured((1.0, False)))["verdict"] == "uninformative"
+def test_membership_verdict_follows_the_stated_rule():
+  """"Cannot tell" with a score: its CI contains 0.5 or its TPR at 1 % FPR ≤ 5 %; a start
+  kind passes when every informative score cannot tell; beside it the same rule on the
+  start images."""
+  rule = verdicts.verdict_membership
+  chance, weak = _row("noise", 0.52, (0.45, 0.6), 0.2), _row("noise", 0.7, (0.6, 0.8), 0.03)
+  tells = _row("mixed", 0.9, (0.85, 0.95), 0.4)
+  starts_tell = [_row(k, 0.9, (0.85, 0.95), 0.4, stage="start") for k in ("noise", "mixed")]
+  out = rule({"rows": [chance, weak, tells, *starts_tell]})
+  assert out["checks"] == {"a, noise: cannot tell": True, "a, mixed: cannot tell": False}
+  assert out["verdict"] == "partly" and out["baseline"]["verdict"] == "not reproduced"
+  assert out["measured"]["a, mixed: max AUC (s0.9)"] == 0.9
+  assert rule({"rows": [tells, *starts_tell]})["verdict"] == "not reproduced"
+  assert rule({"rows": [chance, *starts_tell]})["verdict"] == "reproduced"
+  # An AUC over too few images does not count; none at all: uninformative.
+  few = _row("noise", 1.0, (1.0, 1.0), 1.0, informative=False)
+  assert rule({"rows": [chance, few, *starts_tell]})["verdict"] == "reproduced"
+  assert rule({"rows": [few, *starts_tell]})["verdict"] == "uninformative"
+  # The start images pass too: the reconstructions' pass says nothing about the attack.
+  start_chance = _row("noise", 0.5, (0.4, 0.6), 0.0, stage="start")
+  assert rule({"rows": [chance, start_chance]})["verdict"] == "uninformative"
 
 
 PAPER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
@@ -395,8 +315,8 @@ def test_report_links_every_figure_table1_and_membership(smoke_report):
   for link in links:
     assert os.path.getsize(os.path.join(workdir, link)) > 5000, link
   assert "## Table 1" in text and "1.1214e-03" in text     # the paper's value beside ours
-  assert "| run | reconstructions | t = 0.2 |" in text
-  assert "| run | score | members | non-members | AUC |" in text
+  assert "| attack | start | stage | score | members | non-members | AUC [CI] |" in text
+  assert "| attack | start | stage | t = 0.1 |" in text
 
 
 def test_report_has_one_computed_verdict_per_artefact(smoke_report):

@@ -24,8 +24,10 @@ RULES = {
     "majority": 0.5,                    # "the majority of the resulting images"
     "partition_side_max_lambda": 0.5,   # Fig. 11: "for λ < 0.5"
     "landscape_max_spearman": -0.8,     # "converging towards": Spearman ρ ≤ this
-    "membership_supports": 0.6,         # every informative AUC separability below this
-    "membership_refutes": 0.75,         # some informative AUC separability at or above
+    # Membership (Carlini et al. 2022's convention): an adversary "cannot tell" with a
+    # score when its AUC's CI contains 0.5 or its TPR at this FPR is at most membership_max_tpr
+    "membership_fpr": 0.01,
+    "membership_max_tpr": 0.05,
 }
 
 # artefact -> (the paper's sentence, quoted; where it stands; the rule in words).
@@ -143,9 +145,12 @@ CLAIMS = {
                    "training dataset, an adversary yet cannot identify whether it is a valid "
                    "or invalid training data sample with certainty”",
                    "Sec. 5 (conclusion)",
-                   "among informative AUCs (≥ min_per_class member and non-member matches), "
-                   "every separability max(AUC, 1−AUC) < {membership_supports} reproduced; "
-                   "any ≥ {membership_refutes} not reproduced; otherwise partly; no "
-                   "informative AUC: uninformative. No baseline yet (a membership measurement "
-                   "an adversary could run is open work)"),
+                   "per attack and start kind (`trdr.membership`, configs/membership.py): "
+                   "among natural-looking reconstructions, for every per-image score the "
+                   "adversary can compute, the AUC's CI contains 0.5 or the TPR at "
+                   "{membership_fpr:.0%} FPR is ≤ {membership_max_tpr:.0%} (a check per attack "
+                   "and start kind; scores with fewer than min_per_class members or "
+                   "non-members are left out). All checks pass: reproduced; some: partly; "
+                   "none: not reproduced; no informative score: uninformative. Baseline: "
+                   "the same rule on the start images"),
 }

@@ -12,7 +12,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from trdr import experiment, paper, plotting, report
+from trdr import experiment, io, membership, paper, plotting, report, report_figures
+from trdr import verdicts
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
                                           lock_config=True)
@@ -91,3 +92,20 @@ def report_main(argv):
   for name, v in report.run(_CONFIG.value, workdir).items():
     print(f"{name}: {v['verdict']}")
   print(f"Wrote {os.path.join(workdir, 'report.md')}")
+
+
+def membership_main(argv):
+  """``main`` of experiments/membership.py: the membership experiment (`trdr.membership`;
+  finished runs reused), its verdict, WORKDIR/membership.{png,pdf} and membership.md."""
+  del argv
+  workdir = _workdir(_WORKDIR.value or default_workdir(
+      config_flags.get_config_filename(flags.FLAGS["config"])))
+  measured = membership.run(_CONFIG.value, workdir)
+  verdict = verdicts.verdict_membership(measured)
+  plotting.save_figure(report_figures.membership_figure(measured), workdir, "membership")
+  io.atomic_write(os.path.join(workdir, "membership.md"),
+                  report.membership_page(measured, verdict).encode())
+  for check, ok in verdict["checks"].items():
+    print(f"{check}: {ok}")
+  print(f"membership: {verdict['verdict']} (baseline: {verdict['baseline']['verdict']})")
+  print(f"Wrote {os.path.join(workdir, 'membership.md')}")

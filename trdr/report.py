@@ -177,15 +177,6 @@ def comparable_records(run_dir: str) -> list[dict]:
                                evaluate.rescored(results, COMPARABLE_DISPLAY))
 
 
-# Membership runs: label -> run name (`trdr.paper.RUNS`).
-MEMBERSHIP_RUNS = {
-    "bilevel affine (pure)": "affine", "bilevel one-hidden (pure)": "one_hidden",
-    "bilevel landscape": "landscape_bilevel", "DecoReco untuned": "untuned",
-    "DecoReco tuned": "tuned", "DecoReco partition": "partition",
-    "DecoReco landscape": "landscape_decoreco",
-}
-
-
 # -------------------------------------------------------------------------------- writing
 
 
@@ -274,34 +265,47 @@ def counts_markdown(rows: list[dict]) -> list[str]:
 
 
 def membership_markdown(measured: dict) -> list[str]:
-  """The membership tables: natural-looking counts and member fraction per threshold, and
-  the AUCs of the attacker's scores."""
-  ts = measured["thresholds"]
-  lines = ["Natural-looking reconstructions at threshold t (nearest real image SSIM > t): "
-           "count, and in parentheses the fraction whose nearest real image is a training "
-           "member.", "",
-           "| run | reconstructions | " + " | ".join(f"t = {t:g}" for t in ts) + " |",
-           "|---|---:|" + "---:|" * len(ts)]
-  for name, run in measured["runs"].items():
-    cells = [f"{r['natural']} ({_fmt(r['fraction_member'])})" for r in run["fractions"]]
-    lines.append(f"| {name} | {run['total']} | " + " | ".join(cells) + " |")
-  lines += ["", f"AUC for member vs non-member matches among the natural-looking "
-            f"reconstructions at t = {measured['auc_threshold']:g} (AUC = P(score of a member "
-            "match > score of a non-member match); separability = max(AUC, 1 − AUC)). "
-            f"Fewer than {measured['min_per_class']} per class: flagged uninformative.", "",
-            "| run | score | members | non-members | AUC | separability | informative |",
-            "|---|---|---:|---:|---:|---:|---|"]
-  for name, run in measured["runs"].items():
-    for r in run["auc"]:
-      lines.append(f"| {name} | {r['score']} | {r['members']} | {r['non_members']} | "
-                   f"{_fmt(r['auc'])} | {_fmt(r['separability'])} | "
-                   f"{'yes' if r['informative'] else 'no (too few)'} |")
-  lines += ["", "The landscape and pure-initialisation runs include the ground-truth and "
-            "partition starts, whose reconstructions match a member / non-member largely by "
-            "construction (and the ground-truth start's lower level begins at θ*, so its "
-            "||θ*−θ||² is ≈ 0): there the AUCs say whether the attacker's scores tell those "
-            "starts apart. The DecoReco untuned / tuned runs start from noise."]
+  """The membership tables (`trdr.membership.measure`): AUC per attack × start kind × score
+  with its bootstrap CI, spread over seeds and TPR at low FPR, on the reconstructions and
+  on their start images; natural-looking counts and member fractions."""
+  fprs = [f"{f:g}" for f in measured["fprs"]]
+  lines = [f"Natural-looking: SSIM ≥ {measured['natural_threshold']:g} to the nearest public "
+           "reference image (test[1::2], never a start). Member: the nearest real image "
+           "(SSIM) in training set ∪ partition is a training image. AUC = P(score of a member "
+           f"> score of a non-member), {measured['confidence']:.0%} stratified bootstrap CI "
+           "over images (all seeds pooled); seeds: the AUC per seed, mean ± std. Scores are "
+           f"oriented before running (higher = member); fewer than {measured['min_per_class']}"
+           " members or non-members: no AUC.", "",
+           "| attack | start | stage | score | members | non-members | AUC [CI] | per seed "
+           "(mean ± std) | " + " | ".join(f"TPR at {f} FPR" for f in fprs) + " |",
+           "|---|---|---|---|---:|---:|---|---|" + "---:|" * len(fprs)]
+  for r in measured["rows"]:
+    if not r["informative"]:
+      cells = ["too few", "—", *("—" for _ in fprs)]
+    else:
+      cells = [f"{_fmt(r['auc'])} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]",
+               f"{_fmt(r['per_seed'])} ({_fmt(r['seed_mean'])} ± {_fmt(r['seed_std'])})",
+               *(_fmt(r["tpr_at_fpr"][f]) for f in fprs)]
+    lines.append(f"| {r['attack']} | {r['kind']} | {r['stage']} | {r['score']} | "
+                 f"{r['members']} | {r['non_members']} | " + " | ".join(cells) + " |")
+  ts = [row["threshold"] for row in measured["fractions"][0]["rows"]]
+  lines += ["", "Natural-looking images at SSIM ≥ t: count (member fraction; for mixed starts "
+            "also the fraction whose nearest real image has the start's membership).", "",
+            "| attack | start | stage | " + " | ".join(f"t = {t:g}" for t in ts) + " |",
+            "|---|---|---|" + "---|" * len(ts)]
+  for f in measured["fractions"]:
+    cells = [f"{x['natural']} ({_fmt(x['fraction_member'])}"
+             + (f"; {_fmt(x['start_member_agree'])}" if x["start_member_agree"] is not None
+                else "") + ")" for x in f["rows"]]
+    lines.append(f"| {f['attack']} | {f['kind']} | {f['stage']} | " + " | ".join(cells) + " |")
   return lines
+
+
+def membership_page(measured: dict, verdict: dict) -> str:
+  """membership.md of experiments/membership.py: the claim, rule, verdict and tables."""
+  return "\n".join(["# trdr membership ambiguity", "",
+                    *_section("Membership ambiguity", verdict, ["membership.png"],
+                              membership_markdown(measured))]) + "\n"
 
 
 def markdown(results: dict, table1_md: str, measured: dict, variant: str,
@@ -352,8 +356,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   Args:
     config: configs/report.py: sections paper (configs/paper_figures.py), decoreco
-      (configs/decoreco_figures.py), membership (thresholds, auc_threshold,
-      min_per_class) and variant.
+      (configs/decoreco_figures.py), membership (configs/membership.py, into
+      WORKDIR/membership) and variant.
     workdir: output directory: paper_figures/, decoreco_figures/, report.md, report.json,
       membership.{png,pdf}.
   Returns:
@@ -372,10 +376,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                 (0, *config.get("repeat_seeds", ()))).items():
     results[name]["seeds"] = stats
   count_rows = counts(collected["summaries"])
-  m = config.membership
-  runs = [membership.load_run(paper.run_dir(workdir, name), label)
-          for label, name in MEMBERSHIP_RUNS.items()]
-  measured = membership.measure(runs, m.thresholds, m.auc_threshold, m.min_per_class)
+  measured = membership.run(config.membership, os.path.join(workdir, "membership"))
   results["membership"] = verdicts.verdict_membership(measured)
   plotting.save_figure(report_figures.membership_figure(measured), workdir, "membership")
   with open(os.path.join(workdir, "paper_figures", "table1.md")) as f:

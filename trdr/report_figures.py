@@ -65,42 +65,38 @@ def trajectories(panels: dict, title: str = "") -> plt.Figure:
 
 
 def membership_figure(measured: dict) -> plt.Figure:
-  """Fraction of member matches vs threshold (one curve per run) and the AUC bars.
+  """ROC curves of every membership score on the natural-looking reconstructions, one
+  panel per attack (row) and start kind (column), the chance diagonal dashed.
 
   Args:
-    measured: `trdr.membership.measure` output.
+    measured: `trdr.membership.measure` output ("roc": "attack/kind/score" -> [fpr, tpr]).
   Returns:
-    A Figure with two panels; uninformative AUCs are drawn hatched and pale.
+    A Figure; a panel without an informative score says so.
   """
-  fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.2), constrained_layout=True)
-  for name, run in measured["runs"].items():
-    rows = run["fractions"]
-    left.plot([r["threshold"] for r in rows], [r["fraction_member"] for r in rows], marker="o",
-              label=name, linestyle="-" if run["attack"] == "bilevel" else "--")
-  left.axhline(0.5, color="grey", lw=0.8)
-  left.set_xlabel("natural-looking: SSIM to nearest real image > t")
-  left.set_ylabel("fraction whose nearest real image is a member")
-  left.set_ylim(-0.05, 1.05)
-  left.legend(fontsize=7)
-  left.set_title("Nearest real image: training set or partition?")
-  labels, values, informative = [], [], []
-  for name, run in measured["runs"].items():
-    for row in run["auc"]:
-      labels.append(f"{name}: {row['score']}")
-      values.append(row["auc"])
-      informative.append(row["informative"] and np.isfinite(row["auc"]))
-  y = np.arange(len(labels))
-  for i, (v, ok) in enumerate(zip(values, informative)):
-    if not np.isfinite(v):
-      right.text(0.52, y[i], "n/a (a class is empty)", va="center", fontsize=6, color="grey")
-      continue
-    right.barh(y[i], v - 0.5, left=0.5, color="C0" if ok else "lightgrey",
-               hatch="" if ok else "//", edgecolor="grey")
-  right.axvline(0.5, color="black", lw=0.8)
-  right.set_yticks(y, labels, fontsize=6)
-  right.set_xlim(0, 1)
-  right.invert_yaxis()
-  right.set_xlabel("AUC, member vs non-member matches (hatched: < "
-                   f"{measured['min_per_class']} per class or undefined)")
-  right.set_title(f"Membership scores, natural-looking at t = {measured['auc_threshold']:g}")
+  keys = [k.split("/") for k in measured["roc"]]
+  rows = sorted({r["attack"] for r in measured["rows"]})
+  cols = list(dict.fromkeys(r["kind"] for r in measured["rows"]))
+  fig, axes = plt.subplots(len(rows), len(cols), figsize=(3.2 * len(cols), 3.0 * len(rows)),
+                           squeeze=False, constrained_layout=True)
+  auc = {(r["attack"], r["kind"], r["score"]): r.get("auc") for r in measured["rows"]
+         if r["stage"] == "reconstruction"}
+  for i, attack in enumerate(rows):
+    for j, kind in enumerate(cols):
+      ax = axes[i, j]
+      ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
+      scores = [s for a, k, s in keys if a == attack and k == kind]
+      for score in scores:
+        fpr, tpr = measured["roc"][f"{attack}/{kind}/{score}"]
+        ax.plot(fpr, tpr, lw=1.2, label=f"{score} ({auc[attack, kind, score]:.2f})")
+      if scores:
+        ax.legend(fontsize=6, loc="lower right")
+      else:
+        ax.text(0.5, 0.5, "too few members\nor non-members", ha="center", fontsize=7)
+      ax.set_xscale("symlog", linthresh=0.01)
+      ax.set_xlim(0, 1)
+      ax.set_ylim(0, 1)
+      ax.set_title(f"{attack}, {kind} starts", fontsize=8)
+      ax.set_xlabel("FPR", fontsize=7)
+      ax.set_ylabel("TPR", fontsize=7)
+  fig.suptitle("Membership of natural-looking reconstructions: ROC per score (AUC)", fontsize=9)
   return fig

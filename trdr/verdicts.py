@@ -333,23 +333,34 @@ def verdict_fig12(landscapes: dict, comparable: dict, rules: dict = RULES) -> di
   return _result("fig12", measured | gt_measured, checks | gt_checks, rules=rules)
 
 
+def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, dict]:
+  """Per (attack, start kind): the most separating informative score and whether the
+  adversary cannot tell with any score (`CLAIMS["membership"]`'s rule) on ``stage``."""
+  fpr = f"{rules['membership_fpr']:g}"
+  numbers, checks = {}, {}
+  groups = {}
+  for row in measured["rows"]:
+    if row["stage"] == stage and row["informative"]:
+      groups.setdefault(f"{row['attack']}, {row['kind']}", []).append(row)
+  for name, rows in groups.items():
+    tells = [r for r in rows if not (r["ci"][0] <= 0.5 <= r["ci"][1]
+                                     or r["tpr_at_fpr"][fpr] <= rules["membership_max_tpr"])]
+    best = max(rows, key=lambda r: r["auc"])
+    numbers[f"{name}: max AUC ({best['score']})"] = best["auc"]
+    numbers[f"{name}: its TPR at {fpr} FPR"] = best["tpr_at_fpr"][fpr]
+    checks[f"{name}: cannot tell"] = not tells
+  return numbers, checks
+
+
 def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
-  """The membership verdict from `trdr.membership.measure` output."""
-  rows = [(name, row) for name, run in measured["runs"].items() for row in run["auc"]]
-  informative = [(n, r) for n, r in rows if r["informative"] and np.isfinite(r["auc"])]
-  numbers = {f"{n}: {r['score']}": r["separability"] for n, r in informative}
-  checks = {f"{k} < {rules['membership_supports']}": v < rules["membership_supports"]
-            for k, v in numbers.items()}
-  if not informative:
-    verdict = UNINFORMATIVE
-  elif all(checks.values()):
-    verdict = REPRODUCED
-  elif any(v >= rules["membership_refutes"] for v in numbers.values()):
-    verdict = NOT_REPRODUCED
-  else:
-    verdict = PARTLY
-  return _result("membership", {"informative AUCs": len(informative), **numbers}, checks,
-                 verdict, rules)
+  """The membership verdict from `trdr.membership.measure` output, beside its baseline (the
+  same rule on the start images), `with_baseline`."""
+  results = []
+  for stage in ("reconstruction", "start"):
+    numbers, checks = _membership_checks(measured, stage, rules)
+    results.append(_result("membership", numbers, checks,
+                           None if checks else UNINFORMATIVE, rules))
+  return with_baseline(*results)
 
 
 def _verdicts_of(evidence: dict, rules: dict) -> dict:

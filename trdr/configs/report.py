@@ -8,10 +8,10 @@ Command:
 
 Sections: paper (configs/paper_figures.py, same variant: Figs. 1–4 and Table 1, into
 WORKDIR/paper_figures), decoreco (configs/decoreco_figures.py, same variant: Figs. 5–12,
-into WORKDIR/decoreco_figures), membership (`trdr.membership`: the SSIM thresholds t of
-"natural-looking", the t of the AUC table, the per-class count below which an AUC is
-flagged uninformative), repeat_seeds / repeat_runs (the repeats over seeds, into
-WORKDIR/seeds/seed_{s}). Finished runs are reused; see trdr/verdicts.py for the rules.
+into WORKDIR/decoreco_figures), membership (configs/membership.py, same variant: the
+adversary's membership experiment, into WORKDIR/membership), repeat_seeds / repeat_runs
+(the repeats over seeds, into WORKDIR/seeds/seed_{s}). Finished runs are reused; see
+trdr/verdicts.py for the rules.
 
 Runtime (this 2-core CPU): ":smoke" 230 s from scratch (2026-11-22, with the one-hidden
 victim warm-started; its seed-1 repeats of the two bilevel runs ~55 s of it). ":cpu":
@@ -25,7 +25,7 @@ size: not run (no GPU was available).
 
 import ml_collections
 
-from trdr.configs import decoreco_figures
+from trdr.configs import decoreco_figures, membership
 from trdr.configs import paper_figures
 
 
@@ -44,9 +44,5 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                         ("affine", "one_hidden", "tuned", "partition"))
   config.paper = paper_figures.get_config(variant)
   config.decoreco = decoreco_figures.get_config(variant)
-  config.membership = ml_collections.ConfigDict({
-      "thresholds": (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
-      "auc_threshold": 0.4,
-      "min_per_class": 10,
-  })
+  config.membership = membership.get_config(variant)
   return config

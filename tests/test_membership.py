@@ -1,0 +1,212 @@
+"""The membership measurement: ROC statistics on planted scorers, the controlled and public
+starts, and per-image scores on the :smoke report's membership runs."""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+
+from trdr import data, membership, roc, verdicts
+from trdr.attacks import init as inits
+from trdr.configs import membership as membership_config
+
+# ------------------------------------------------------------------------------ ROC
+
+
+def _pairwise_auc(scores, positive):
+  """The AUC by its definition: over all (member, non-member) pairs, 1 if the member
+  scores higher, ½ for a tie."""
+  pos, neg = scores[positive], scores[~positive]
+  diff = pos[:, None] - neg[None, :]
+  return float(np.mean((diff > 0) + 0.5 * (diff == 0)))
+
+
+def test_auc_of_separated_identical_reversed_and_random_scores():
+  positive = np.array([True, True, True, False, False])
+  assert roc.auc([5.0, 4.0, 3.0, 2.0, 1.0], positive) == 1.0
+  assert roc.auc([1.0, 2.0, 3.0, 4.0, 5.0], positive) == 0.0
+  assert roc.auc(np.full(5, 7.0), positive) == 0.5
+  rng = np.random.default_rng(0)
+  for _ in range(5):
+    scores = rng.integers(0, 4, 30).astype(float)   # many ties
+    positive = rng.random(30) < 0.5
+    # Both are exact rationals with denominator n_pos · n_neg ≤ 225: equal to rounding.
+    assert roc.auc(scores, positive) == pytest.approx(_pairwise_auc(scores, positive),
+                                                      abs=1e-12)
+  assert np.isnan(roc.auc([1.0, 2.0], [True, True]))
+  with pytest.raises(ValueError, match="1-D"):
+    roc.auc([1.0, 2.0], [True])
+  with pytest.raises(ValueError, match="finite"):
+    roc.auc([1.0, np.nan], [True, False])
+
+
+def test_tpr_at_fpr_never_buys_a_true_positive_with_a_tie():
+  # Non-members 10 … 1; members 10.5, 10, 9.5, 5. At FPR ≤ 0.1 one non-member (10) may
+  # score above the threshold, so the threshold is 9: members 10.5, 10, 9.5 → 3/4.
+  neg = np.arange(10.0, 0.0, -1.0)
+  pos = np.array([10.5, 10.0, 9.5, 5.0])
+  scores, positive = np.r_[pos, neg], np.r_[np.ones(4, bool), np.zeros(10, bool)]
+  assert roc.tpr_at_fpr(scores, positive, 0.1) == 0.75
+  assert roc.tpr_at_fpr(scores, positive, 0.0) == 0.25    # only 10.5 > 10
+  assert roc.tpr_at_fpr(scores, positive, 1.0) == 1.0
+  assert roc.tpr_at_fpr(np.full(14, 3.0), positive, 0.05) == 0.0
+  with pytest.raises(ValueError, match="fpr"):
+    roc.tpr_at_fpr(scores, positive, 1.5)
+
+
+def test_roc_curve_runs_from_0_0_to_1_1_and_its_area_is_the_auc():
+  rng = np.random.default_rng(1)
+  scores = np.round(rng.normal(size=200), 1)                # ties between classes
+  positive = rng.random(200) < 0.4
+  scores[positive] += 0.5
+  fpr, tpr = roc.roc_curve(scores, positive)
+  assert (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0.0, 0.0, 1.0, 1.0)
+  assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
+  # The trapezoid through every tie block counts a tie as ½, as the AUC does; both are
+  # sums of ≤ 200² terms of size 1/(n_pos·n_neg): equal to 1e-12.
+  area = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+  assert area == pytest.approx(roc.auc(scores, positive), abs=1e-12)
+
+
+def _planted(n_images=600, seeds=(0, 1, 2), natural_fraction=0.8, rng_seed=0):
+  """`membership.per_image`-shaped images of one attack whose membership is random, with a
+  scorer that knows it, one that ignores it, and images that are not natural-looking."""
+  rng = np.random.default_rng(rng_seed)
+  n = n_images * len(seeds)
+  member = rng.random(n) < 0.5
+  natural = np.where(rng.random(n) < natural_fraction, 0.9, 0.0)
+  knows = member + 0.01 * rng.normal(size=n)
+  knows[natural == 0.0] = -1.0           # would spoil the AUC if the unnatural ones counted
+  stage = {"member_ssim": member, "member_l2": member, "best_buddy": np.zeros(n, bool),
+           "natural_ssim": natural,
+           "scores": {"knows": knows, "random": rng.normal(size=n)}}
+  return {"kind": np.full(n, "noise"), "seed": np.repeat(seeds, n_images),
+          "start_member": np.full(n, -1, np.int8), "grid_point": np.repeat(seeds, n_images),
+          "reconstruction": stage, "start": {**stage, "scores": {"random": rng.normal(size=n)}}}
+
+
+def test_planted_scorers_give_auc_1_and_0_5_with_cis_that_cover_them():
+  """Acceptance 1: a scorer that knows membership and one that is random."""
+  config = membership_config.get_config("smoke")
+  measured = membership.measure({"planted": _planted()}, config)
+  rows = {(r["stage"], r["score"]): r for r in measured["rows"]}
+  knows, random = rows["reconstruction", "knows"], rows["reconstruction", "random"]
+  assert knows["auc"] == 1.0 and knows["ci"][0] <= 1.0 <= knows["ci"][1]
+  assert knows["tpr_at_fpr"]["0.01"] == 1.0 and knows["per_seed"] == [1.0, 1.0, 1.0]
+  assert random["ci"][0] <= 0.5 <= random["ci"][1]
+  # Under the null the AUC has sd √((n₊ + n₋ + 1) / (12 n₊ n₋)) (Mann–Whitney); 4 sd
+  # bounds it with probability > 0.9999.
+  n_pos, n_neg = random["members"], random["non_members"]
+  assert abs(random["auc"] - 0.5) <= 4 * np.sqrt((n_pos + n_neg + 1) / (12 * n_pos * n_neg))
+  assert n_pos + n_neg < 0.9 * 1800            # the unnatural ones left out
+  assert "knows" in {k.split("/")[-1] for k in measured["roc"]}
+  out = verdicts.verdict_membership(measured)
+  assert out["checks"] == {"planted, noise: cannot tell": False}
+
+
+def test_the_random_scorers_ci_covers_0_5_about_95_percent_of_the_time():
+  """The bootstrap CI is calibrated: over 40 planted draws of a random scorer, the 95 % CI
+  covers 0.5 at least 33 times (P(X < 33) < 1e-3 for X ~ Binomial(40, 0.95); a badly
+  undercovering CI, e.g. one at 80 %, fails with probability > 0.9)."""
+  covered = 0
+  for seed in range(40):
+    rng = np.random.default_rng(100 + seed)
+    positive = rng.random(200) < 0.5
+    low, high = roc.auc_ci(rng.normal(size=200), positive, n_resamples=500, seed=seed)
+    covered += low <= 0.5 <= high
+  assert covered >= 33
+
+
+def test_measure_needs_min_per_class_members_and_non_members():
+  config = membership_config.get_config("smoke")
+  planted = _planted(n_images=20, seeds=(0,))
+  config.min_per_class = 100
+  rows = membership.measure({"planted": planted}, config)["rows"]
+  assert not any(r["informative"] for r in rows) and not any("auc" in r for r in rows)
+
+
+# ----------------------------------------------------------------------- the starts
+
+
+@pytest.fixture(scope="module")
+def task():
+  config = data.default_data_config()
+  config.n_per_class = 10
+  return data.make_binary_task(config)
+
+
+def test_mixed_starts_are_training_or_partition_images_as_recorded(task):
+  key = jax.random.key(3)
+  images, labels = inits.candidates("mixed", key, task, jnp.float32)
+  member = inits.start_membership("mixed", key, len(labels))
+  assert set(np.unique(member)) == {0, 1}                 # both occur at n = 20
+  for i, m in enumerate(member):
+    expected = task.train_images[i] if m == 1 else task.partition_images[i]
+    np.testing.assert_array_equal(images[i], expected)
+  np.testing.assert_array_equal(labels, task.train_labels)
+  assert (inits.start_membership("public", key, 3) == 0).all()
+  assert (inits.start_membership("uniform", key, 3) == -1).all()
+
+
+def test_public_starts_are_distinct_test_images_of_each_label(task):
+  images, labels = inits.candidates("public", jax.random.key(0), task, jnp.float32)
+  pool = task.test_images[inits.PUBLIC_STARTS]
+  pool_labels = task.test_labels[inits.PUBLIC_STARTS]
+  index = [int(np.flatnonzero((pool == x).all(axis=(1, 2, 3)))[0]) for x in np.asarray(images)]
+  assert len(set(index)) == len(index)
+  np.testing.assert_array_equal(pool_labels[index], labels)
+  reference = task.test_images[inits.PUBLIC_REFERENCE]
+  assert not any((reference == x).all(axis=(1, 2, 3)).any() for x in np.asarray(images))
+  few = task._replace(test_images=task.test_images[:6], test_labels=task.test_labels[:6])
+  with pytest.raises(ValueError, match="test images of class"):
+    inits.candidates("public", jax.random.key(0), few, jnp.float32)
+
+
+# ----------------------------------------------------------- per image, on :smoke runs
+
+
+def _assert_per_image(values, grid_point):
+  """Fails when a score is one number per grid point (a per-run number broadcast)."""
+  for g in np.unique(grid_point):
+    assert np.unique(values[grid_point == g]).size > 1, f"constant within grid point {g}"
+
+
+def test_the_per_image_check_fails_on_a_broadcast_number():
+  grid_point = np.repeat(np.arange(3), 4)
+  with pytest.raises(AssertionError, match="constant within grid point"):
+    _assert_per_image(np.repeat([0.1, 0.2, 0.3], 4), grid_point)
+
+
+@pytest.mark.parametrize("attack", sorted(membership_config.get_config("smoke").attacks))
+def test_every_score_is_computed_per_image(smoke_report_dir, attack):
+  """Acceptance 3, on the :smoke report's membership runs: no score is constant within a
+  grid point, and the loss and margin are the victim's at that very image."""
+  run_dir = os.path.join(smoke_report_dir, "membership", attack)
+  per = membership.per_image(run_dir)
+  n = per["grid_point"].size
+  for stage in membership.STAGES:
+    assert set(per[stage]) >= {"member_ssim", "member_l2", "best_buddy", "natural_ssim"}
+    for name, values in per[stage]["scores"].items():
+      assert name in membership.SCORES and values.shape == (n,), (stage, name)
+      _assert_per_image(values, per["grid_point"])
+  # One image's score from scratch: Φ at that image only.
+  from trdr import io, victim
+
+  config = ml_collections.ConfigDict(io.read_json(os.path.join(run_dir, io.CONFIG_FILE)))
+  with np.load(os.path.join(run_dir, "results.npz")) as saved:
+    image, label = saved["final_images"][1, 3], saved["labels"][3]
+  with jax.enable_x64(bool(config.float64)):
+    target = victim.load_saved(config, os.path.join(run_dir, "victim"), image.shape)
+    x = jnp.asarray(image[None])
+    logit = float(target.apply(target.params, x)[0])
+    # Forward error of a ReLU network computed in another order (a batch of one vs of all):
+    # |fl(Φ) − Φ| ≤ γ · Φ(x; |θ|) evaluated at |x|, γ = layers · fan-in · ε (Higham's
+    # |fl(Wx) − Wx| ≤ γ_n |W||x| per layer; with |θ| and |x| no ReLU cuts a term).
+    bound = float(target.apply(jax.tree.map(jnp.abs, target.params), jnp.abs(x))[0])
+    gamma = 3 * image.size * float(jnp.finfo(x.dtype).eps)
+  m = per["grid_point"].tolist().count(0)
+  assert abs(per["reconstruction"]["scores"]["margin"][m + 3] - label * logit) <= (
+      gamma * bound)
