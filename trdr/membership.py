@@ -22,6 +22,7 @@ measurement on the reconstructions and on their start images ("start": an attack
 returns its start, the baseline).
 """
 
+import functools
 import os
 
 import jax
@@ -31,7 +32,7 @@ import numpy as np
 import optax
 
 from trdr import data, evaluate, experiment, io, metrics, paper, roc, victim
-from trdr.attacks import init as inits
+from trdr.attacks import bilevel, init as inits
 
 MEASURED_FILE = "membership.json"
 SCORES = {
@@ -40,6 +41,8 @@ SCORES = {
     "neg_grad_norm": "−‖∇θ softplus(−yΦ(x; θ))‖₂ at θ*: the per-sample gradient norm, negated",
     "neg_moved": "−‖x − x0‖₂ (victim's input space): how little the attack moved the image",
     "lambda": "λ_i: DecoReco's KKT multiplier of the candidate",
+    "loo": "‖θ* − θ(X∖x_i)‖² − ‖θ* − θ(X)‖²: how far θ(·) moves from θ* without the image "
+           "(bilevel; θ(·) re-solved from θ*, Runkel eq. 2's lower level; a subsample)",
 }
 STAGES = ("reconstruction", "start")
 
@@ -63,6 +66,48 @@ def gradient_norms(target: victim.Victim, images, labels, batch: int = 16) -> np
       images, labels))
 
 
+def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, images, labels,
+                  base, count: int, seed: int = 0) -> np.ndarray:
+  """The bilevel leave-one-out score of ``count`` images per grid point (the others NaN):
+  ‖θ* − θ(X∖x_i)‖² − ‖θ* − θ(X)‖², θ(·) = argmin_θ E(·, y; θ) (`trdr.victim.energy`, the
+  victim's own training objective, Runkel eq. 2's lower level) re-solved from θ* by L-BFGS
+  to ``config.eval.lower_level_tol`` — the setting ``base`` was computed with.
+
+  Args:
+    config: the run's config (victim.weight_decay, victim.memory_size, eval.lower_level_*).
+    target: the victim.
+    images: float[G, m, H, W, C] (input space).
+    labels: float[m].
+    base: float[G], ‖θ* − θ(X)‖² of each grid point (the run's param_distance).
+    count: images per grid point, drawn without replacement (≤ m).
+    seed: the draw's seed.
+  Returns:
+    float[G, m], NaN where not drawn.
+  """
+  grid, m = images.shape[:2]
+  rng = np.random.default_rng(seed)
+  picked = np.stack([rng.choice(m, min(count, m), replace=False) for _ in range(grid)])
+  energy = functools.partial(victim.energy, apply_fn=target.apply,
+                             weight_decay=config.victim.weight_decay)
+  images, labels = jnp.asarray(images), jnp.asarray(labels)
+
+  def one(point):
+    g, i = point
+    keep = jnp.arange(m - 1) + (jnp.arange(m - 1) >= i)
+    x, y = images[g][keep], labels[keep]
+    theta = victim.minimize_energy(lambda p: energy(p, x, y), target.params,
+                                   max_iter=config.eval.lower_level_max_iter,
+                                   tol=config.eval.lower_level_tol,
+                                   memory_size=config.victim.memory_size)[0]
+    return bilevel.param_distance(target.params, theta)
+
+  g = np.repeat(np.arange(grid), picked.shape[1])
+  removed = np.asarray(jax.jit(lambda gi: jax.lax.map(one, gi))((g, picked.reshape(-1))))
+  out = np.full((grid, m), np.nan)
+  out[g, picked.reshape(-1)] = removed - np.asarray(base, np.float64)[g]
+  return out
+
+
 def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim) -> dict:
   """Member by SSIM and by L2 and best buddies, each bool[G, m]; display float[G, m, ...]."""
   flat = display.reshape((-1, *display.shape[-3:]))
@@ -72,12 +117,13 @@ def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim) -> di
           "member_l2": d.argmin(-1) < n_train, "best_buddy": buddy}
 
 
-def per_image(run_dir: str, chunk_size: int = 500) -> dict:
+def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0) -> dict:
   """Scores and ground truth of every image of a finished "membership" run.
 
   Args:
     run_dir: a `trdr.experiment` run of mode "membership" (binary victim).
     chunk_size: SSIM queries per block.
+    loo_per_start: images per grid point scored by `leave_one_out` (bilevel runs; 0: none).
   Returns:
     {"kind": str[N], "seed": int[N], "start_member": int8[N] (`init.start_membership`),
      "grid_point": int[N], and per stage of `STAGES`: {"member_ssim", "member_l2",
@@ -124,6 +170,10 @@ def per_image(run_dir: str, chunk_size: int = 500) -> dict:
                                               axis=(-3, -2, -1))).reshape(-1)
         if "final_lambdas" in results:
           scores["lambda"] = np.asarray(results["final_lambdas"], np.float64).reshape(-1)
+      if loo_per_start and config.attack.name == "bilevel":
+        scores["loo"] = leave_one_out(config, target, images, results["labels"],
+                                      results[prefix + "param_distance"], loo_per_start
+                                      ).reshape(-1)
       shown = evaluate.to_display(images, mean, display)
       truth = _ground_truth(shown, pool, n_train, results[prefix + "train_ssim"],
                             results[prefix + "partition_ssim"])
@@ -223,7 +273,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   for name, attack in config.attacks.items():
     directory = os.path.join(workdir, name)
     paper.run_or_reuse("membership", attack, directory)
-    images[name] = per_image(directory, config.chunk_size)
+    images[name] = per_image(directory, config.chunk_size, config.loo_per_start)
   measured = measure(images, config)
   io.write_json(os.path.join(workdir, MEASURED_FILE), measured)
   return measured

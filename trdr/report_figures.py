@@ -66,7 +66,8 @@ def trajectories(panels: dict, title: str = "") -> plt.Figure:
 
 def membership_figure(measured: dict) -> plt.Figure:
   """ROC curves of every membership score on the natural-looking reconstructions, one
-  panel per attack (row) and start kind (column), the chance diagonal dashed.
+  panel per attack (row) and start kind (column), FPR on a log scale below 0.01 and linear
+  above (symlog: the low-FPR regime of Carlini et al. 2022), chance dashed.
 
   Args:
     measured: `trdr.membership.measure` output ("roc": "attack/kind/score" -> [fpr, tpr]).
@@ -74,16 +75,23 @@ def membership_figure(measured: dict) -> plt.Figure:
     A Figure; a panel without an informative score says so.
   """
   keys = [k.split("/") for k in measured["roc"]]
-  rows = sorted({r["attack"] for r in measured["rows"]})
-  cols = list(dict.fromkeys(r["kind"] for r in measured["rows"]))
-  fig, axes = plt.subplots(len(rows), len(cols), figsize=(3.2 * len(cols), 3.0 * len(rows)),
+  rows = list(dict.fromkeys(r["attack"] for r in measured["rows"]))
+  kinds = {a: list(dict.fromkeys(r["kind"] for r in measured["rows"] if r["attack"] == a))
+           for a in rows}
+  cols = max(len(k) for k in kinds.values())
+  fig, axes = plt.subplots(len(rows), cols, figsize=(3.4 * cols, 3.0 * len(rows)),
                            squeeze=False, constrained_layout=True)
   auc = {(r["attack"], r["kind"], r["score"]): r.get("auc") for r in measured["rows"]
          if r["stage"] == "reconstruction"}
+  chance = np.linspace(0.0, 1.0, 201)
   for i, attack in enumerate(rows):
-    for j, kind in enumerate(cols):
+    for j in range(cols):
+      if j >= len(kinds[attack]):
+        axes[i, j].axis("off")
+        continue
+      kind = kinds[attack][j]
       ax = axes[i, j]
-      ax.plot([0, 1], [0, 1], color="grey", lw=0.8, ls="--")
+      ax.plot(chance, chance, color="grey", lw=0.8, ls="--")
       scores = [s for a, k, s in keys if a == attack and k == kind]
       for score in scores:
         fpr, tpr = measured["roc"][f"{attack}/{kind}/{score}"]
@@ -91,7 +99,8 @@ def membership_figure(measured: dict) -> plt.Figure:
       if scores:
         ax.legend(fontsize=6, loc="lower right")
       else:
-        ax.text(0.5, 0.5, "too few members\nor non-members", ha="center", fontsize=7)
+        ax.text(0.1, 0.5, "too few natural-looking\nmembers or non-members", ha="center",
+                fontsize=7)
       ax.set_xscale("symlog", linthresh=0.01)
       ax.set_xlim(0, 1)
       ax.set_ylim(0, 1)

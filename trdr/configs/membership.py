@@ -14,7 +14,7 @@ of each kind of its ``init.kinds``, with the same budget and stopping rule
   "public"    test-split images of the same classes (an attacker can have them)
   "mixed"     each start, at random and recorded, training image i or partition image i
               (a non-member of the same distribution): the controlled comparison.
-Rule, fixed before any run (``verdict``): for a start kind, the adversary "cannot tell"
+Rule, fixed before any run (`trdr.claims.RULES`): for a start kind, the adversary "cannot tell"
 when, for every score, the AUC's 95 % CI contains 0.5 or the TPR at 1 % FPR is ≤ 5 %.
 "Natural-looking": SSIM ≥ ``natural_threshold`` to the nearest image of test[1::2] (the
 public images not used as starts); 0.15 is below the 5th percentile (0.177) of that SSIM
@@ -74,6 +74,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.confidence = 0.95
   config.n_resamples = 2000
   config.min_per_class = 10       # fewer natural-looking members or non-members: no AUC
-  config.verdict = ml_collections.ConfigDict({"fpr": 0.01, "max_tpr": 0.05})
   config.chunk_size = 500         # SSIM queries per block
+  # Images per grid point with the bilevel leave-one-out score (one lower-level solve each)
+  config.loo_per_start = {"": 100, "cpu": 30, "smoke": 4}[variant]
   return config
