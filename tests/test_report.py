@@ -418,25 +418,29 @@ def test_the_smoke_attacks_move_their_starts_the_way_they_should(smoke_report):
 
 
 def test_membership_numbers_match_the_runs(smoke_report):
+  """The report's membership numbers are the membership experiment's, and its counts are
+  those of the per-image records of its runs."""
   workdir, _ = smoke_report
-  from trdr import io
+  from trdr import io, membership
 
   measured = io.read_json(os.path.join(workdir, "report.json"))["membership"]
-  run = measured["runs"]["DecoReco partition"]
-  with np.load(os.path.join(workdir, "decoreco_figures", "partition", "results.npz")) as r:
-    nearest = np.maximum(r["train_ssim"], r["partition_ssim"])
-    member = r["train_ssim"] >= r["partition_ssim"]
-  assert run["total"] == nearest.size
-  for row in run["fractions"]:
-    assert row["natural"] == int(np.sum(nearest > row["threshold"]))
-    assert row["members"] == int(np.sum((nearest > row["threshold"]) & member))
-  bilevel = measured["runs"]["bilevel affine (pure)"]
-  assert {r["score"] for r in bilevel["auc"]} == {"loss", "margin", "param_distance"}
-  assert {r["score"] for r in run["auc"]} == {"loss", "margin", "lambda"}
-  for r in bilevel["auc"]:   # margin and loss are monotone in each other
-    if r["score"] == "margin" and np.isfinite(r["auc"]):
-      (loss,) = [x for x in bilevel["auc"] if x["score"] == "loss"]
-      assert r["auc"] == pytest.approx(1 - loss["auc"])
+  assert measured == io.read_json(os.path.join(workdir, "membership", membership.MEASURED_FILE))
+  per = membership.per_image(os.path.join(workdir, "membership", "decoreco_mlp"))
+  rows = [r for r in measured["rows"] if r["attack"] == "decoreco_mlp"]
+  assert {r["score"] for r in rows} == set(per["reconstruction"]["scores"]) | set(
+      per["start"]["scores"])
+  for r in rows:
+    s = per[r["stage"]]
+    keep = ((per["kind"] == r["kind"]) & (s["natural_ssim"] >= measured["natural_threshold"])
+            & np.isfinite(s["scores"][r["score"]]))
+    assert (r["members"], r["non_members"]) == (int(s["member_ssim"][keep].sum()),
+                                                int((~s["member_ssim"][keep]).sum())), r
+  by = {(r["attack"], r["kind"], r["stage"], r["score"]): r for r in measured["rows"]}
+  for (attack, kind, stage, score), r in by.items():
+    if score == "margin" and r["informative"]:
+      # −softplus(−margin) is increasing in the margin: the two AUCs are one number.
+      assert by[attack, kind, stage, "neg_loss"]["auc"] == pytest.approx(r["auc"], abs=1e-12)
+
 
 
 def test_rescoring_under_the_runs_own_display_gives_its_records(smoke_report):

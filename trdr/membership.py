@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
+import optax.tree
 
 from trdr import data, evaluate, experiment, io, metrics, paper, roc, victim
 from trdr.attacks import bilevel, init as inits
@@ -42,7 +42,7 @@ SCORES = {
     "neg_moved": "−‖x − x0‖₂ (victim's input space): how little the attack moved the image",
     "lambda": "λ_i: DecoReco's KKT multiplier of the candidate",
     "loo": "‖θ* − θ(X∖x_i)‖² − ‖θ* − θ(X)‖²: how far θ(·) moves from θ* without the image "
-           "(bilevel; θ(·) re-solved from θ*, Runkel eq. 2's lower level; a subsample)",
+           "(bilevel; θ(·) = argmin E re-solved from θ*; a subsample)",
 }
 STAGES = ("reconstruction", "start")
 
@@ -61,7 +61,7 @@ def gradient_norms(target: victim.Victim, images, labels, batch: int = 16) -> np
   def one(xy):
     x, y = xy
     loss = lambda p: jax.nn.softplus(-y * target.apply(p, x[None]).reshape(()))
-    return optax.global_norm(jax.grad(loss)(target.params))
+    return optax.tree.norm(jax.grad(loss)(target.params))
   return np.asarray(jax.jit(lambda xs, ys: jax.lax.map(one, (xs, ys), batch_size=batch))(
       images, labels))
 
@@ -70,8 +70,8 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
                   base, count: int, seed: int = 0) -> np.ndarray:
   """The bilevel leave-one-out score of ``count`` images per grid point (the others NaN):
   ‖θ* − θ(X∖x_i)‖² − ‖θ* − θ(X)‖², θ(·) = argmin_θ E(·, y; θ) (`trdr.victim.energy`, the
-  victim's own training objective, Runkel eq. 2's lower level) re-solved from θ* by L-BFGS
-  to ``config.eval.lower_level_tol`` — the setting ``base`` was computed with.
+  victim's own training objective: the bilevel attack's lower level) re-solved from θ* by
+  L-BFGS to ``config.eval.lower_level_tol`` — the setting ``base`` was computed with.
 
   Args:
     config: the run's config (victim.weight_decay, victim.memory_size, eval.lower_level_*).

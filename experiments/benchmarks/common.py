@@ -24,6 +24,20 @@ def median_time(fn, repeats: int) -> float:
   return float(np.median(times))
 
 
+def timed_alternately(calls: dict, repeats: int) -> dict[str, list[float]]:
+  """Seconds of each call over ``repeats`` rounds, the calls alternating within a round (so
+  load from elsewhere hits every method alike), after one untimed warm-up call each."""
+  for call in calls.values():
+    jax.block_until_ready(call())
+  times = {k: [] for k in calls}
+  for _ in range(repeats):
+    for k, call in calls.items():
+      start = time.perf_counter()
+      jax.block_until_ready(call())
+      times[k].append(time.perf_counter() - start)
+  return times
+
+
 @contextlib.contextmanager
 def x64(enabled: bool):
   """JAX's process-wide ``jax_enable_x64`` set to ``enabled`` inside the block, restored

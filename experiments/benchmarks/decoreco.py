@@ -4,22 +4,32 @@
 m = 1000 candidates x ~ N(0, 10⁻⁶), α = 20, loss + ∇(x, λ) + SGD-momentum steps as in the
 reference code; in float64 and float32, by (a) autodiff, ``jax.value_and_grad(
 decoreco.stationarity_loss)``, and (b) the fused `trdr.attacks.kkt_mlp.value_and_grad`;
-jitted, median of ``repeats`` after a warm-up, the two timed alternately. Printed as a
-Markdown table: ms / iteration, GFLOP/s on each matmul FLOP count (XLA's own count too),
-fused / autodiff in this run; the fused loss's and gradients' largest relative difference
-from autodiff's; with torch installed, the PyTorch transcription of the reference
-iteration (`torch_reference`) timed alongside, in the same run. No ratio to a time
-measured elsewhere is printed: CPUs of our kind differ 2× in matmul peak.
+jitted, median of ``repeats`` after a warm-up, timed alternately. Printed as a
+Markdown table: ms / iteration (median, min–max), GFLOP/s on each matmul FLOP count (XLA's
+own count too), the ratios to autodiff and to the reference in this run; the fused loss's
+and gradients' largest relative difference from autodiff's. With torch installed, the
+PyTorch transcription of the reference iteration (`torch_reference`) is first checked to
+give trdr's loss (float64: to `TRANSCRIPTION_RTOL`), then timed alternately with the two
+JAX methods (rounds of all three, so load hits all alike). Without torch no ratio to the
+reference is printed: none measured elsewhere is ever divided by (CPUs of our kind differ
+2× in matmul peak).
 """
 
 import os
-import time
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import common, paper_size, torch_reference
+
+
+# The reference transcription must give trdr's loss before it is timed against it: float64
+# to 1e-12 relative. Both sum ~4.1e6 squared differences in different orders; rounding
+# errors of a sum of N positive terms grow like √N · ε ≈ 2e3 · 1.1e-16 ≈ 2e-13 (a random
+# walk), so 1e-12 holds for a correct transcription and fails for any wrong term. float32
+# is reported, not gated (√N · ε ≈ 1.2e-4 there).
+TRANSCRIPTION_RTOL = 1e-12
 
 
 def _measure(mlp, dtype, repeats: int, flops: dict) -> tuple[list, list]:
@@ -31,16 +41,6 @@ def _measure(mlp, dtype, repeats: int, flops: dict) -> tuple[list, list]:
   steps = {k: paper_size.momentum_step(f, labels) for k, f in methods.items()}
   xla_flops = {k: jax.jit(f).lower(*args).compile().cost_analysis().get("flops", float("nan"))
                for k, f in methods.items()}
-  times = {k: [] for k in steps}
-  for step in steps.values():
-    jax.block_until_ready(step(params, *state))     # compile and warm up
-  for _ in range(repeats):                           # alternate, so load hits both alike
-    for k, step in steps.items():
-      start = time.perf_counter()
-      jax.block_until_ready(step(params, *state))
-      times[k].append(time.perf_counter() - start)
-  ms = {k: 1e3 * float(np.median(t)) for k, t in times.items()}
-  fastest = {k: 1e3 * float(np.min(t)) for k, t in times.items()}
   (ref_value, ref_grads), (value, grads) = (jax.jit(methods[k])(*args)
                                             for k in ("autodiff", "fused"))
   rel = lambda a, b: float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
@@ -48,15 +48,28 @@ def _measure(mlp, dtype, repeats: int, flops: dict) -> tuple[list, list]:
             f"{rel(value, ref_value):.1e}, ∇x {rel(grads[0], ref_grads[0]):.1e}, "
             f"∇λ {rel(grads[1], ref_grads[1]):.1e}; XLA cost analysis: autodiff "
             f"{xla_flops['autodiff'] / 1e9:.1f}, fused {xla_flops['fused'] / 1e9:.1f} GFLOP")]
-  rows = [(name, k, ms[k], fastest[k], flops[k] / ms[k] / 1e6, ms[k] / ms["autodiff"])
-          for k in steps]
-  torch_iteration = torch_reference.iteration(*args)
-  if torch_iteration is None:
-    notes.append(f"{name}: PyTorch transcription skipped (import torch failed)")
+  calls = {k: (lambda step=step: step(params, *state)) for k, step in steps.items()}
+  reference = torch_reference.iteration(*args)
+  if reference is None:
+    notes.append(f"{name}: PyTorch not installed: no reference timed, no ratio to it")
   else:
-    seconds = common.median_time(torch_iteration, repeats)
-    rows.append((name, "PyTorch transcription (this run)", 1e3 * seconds, float("nan"),
-                 paper_size.TORCH_GFLOP / seconds, 1e3 * seconds / ms["autodiff"]))
+    first = reference()      # its first iteration's loss is at the same (θ, x, λ)
+    difference = abs(first - float(ref_value)) / abs(float(ref_value))
+    notes.append(f"{name}: PyTorch transcription's loss vs trdr's: relative difference "
+                 f"{difference:.1e}")
+    if name == "float64" and not difference <= TRANSCRIPTION_RTOL:
+      notes.append(f"{name}: the transcription differs by more than {TRANSCRIPTION_RTOL:g}: "
+                   "not timed, no ratio")
+    else:
+      calls["reference"] = reference
+  times = common.timed_alternately(calls, repeats)
+  ms = {k: 1e3 * float(np.median(t)) for k, t in times.items()}
+  span = {k: (1e3 * min(t), 1e3 * max(t)) for k, t in times.items()}
+  gflop = {**flops, "reference": paper_size.TORCH_GFLOP * 1e9}
+  label = {"autodiff": "JAX autodiff", "fused": "fused kkt_mlp",
+           "reference": "PyTorch reference transcription"}
+  rows = [(name, label[k], ms[k], span[k], gflop[k] / ms[k] / 1e6, ms[k] / ms["autodiff"],
+           ms[k] / ms["reference"] if "reference" in ms else float("nan")) for k in calls]
   return rows, notes
 
 
@@ -75,11 +88,13 @@ def run(repeats: int) -> None:
         f"∇(x, λ) + SGD momentum; median of {repeats} (backend {jax.default_backend()}, "
         f"{os.cpu_count()} CPUs, load average {load} at the end: other processes share the "
         "CPUs if it exceeds their number) ==\n")
-  print("| dtype | method | ms / iteration, median | fastest | GFLOP/s (median) | "
-        "/ autodiff (this run) |")
-  print("|---|---|---:|---:|---:|---:|")
-  for name, method, ms, fastest, gflops, ratio in rows:
-    print(f"| {name} | {method} | {ms:.0f} | {fastest:.0f} | {gflops:.0f} | {ratio:.2f} |")
+  print("| dtype | method | ms / iteration, median | min–max | GFLOP/s (median) | "
+        "/ autodiff | / reference (this run) |")
+  print("|---|---|---:|---:|---:|---:|---:|")
+  for name, method, ms, (low, high), gflops, ratio, to_reference in rows:
+    reference = "—" if np.isnan(to_reference) else f"{to_reference:.2f}"
+    print(f"| {name} | {method} | {ms:.0f} | {low:.0f}–{high:.0f} | {gflops:.0f} | "
+          f"{ratio:.2f} | {reference} |")
   print(f"\nMatmul FLOPs per iteration: autodiff {flops['autodiff'] / 1e9:.1f} GFLOP, fused "
         f"{flops['fused'] / 1e9:.1f} GFLOP (PyTorch reference {paper_size.TORCH_GFLOP}, with "
         "unused parameter gradients).")

@@ -60,6 +60,6 @@ def iteration(params, images, lambdas, labels):
     loss = loss + 5.0 * (torch.relu(0.05 - lam) ** 2).sum()
     loss.backward()
     optimizer.step()
-    return float(loss)
+    return float(loss.detach())
 
   return run

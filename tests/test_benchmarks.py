@@ -1,0 +1,42 @@
+"""The benchmark's reference: the PyTorch transcription of Haim et al.'s DecoReco iteration
+gives trdr's loss, so the benchmark's ratio to it compares the same computation."""
+
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from trdr import models
+from trdr.attacks import decoreco, kkt_mlp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "experiments"))
+from benchmarks import common, decoreco as decoreco_section, paper_size  # noqa: E402
+from benchmarks import torch_reference  # noqa: E402
+
+
+def test_the_reference_transcription_gives_trdrs_loss_in_float64(x64):
+  pytest.importorskip("torch")
+  mlp = models.HaimMLP(widths=(24, 16),
+                       activation=decoreco.relu_sigmoid_backward(paper_size.ALPHA))
+  apply_fn = lambda p, x: mlp.apply({"params": p}, x)
+  params = models.init_params(mlp, jax.random.key(0), (4, 4, 3), jnp.float64)
+  images, lambdas, labels = common.decoreco_candidates(jax.random.key(1), 8, (4, 4, 3), 0.3,
+                                                       jnp.float64)
+  gate = decoreco_section.TRANSCRIPTION_RTOL     # its error argument is beside it
+  expected = float(decoreco.stationarity_loss(params, images, lambdas, labels,
+                                              apply_fn=apply_fn))
+  fused = float(kkt_mlp.value_and_grad(params, images, lambdas, labels,
+                                       alpha=paper_size.ALPHA)[0])
+  first = torch_reference.iteration(params, images, lambdas, labels)()
+  assert abs(first - expected) <= gate * abs(expected)
+  assert abs(fused - expected) <= gate * abs(expected)
+  # Candidates outside the pixel box [−1, 1]: the prior terms count in both, alike.
+  moved = images + 1.0
+  wrong = float(decoreco.stationarity_loss(params, moved, lambdas, labels, apply_fn=apply_fn))
+  assert abs(torch_reference.iteration(params, moved, lambdas, labels)() - wrong) <= (
+      gate * abs(wrong))
+  # The gate tells those two losses apart (it is not wider than the difference it guards).
+  assert abs(first - wrong) > gate * abs(expected)
