@@ -2,18 +2,13 @@
 
 `paper_size`: MLP 3072-1000-1000-1 with only the first layer's bias, Haim initialisation,
 m = 1000 candidates x ~ N(0, 10⁻⁶), α = 20, loss + ∇(x, λ) + SGD-momentum steps as in the
-reference code; in float64 and float32, by (a) autodiff, ``jax.value_and_grad(
-decoreco.stationarity_loss)``, and (b) the fused `trdr.attacks.kkt_mlp.value_and_grad`;
-jitted, median of ``repeats`` after a warm-up, timed alternately. Printed as a
-Markdown table: ms / iteration (median, min–max), GFLOP/s on each matmul FLOP count (XLA's
-own count too), the ratios to autodiff and to the reference in this run; the fused loss's
-and gradients' largest relative difference from autodiff's. With torch installed, the
-PyTorch transcription of the reference iteration (`torch_reference`) is first checked to
-give trdr's loss (float64: to `TRANSCRIPTION_RTOL`), then timed alternately with the two
-JAX methods (rounds of all three, so load hits all alike). Without torch no ratio to the
-reference is printed: none measured elsewhere is ever divided by (CPUs of our kind differ
-2× in matmul peak).
-"""
+reference code; in float64 and float32, by autodiff (``jax.value_and_grad(decoreco.
+stationarity_loss)``), the fused `trdr.attacks.kkt_mlp.value_and_grad` and, with torch
+installed, the PyTorch transcription of the reference (`torch_reference`), first checked to
+give trdr's loss (float64: to `TRANSCRIPTION_RTOL`). Jitted, warmed up, timed in
+alternating rounds (load hits all alike); a Markdown table of ms / iteration (median,
+min–max), GFLOP/s and the ratios to autodiff and to the reference in this run. Without
+torch no ratio to the reference is printed: none measured elsewhere is divided by."""
 
 import os
 
@@ -24,11 +19,8 @@ import numpy as np
 from benchmarks import common, paper_size, torch_reference
 
 
-# The reference transcription must give trdr's loss before it is timed against it: float64
-# to 1e-12 relative. Both sum ~4.1e6 squared differences in different orders; rounding
-# errors of a sum of N positive terms grow like √N · ε ≈ 2e3 · 1.1e-16 ≈ 2e-13 (a random
-# walk), so 1e-12 holds for a correct transcription and fails for any wrong term. float32
-# is reported, not gated (√N · ε ≈ 1.2e-4 there).
+# Float64 gate on the transcription's loss: both sum ~4.1e6 squares in different orders,
+# whose rounding errors grow like √N · ε ≈ 2e-13 (a random walk); a wrong term is far off.
 TRANSCRIPTION_RTOL = 1e-12
 
 
