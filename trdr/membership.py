@@ -153,7 +153,8 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0) -> di
          "start_member": results["start_member"].reshape(-1),
          "grid_point": np.repeat(np.arange(grid), m)}
   with jax.enable_x64(bool(config.float64)):
-    target = victim.load_saved(config, os.path.join(run_dir, "victim"),
+    target = victim.load_saved(config, config.victim.get("checkpoint_dir")
+                               or os.path.join(run_dir, "victim"),
                                results["final_images"].shape[-3:])
     dtype = jnp.float64 if config.float64 else jnp.float32
     for stage, key, prefix in (("reconstruction", "final_images", ""),
