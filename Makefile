@@ -25,7 +25,7 @@ landscape-affine:  ## Fig. 10(a), 11(a), 12(a): bilevel energy landscape, affine
 landscape-affine-smoke:  ## The same path at toy size, in seconds.
 	$(PYTHON) experiments/landscape.py --config=configs/bilevel_affine.py:smoke --workdir=$(RUNS)/bilevel_affine_smoke --overwrite
 
-benchmark:  ## Vmapped grid vs a loop over initialisations; CG vs quasi-Newton vs Neumann hypergradients.
+benchmark:  ## Side by side in one run: grid vs loop, CG vs quasi-Newton vs Neumann, DecoReco vs the reference.
 	$(PYTHON) experiments/benchmark.py
 
 benchmark-solvers:  ## Only the three hypergradient solves, affine and one-hidden (:cpu) victims.
