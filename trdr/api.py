@@ -115,6 +115,7 @@ def evaluate_reconstructions(images: np.ndarray, task: data.BinaryTask, *,
 
 def run_experiment(config: ml_collections.ConfigDict, workdir: str, mode: str = "attack",
                    overwrite: bool = False):
-  """`trdr.experiment.run`: ``mode`` "landscape", "attack" or "sweep" with every file
+  """`trdr.experiment.run`: ``mode`` "landscape", "attack", "sweep" or "membership" (one
+  run of `trdr.membership`; the whole measurement is `trdr.membership.run`) with every file
   written, checked and resumable; returns landscape.json's records or the summary."""
   return experiment.run(config, workdir, mode, overwrite=overwrite)
