@@ -200,13 +200,12 @@ def _fractions(stage: dict, kind_mask, thresholds, start_member) -> list[dict]:
   rows = []
   for t in thresholds:
     natural = kind_mask & (stage["natural_ssim"] >= t)
-    count = int(natural.sum())
-    frac = lambda x, natural=natural: _fraction(x, natural)
-    rows.append({"threshold": float(t), "natural": count,
-                 "fraction_member": frac(stage["member_ssim"]),
-                 "ssim_l2_agree": frac(stage["member_ssim"] == stage["member_l2"]),
+    agree_start = stage["member_ssim"] == (start_member == 1)
+    rows.append({"threshold": float(t), "natural": int(natural.sum()),
+                 "fraction_member": _fraction(stage["member_ssim"], natural),
+                 "ssim_l2_agree": _fraction(stage["member_ssim"] == stage["member_l2"], natural),
                  "best_buddies": int(np.sum(stage["best_buddy"][natural])),
-                 "start_member_agree": (frac(stage["member_ssim"] == (start_member == 1))
+                 "start_member_agree": (_fraction(agree_start, natural)
                                         if np.all(start_member[natural] >= 0) else None)})
   return rows
 
