@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "trdr")
 
 FLOW = (
-    "trdr", "trdr.io", "trdr.sharding", "trdr.solver",
+    "trdr", "trdr.io", "trdr.sharding", "trdr.distributed", "trdr.solver",
     "trdr.data", "trdr.configs", *(f"trdr.configs.{name}" for name in (
         "bilevel_affine", "bilevel_one_hidden", "decoreco_cifar", "decoreco_multiclass",
         "decoreco_landscape",

@@ -2,8 +2,9 @@
 
 Each script is `app.run(cli.<main>)`. Importing this module defines the flags
 --config (an ml_collections config file, locked: a typo in --config.x.y=... is an
-error), --workdir (``~`` and $VARS expanded) and --overwrite, and for the artefact
-scripts --artefacts.
+error), --workdir (``~`` and $VARS expanded), --overwrite, the flags of a run across processes
+(--distributed, --coordinator_address, --num_processes, --process_id; `trdr.distributed`)
+and for the artefact scripts --artefacts.
 """
 
 import os
@@ -12,7 +13,7 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from trdr import experiment, io, membership, paper, plotting, report, report_figures
+from trdr import distributed, experiment, io, membership, paper, plotting, report, report_figures
 from trdr import verdicts
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
@@ -22,6 +23,14 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where results are written (expe
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a finished run in --workdir.")
 _ARTEFACTS = flags.DEFINE_list("artefacts", list(paper.ARTEFACTS),
                                f"Which of {list(paper.ARTEFACTS)} to write (paper.py).")
+_COORDINATOR = flags.DEFINE_string(
+    "coordinator_address", None, "host:port of process 0 when the grid runs across "
+    "processes (jax.distributed); with --num_processes and --process_id.")
+_NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Processes sharing the grid.")
+_PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0 first.")
+_DISTRIBUTED = flags.DEFINE_bool(
+    "distributed", False, "Join the processes of one run (jax.distributed.initialize); "
+    "without --coordinator_address JAX finds them itself (TPU pod slices, SLURM).")
 flags.mark_flags_as_required(["config"])
 
 
@@ -69,11 +78,14 @@ def experiment_main(mode: str):
   ``mode``, then the run's figures (`plotting.run_figures`)."""
   def main(argv):
     del argv
+    if _DISTRIBUTED.value or _COORDINATOR.value:
+      distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
     workdir = _workdir(_WORKDIR.value or default_workdir(
         config_flags.get_config_filename(flags.FLAGS["config"]),
         "_sweep" if mode == "sweep" else ""))
     experiment.run(_CONFIG.value, workdir, mode, overwrite=_OVERWRITE.value)
-    plotting.run_figures(workdir)
+    if distributed.is_main():
+      plotting.run_figures(workdir)
   return main
 
 

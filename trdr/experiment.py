@@ -31,7 +31,8 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import data, evaluate, io, loop, models, pretrained, starts as start_images, victim
+from trdr import data, distributed, evaluate, io, loop, models, pretrained, victim
+from trdr import starts as start_images
 from trdr.attacks import ATTACKS, init as inits
 from trdr.starts import HPARAM_NAMES
 
@@ -93,7 +94,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
     overwrite: replace a finished run (otherwise FileExistsError): the new run is built
       in ``workdir``.overwrite and replaces the old one only once it has finished.
   Returns:
-    "landscape": the records of landscape.json; "attack" and "sweep": the summary.
+    "landscape": the records of landscape.json; "attack" and "sweep": the summary; None
+    in a process other than 0 of a run across processes (`trdr.distributed`), which
+    writes only its own checkpoint into ``workdir``/process_<i>.
   Raises:
     FileExistsError: ``workdir`` holds a finished run or another config's run.
     RuntimeError: another run holds ``workdir``'s lock.
@@ -119,7 +122,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   if min(task.train_images.shape[1:3]) < max(windows):
     raise ValueError(f"images of {task.train_images.shape[1:3]} pixels are smaller than the "
                      f"SSIM window {max(windows)} (eval.ssim_window, eval.count_windows)")
-  workdir = os.path.abspath(os.path.expandvars(os.path.expanduser(workdir)))
+  if overwrite and distributed.active():
+    raise ValueError("--overwrite is not supported across processes: delete the run "
+                     "directory instead")
+  workdir = distributed.process_dir(
+      os.path.abspath(os.path.expandvars(os.path.expanduser(workdir))))
   # A θ* from a file (victim.load) is read, checked and its architecture taken now.
   config, loaded = pretrained.prepare(config, task, None if overwrite else workdir)
   a = attack_config(config)
@@ -154,12 +161,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
 def _run(config, workdir, mode, task, a, dtype, starts, box):
   """`run` after its checks, holding the work dir's lock."""
   x0, labels, init_key, extra, build_key, settings, loaded = starts
-  resume = io.prepare_workdir(workdir, config, FINISHED[mode])
+  resume = io.prepare_workdir(
+      workdir, config, FINISHED[mode] if distributed.is_main() else distributed.SHARD_FILE)
   logging.info("Task: %d training, %d partition, %d test images of shape %s",
                len(task.train_images), len(task.partition_images), len(task.test_images),
                task.train_images.shape[1:])
   target = pretrained.keep(loaded, workdir) if loaded else victim.load_or_train(
       config, task, config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
+  if distributed.active():  # every process attacks process 0's θ*
+    target = target._replace(params=distributed.broadcast(target.params))
   attack = ATTACKS[a.name](target, a, labels, key=build_key, box=box)
   key_axis = 0 if init_key.ndim else None
   states = jax.vmap(attack.init, in_axes=(0, key_axis))(x0, init_key)
@@ -178,6 +188,10 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
       attack, states, steps=steps, log_every=a.log_every, grid_batch_size=a.grid_batch_size,
       workdir=workdir, resume=resume, trace=trace, stop_on_divergence=mode != "sweep")
   seconds = time.time() - started
+  if not distributed.is_main():  # process 0 evaluates and writes the merged results
+    io.finish(workdir, distributed.SHARD_FILE, {"process": jax.process_index(),
+                                                "processes": jax.process_count()})
+    return None
   images = attack.images(states)
   summary = {"victim": target.metadata["report"], "attack": attack.name,
              "attack_seconds": seconds}

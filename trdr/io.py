@@ -353,10 +353,10 @@ def read_verified(path: str, remedy: str) -> Any:
   return flax.serialization.msgpack_restore(outer["body"])
 
 
-def save_checkpoint(workdir: str, tree: Any) -> None:
-  """Saves a pytree of arrays (NamedTuples and dicts allowed) with its checksum and the
-  SHA-256 of the work dir's config.json, which `load_checkpoint` checks."""
-  write_verified(os.path.join(workdir, CHECKPOINT_FILE),
+def save_checkpoint(workdir: str, tree: Any, name: str = CHECKPOINT_FILE) -> None:
+  """Saves a pytree of arrays (NamedTuples and dicts allowed) as ``workdir``/``name``,
+  with its checksum and the SHA-256 of the work dir's config.json (`load_checkpoint`)."""
+  write_verified(os.path.join(workdir, name),
                  {"run": flax.serialization.to_state_dict(tree),
                   "config_sha256": _config_digest(workdir)})
 
@@ -369,14 +369,14 @@ def _config_digest(workdir: str) -> str:
     return hashlib.sha256(f.read()).hexdigest()
 
 
-def load_checkpoint(workdir: str) -> dict:
-  """The last checkpoint as a nested state dict (restore with flax `from_state_dict`).
+def load_checkpoint(workdir: str, name: str = CHECKPOINT_FILE) -> dict:
+  """The checkpoint ``name`` as a nested state dict (restore with flax `from_state_dict`).
 
   Raises:
     ValueError: the checkpoint is corrupted (`read_verified`), or was written under
       another config.json than the work dir's (a checkpoint copied from another run).
   """
-  path = os.path.join(workdir, CHECKPOINT_FILE)
+  path = os.path.join(workdir, name)
   remedy = f"delete {path} (and {METRICS_FILE}) to start the run again"
   saved = read_verified(path, remedy)
   if not (isinstance(saved, dict) and "run" in saved and "config_sha256" in saved):

@@ -12,6 +12,10 @@ continues from the checkpoint and rewrites metrics.jsonl from the records in it,
 killed at any moment (even between the two writes, or half-way through the append) ends
 with one line per chunk and with the uninterrupted run's numbers: the chunks are the same
 jitted computations on the same inputs.
+
+Across processes (`trdr.distributed`) the grid is sharded over every process's devices,
+each process checkpoints its own block of grid points in its own directory (keeping the
+previous checkpoint), and a resumed run continues from the last step all of them have.
 """
 
 import os
@@ -23,8 +27,10 @@ import jax
 import numpy as np
 from absl import logging
 
-from trdr import io, sharding
+from trdr import distributed, io, sharding
 from trdr.attacks.protocol import Attack
+
+PREVIOUS_FILE = "checkpoint.previous.msgpack"
 
 
 def batch_size(requested: int, grid_size: int, batches_well: bool) -> int:
@@ -114,12 +120,24 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   size = sharding.grid_size(states)
   _, metrics_shape = jax.eval_shape(attack.step, jax.tree.map(lambda x: x[0], states))
   history = {name: np.zeros((size, 0)) for name in metrics_shape._fields}
-  images = jax.jit(jax.vmap(attack.images))
+  jitted_images = jax.jit(jax.vmap(attack.images))
+  # Across processes the states are global arrays; traced on this process's copy.
+  images = (lambda s: jitted_images(jax.tree.map(np.asarray, s))
+            ) if distributed.active() else jitted_images
+  devices = distributed.grid_devices()
+  # Across processes each one checkpoints only its rows of the padded grid.
+  padded = sharding.shard_size(size, devices) * len(devices)
+  rows = distributed.rows(padded, devices) if distributed.active() else slice(0, size)
   traced = {}
   records = []
-  if resume:
-    saved = io.load_checkpoint(workdir)
-    states = flax.serialization.from_state_dict(states, saved["state"])
+  saved = _restore(workdir, resume, size, rows)
+  if saved is not None:
+    if distributed.active():
+      block = flax.serialization.from_state_dict(
+          jax.tree.map(lambda x: _pad(x, padded)[rows], states), saved["state"])
+      states = jax.tree.map(lambda x: x[:size], distributed.gather_rows(block))
+    else:
+      states = flax.serialization.from_state_dict(states, saved["state"])
     history = {k: np.asarray(saved["history"][k]) for k in history}
     _check_resumed(workdir, states, history, size, steps, stop_on_divergence)
     if trace:
@@ -136,9 +154,10 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   batch = batch_size(grid_batch_size, size, attack.batches_well)
   logging.info("%s, %d images per start: %s", attack.name,
                attack.images(jax.tree.map(lambda x: x[0], states)).shape[0],
-               sharding.describe(size, batch))
-  chunk = jax.jit(lambda s, n: run_grid(attack.step, s, n, batch), static_argnums=1)
-  states = sharding.replicate(states)  # as chunk returns it: one compilation, not two
+               sharding.describe(size, batch, devices))
+  chunk = jax.jit(lambda s, n: run_grid(attack.step, s, n, batch, devices), static_argnums=1)
+  # As chunk returns them: one compilation, not two.
+  states = sharding.replicate(states, devices)
   done = history_steps(history)
   while done < steps:
     n = min(log_every, steps - done)
@@ -159,16 +178,70 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
           f"{size} grid points after step {done}; lower the attack's lr (" + (
               f"the checkpoint of step {done - n} in {workdir} is kept)" if done > n else
               "no chunk had finished: nothing was saved)"))
-    io.save_checkpoint(workdir, {"state": states, "history": history,
-                                 "metrics": io.dumps_json(records),
-                                 **({"trace": traced} if trace else {})})
+    block = jax.tree.map(lambda x: _pad(x, padded)[rows], states
+                         ) if distributed.active() else states
+    _save(workdir, {"state": block, "history": history, "metrics": io.dumps_json(records),
+                    **({"trace": traced} if trace else {})})
     io.append_metrics(workdir, records[-1])
     objective = next(iter(history))
     logging.info("step %d/%d  %s: min %s  median %s  max %s  diverged %d  (%.3fs/step)",
                  done, steps, objective, records[-1][f"{objective}_min"],
                  records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
                  records[-1]["diverged"], seconds)
+  if distributed.active():  # this process's copy: the caller's arrays are its own
+    states = jax.tree.map(np.asarray, states)
   return states, history, traced
+
+
+def _pad(x, padded: int) -> np.ndarray:
+  """``x`` [G, ...] as a host array of ``padded`` rows, the last repeated (as
+  `trdr.sharding.grid_map` pads a grid)."""
+  x = np.asarray(x)
+  return x[np.minimum(np.arange(padded), len(x) - 1)]
+
+
+def _save(workdir: str, tree: dict) -> None:
+  """The chunk's checkpoint. Across processes (`trdr.distributed`) the previous one is
+  kept as `PREVIOUS_FILE`: a process may be killed one chunk ahead of another, and the
+  run resumes from the last step that all of them have."""
+  if distributed.active():
+    latest = os.path.join(workdir, io.CHECKPOINT_FILE)
+    if os.path.exists(latest):
+      os.replace(latest, os.path.join(workdir, PREVIOUS_FILE))
+  io.save_checkpoint(workdir, tree)
+
+
+def _restore(workdir: str, resume: bool, size: int, rows: slice) -> dict | None:
+  """The checkpoint to resume (this process's rows ``rows`` of the grid), or None to
+  start from the first step.
+
+  In one process: the work dir's checkpoint when ``resume``. Across processes: the one
+  of the last step every process has (`distributed.common_step`), the latest or the
+  previous checkpoint; none when some process has none.
+
+  Raises:
+    ValueError: a checkpoint that is corrupted, of another config, or (across
+      processes) of other rows of the grid, or no checkpoint of the common step.
+  """
+  saved = io.load_checkpoint(workdir) if resume else None
+  if not distributed.active():
+    return saved
+  step = history_steps(saved["history"]) if saved else 0
+  common = distributed.common_step(step)
+  if common == 0:
+    return None
+  if step != common:
+    saved = io.load_checkpoint(workdir, PREVIOUS_FILE)
+    if history_steps(saved["history"]) != common:
+      raise ValueError(f"{os.path.join(workdir, PREVIOUS_FILE)} is not of step {common}, the "
+                       "last step every process checkpointed; delete the run's checkpoints "
+                       "to start again")
+  length = len(next(iter(jax.tree.leaves(saved["state"]))))
+  if length != rows.stop - rows.start:
+    raise ValueError(f"the checkpoint in {workdir} holds {length} grid points, but this "
+                     f"process runs {rows.stop - rows.start} ({size} over "
+                     f"{jax.process_count()} processes); start the run again")
+  return saved
 
 
 def _check_resumed(workdir, states, history, size, steps, finite) -> None:

@@ -94,7 +94,16 @@ def replicate(tree: PyTree, devices: Sequence[jax.Device] | None = None) -> PyTr
   once for a single-device first input and again for the replicated outputs it returns.
   """
   target = replicated(devices)
-  return tree if target is None else jax.device_put(tree, target)
+  if target is None:
+    return tree
+  if target.is_fully_addressable:
+    return jax.device_put(tree, target)
+  # Devices of other processes (`trdr.distributed`): every process holds the same tree
+  # and supplies the copies on its own devices.
+  def put(leaf):
+    host = np.asarray(leaf)
+    return jax.make_array_from_callback(host.shape, target, lambda index: host[index])
+  return jax.tree.map(put, tree)
 
 
 def _pad(xs: PyTree, size: int, padded: int) -> PyTree:
