@@ -55,6 +55,20 @@ def test_grid_map_on_one_device_is_vmap_or_lax_map():
     jax.tree.map(np.testing.assert_array_equal, out, reference)
 
 
+def test_batches_of_one_keep_the_branches_of_fn():
+  """Batch 1 maps ``fn`` itself: its lax.cond stays a branch (the L-BFGS line search's),
+  where a vmapped batch, even of one, computes both branches and selects."""
+  def fn(p):
+    return jax.lax.cond(p.x[0, 0] > 0, jnp.sin, jnp.cos, p.x)
+  xs = _points(4)
+  branches = [str(jax.make_jaxpr(lambda x, b=b: sharding.grid_map(
+      fn, x, b, devices=jax.local_devices()[:1]))(xs)) for b in (1, 2)]
+  assert "cond[" in branches[0] and "select_n" not in branches[0]
+  assert "select_n" in branches[1]
+  np.testing.assert_array_equal(
+      sharding.grid_map(fn, xs, 1, devices=jax.local_devices()[:1]), jax.vmap(fn)(xs))
+
+
 def test_padding_repeats_the_last_point():
   xs = {"a": jnp.arange(5), "b": jnp.arange(10).reshape(5, 2)}
   padded = sharding._pad(xs, 5, 8)

@@ -63,8 +63,9 @@ def local_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int) -> Py
   Args:
     fn: maps one slice (each leaf [...]) to a pytree of arrays.
     xs: pytree, each leaf [G, ...].
-    batch_size: ≥ 1. ``batch_size >= G``: one `jax.vmap` over the whole axis; smaller:
-      `jax.lax.map` over vmapped batches of ``batch_size`` (a remainder is its own batch).
+    batch_size: ≥ 1. ``batch_size >= G``: one `jax.vmap` over the whole axis; 1:
+      `jax.lax.map` of ``fn`` itself, unbatched; otherwise `jax.lax.map` over vmapped
+      batches of ``batch_size`` (a remainder is its own batch).
   Returns:
     The outputs of ``fn`` stacked along a new leading axis, each leaf [G, ...].
   Raises:
@@ -74,6 +75,10 @@ def local_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int) -> Py
     raise ValueError(f"batch_size must be >= 1, got {batch_size}")
   if batch_size >= grid_size(xs):
     return jax.vmap(fn)(xs)
+  if batch_size == 1:
+    # Not lax.map(batch_size=1), which vmaps fn over a batch of one: under vmap every
+    # lax.cond (the L-BFGS zoom line search's) runs both branches and selects.
+    return jax.lax.map(fn, xs)
   return jax.lax.map(fn, xs, batch_size=batch_size)
 
 
