@@ -71,7 +71,7 @@ def test_batches_of_one_keep_the_branches_of_fn():
 
 def test_padding_repeats_the_last_point():
   xs = {"a": jnp.arange(5), "b": jnp.arange(10).reshape(5, 2)}
-  padded = sharding._pad(xs, 5, 8)
+  padded = sharding.pad(xs, 5, 8)
   np.testing.assert_array_equal(padded["a"], [0, 1, 2, 3, 4, 4, 4, 4])
   np.testing.assert_array_equal(padded["b"][-1], [8, 9])
   assert sharding.shard_size(25, [None] * 8) == 4

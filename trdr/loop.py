@@ -133,8 +133,8 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   saved = _restore(workdir, resume, size, rows)
   if saved is not None:
     if distributed.active():
-      block = flax.serialization.from_state_dict(
-          jax.tree.map(lambda x: _pad(x, padded)[rows], states), saved["state"])
+      block = flax.serialization.from_state_dict(_block(states, size, padded, rows),
+                                                 saved["state"])
       states = jax.tree.map(lambda x: x[:size], distributed.gather_rows(block))
     else:
       states = flax.serialization.from_state_dict(states, saved["state"])
@@ -178,8 +178,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
           f"{size} grid points after step {done}; lower the attack's lr (" + (
               f"the checkpoint of step {done - n} in {workdir} is kept)" if done > n else
               "no chunk had finished: nothing was saved)"))
-    block = jax.tree.map(lambda x: _pad(x, padded)[rows], states
-                         ) if distributed.active() else states
+    block = _block(states, size, padded, rows) if distributed.active() else states
     _save(workdir, {"state": block, "history": history, "metrics": io.dumps_json(records),
                     **({"trace": traced} if trace else {})})
     io.append_metrics(workdir, records[-1])
@@ -193,11 +192,11 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   return states, history, traced
 
 
-def _pad(x, padded: int) -> np.ndarray:
-  """``x`` [G, ...] as a host array of ``padded`` rows, the last repeated (as
-  `trdr.sharding.grid_map` pads a grid)."""
-  x = np.asarray(x)
-  return x[np.minimum(np.arange(padded), len(x) - 1)]
+def _block(states, size: int, padded: int, rows: slice):
+  """This process's ``rows`` of the grid padded as `trdr.sharding.grid_map` pads it, as
+  host arrays."""
+  host = sharding.pad(jax.tree.map(np.asarray, states), size, padded)
+  return jax.tree.map(lambda x: x[rows], host)
 
 
 def _save(workdir: str, tree: dict) -> None:

@@ -111,7 +111,7 @@ def replicate(tree: PyTree, devices: Sequence[jax.Device] | None = None) -> PyTr
   return jax.tree.map(put, tree)
 
 
-def _pad(xs: PyTree, size: int, padded: int) -> PyTree:
+def pad(xs: PyTree, size: int, padded: int) -> PyTree:
   """Each leaf [G, ...] -> [padded, ...], the last slice repeated."""
   index = np.minimum(np.arange(padded), size - 1)
   return jax.tree.map(lambda leaf: leaf[index], xs)
@@ -162,7 +162,7 @@ def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
   # output types"). Grid points use no collectives, so the check has nothing to protect.
   sharded = jax.shard_map(lambda shard: local_map(fn, shard, batch_size), mesh=mesh,
                           in_specs=spec, out_specs=spec, check_vma=False)
-  out = sharded(_pad(xs, size, padded) if padded > size else xs)
+  out = sharded(pad(xs, size, padded) if padded > size else xs)
   full = NamedSharding(mesh, PartitionSpec())
   return jax.tree.map(lambda leaf: jax.lax.with_sharding_constraint(leaf[:size], full), out)
 
