@@ -12,20 +12,23 @@ Sections (--sections, default grid,solvers,decoreco; one module each in experime
   decoreco  one DecoReco iteration at the size of Haim et al. (2022), autodiff vs the
             fused `trdr.attacks.kkt_mlp`, float64 and float32 (~3 minutes on 2 cores;
             `decoreco`).
+  evaluation  the landscape's nearest-neighbour search, one search per set vs trdr's
+            evaluation (one search for all sets, distinct grid points once; `evaluation`).
   sweep     the DecoReco sweep, S settings (--sweep_settings) of --sweep_config vmapped as
             one computation vs a loop over them (minutes; `sweep`).
 
   python experiments/benchmark.py --sections=solvers
   python experiments/benchmark.py --sections=decoreco
+  python experiments/benchmark.py --sections=evaluation
   python experiments/benchmark.py --sections=sweep
 """
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from benchmarks import decoreco, grid, solvers, sweep
+from benchmarks import decoreco, evaluation, grid, solvers, sweep
 
-SECTIONS = ("grid", "solvers", "decoreco", "sweep")
+SECTIONS = ("grid", "solvers", "decoreco", "evaluation", "sweep")
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/bilevel_affine.py",
                                           "Bilevel config of the grid and solvers sections.",
@@ -60,6 +63,8 @@ def main(argv):
     solvers.run([_CONFIG.value, _ONE_HIDDEN_CONFIG.value], _REPEATS.value)
   if "decoreco" in _SECTIONS.value:
     decoreco.run(_DECORECO_REPEATS.value)
+  if "evaluation" in _SECTIONS.value:
+    evaluation.run(_CONFIG.value, _REPEATS.value)
   if "sweep" in _SECTIONS.value:
     sweep.run(_SWEEP_CONFIG.value, _SWEEP_SETTINGS.value, _SWEEP_STEPS.value, _REPEATS.value)
 

@@ -155,17 +155,81 @@ def test_a_run_that_hit_a_full_disk_resumes_bitwise_once_space_is_freed(tmp_path
   assert [r["step"] for r in io.read_metrics(str(run))] == [2, 4, 6]
 
 
+def test_identical_starts_are_attacked_once(tmp_path, monkeypatch):
+  """Grid points whose start states are bit-identical are attacked once and copied back
+  (`trdr.loop.run`): states, history and metrics.jsonl are those of the whole grid
+  attacked point by point, bit for bit (batch 1: every point runs the same program)."""
+  x = jax.random.uniform(jax.random.key(0), (3, 1, 2, 2, 1))
+  states = (x.at[2].set(x[0]), jnp.zeros(3, jnp.int32), jnp.zeros(3, bool))
+  attacked = []
+  grid_of = loop.run_grid
+  monkeypatch.setattr(loop, "run_grid", lambda f, s, *a: attacked.append(len(s[1])) or
+                      grid_of(f, s, *a))
+  kwargs = dict(steps=4, log_every=2, grid_batch_size=1, resume=False)
+  os.makedirs(tmp_path / "once")
+  once = loop.run(_toy_attack(99), states, workdir=str(tmp_path / "once"), **kwargs)
+  assert attacked == [2]  # points 0 and 1; the chunk is compiled once
+  monkeypatch.setattr(loop, "_distinct", lambda s: (np.arange(3), np.arange(3)))
+  os.makedirs(tmp_path / "each")
+  each = loop.run(_toy_attack(99), states, workdir=str(tmp_path / "each"), **kwargs)
+  assert attacked == [2, 3]
+  jax.tree.map(np.testing.assert_array_equal, once[:2], each[:2])
+  strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds_per_step"} for r in rs]
+  assert strip(io.read_metrics(str(tmp_path / "once"))) == strip(
+      io.read_metrics(str(tmp_path / "each")))
+
+
+def test_a_failed_write_of_the_last_checkpoint_is_raised(tmp_path, monkeypatch):
+  """Checkpoints are written by a second thread while the next chunk computes, and the
+  last one is awaited before `loop.run` returns: its full disk is the run's OSError, and
+  the work dir keeps the checkpoint and metrics lines of the chunks before it."""
+  x = jax.random.uniform(jax.random.key(0), (2, 1, 2, 2, 1))  # two distinct starts
+  states = (x, jnp.zeros(2, jnp.int32), jnp.array([False, False]))
+  written = []
+
+  def full(path):  # the third checkpoint write: the one of step 6, the last
+    written.append(path)
+    return sum(io.CHECKPOINT_FILE in p for p in written) == 3 and io.CHECKPOINT_FILE in path
+
+  _fill_disk(monkeypatch, full)
+  with pytest.raises(OSError, match="No space left"):
+    loop.run(_toy_attack(99), states, steps=6, log_every=2, grid_batch_size=2,
+             workdir=str(tmp_path), resume=False)
+  monkeypatch.undo()
+  assert [r["step"] for r in io.read_metrics(str(tmp_path))] == [2, 4]
+  assert np.asarray(io.load_checkpoint(str(tmp_path))["history"]["objective"]).shape == (2, 4)
+  assert glob.glob(str(tmp_path / "*.tmp*")) == []
+
+
+@pytest.mark.parametrize("size", [10, 1_000, 100_000])  # msgpack's bin 8, bin 16, bin 32
+def test_verified_files_are_flax_msgpack_of_body_and_digest(tmp_path, size):
+  """`io.write_verified` writes the map {"body", "sha256"} in three parts, so that a large
+  body is not copied again; the bytes are exactly flax's msgpack of that map."""
+  import hashlib
+  import flax.serialization
+  tree = {"x": np.arange(size, dtype=np.uint8), "name": "θ*"}
+  io.write_verified(str(tmp_path / "f.msgpack"), tree)
+  body = flax.serialization.msgpack_serialize(tree)
+  expected = flax.serialization.msgpack_serialize(
+      {"body": body, "sha256": hashlib.sha256(body).hexdigest()})
+  assert (tmp_path / "f.msgpack").read_bytes() == expected
+  restored = io.read_verified(str(tmp_path / "f.msgpack"), "")
+  np.testing.assert_array_equal(restored["x"], tree["x"])
+  assert restored["name"] == "θ*"
+
+
 def test_a_resumed_state_must_be_finite_and_fit_the_run(tmp_path):
   """A checkpoint whose state holds NaN, or that has more steps or another grid than the
   run, is a ValueError naming it (found: not checked; only its checksum was)."""
-  states = (jnp.ones((2, 1, 2, 2, 1)), jnp.zeros(2, jnp.int32), jnp.array([False, False]))
+  x = jax.random.uniform(jax.random.key(0), (2, 1, 2, 2, 1))  # two distinct starts
+  states = (x, jnp.zeros(2, jnp.int32), jnp.array([False, False]))
   kwargs = dict(log_every=2, grid_batch_size=2, workdir=str(tmp_path), stop_on_divergence=True)
   loop.run(_toy_attack(99), states, steps=4, resume=False, **kwargs)
   path = tmp_path / io.CHECKPOINT_FILE
   saved = io.load_checkpoint(str(tmp_path))
   with pytest.raises(ValueError, match=rf"{path} does not fit this run.*\(2, ≤ 2\)"):
     loop.run(_toy_attack(99), states, steps=2, resume=True, **kwargs)
-  three = jax.tree.map(lambda x: jnp.concatenate([x, x[:1]]), states)
+  three = (jnp.concatenate([x, x[:1] + 1]), *(jnp.concatenate([v, v[:1]]) for v in states[1:]))
   with pytest.raises(ValueError, match=rf"{path} does not fit this run.*\(3, ≤ 6\)"):
     loop.run(_toy_attack(99), three, steps=6, resume=True, **kwargs)
   saved["state"]["0"] = np.asarray(saved["state"]["0"]).copy()

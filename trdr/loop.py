@@ -11,13 +11,16 @@ atomically, and only then the chunk's line appended to metrics.jsonl. A resumed 
 continues from the checkpoint and rewrites metrics.jsonl from the records in it, so a run
 killed at any moment (even between the two writes, or half-way through the append) ends
 with one line per chunk and with the uninterrupted run's numbers: the chunks are the same
-jitted computations on the same inputs.
+jitted computations on the same inputs. The checkpoint is written by a second thread while
+the next chunk computes (one write in flight; `run` returns or raises only after it).
+Grid points with bit-identical start states are attacked once.
 
 Across processes (`trdr.distributed`) the grid is sharded over every process's devices,
 each process checkpoints its own block of grid points in its own directory (keeping the
 previous checkpoint), and a resumed run continues from the last step all of them have.
 """
 
+import concurrent.futures
 import os
 import time
 from typing import Any
@@ -117,13 +120,22 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   """
   if log_every < 1 or steps < 0:
     raise ValueError(f"need log_every >= 1 and steps >= 0, got {log_every} and {steps}")
-  size = sharding.grid_size(states)
+  grid = sharding.grid_size(states)
+  # Starts with bit-identical states (a landscape's five λ2 = 0 points share one noise
+  # start) follow one trajectory, so each is attacked once and `spread` copies it back
+  # (exactly at batch 1; in vmapped batches up to the rounding a batch's size may change).
+  distinct, spread = _distinct(states)
+  size = len(distinct)
+  spread_out = (lambda x: x[spread]) if size < grid else (lambda x: x)
+  if size < grid:
+    states = jax.tree.map(lambda x: x[distinct], states)
   _, metrics_shape = jax.eval_shape(attack.step, jax.tree.map(lambda x: x[0], states))
   history = {name: np.zeros((size, 0)) for name in metrics_shape._fields}
   jitted_images = jax.jit(jax.vmap(attack.images))
   # Across processes the states are global arrays; traced on this process's copy.
-  images = (lambda s: jitted_images(jax.tree.map(np.asarray, s))
-            ) if distributed.active() else jitted_images
+  local = (lambda s: jitted_images(jax.tree.map(np.asarray, s))
+           ) if distributed.active() else jitted_images
+  images = lambda s: spread_out(np.asarray(local(s)))  # every grid point's, for the trace
   devices = distributed.grid_devices()
   # Across processes each one checkpoints only its rows of the padded grid.
   padded = sharding.shard_size(size, devices) * len(devices)
@@ -144,7 +156,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
       if "trace" not in saved:
         raise ValueError(f"the checkpoint in {workdir} was written without the trace this "
                          "run records; remove it (or the run directory) to start again")
-      traced = {k: np.asarray(v).reshape((-1,) if k == "step" else (size, -1))
+      traced = {k: np.asarray(v).reshape((-1,) if k == "step" else (grid, -1))
                 for k, v in saved["trace"].items()}
     records = io.loads_json(saved["metrics"])
     logging.info("Resuming from step %d", history_steps(history))
@@ -152,44 +164,74 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     traced = _traced({}, 0, trace(images(states)))
   io.write_metrics(workdir, records)  # no line for a chunk that is not in the checkpoint
   batch = batch_size(grid_batch_size, size, attack.batches_well)
-  logging.info("%s, %d images per start: %s", attack.name,
+  logging.info("%s, %d images per start%s: %s", attack.name,
                attack.images(jax.tree.map(lambda x: x[0], states)).shape[0],
+               f" ({size} distinct of {grid})" if size < grid else "",
                sharding.describe(size, batch, devices))
   chunk = jax.jit(lambda s, n: run_grid(attack.step, s, n, batch, devices), static_argnums=1)
   # As chunk returns them: one compilation, not two.
   states = sharding.replicate(states, devices)
   done = history_steps(history)
-  while done < steps:
-    n = min(log_every, steps - done)
-    start = time.time()
-    states, step_metrics = chunk(states, n)
-    jax.block_until_ready(states)
-    seconds = (time.time() - start) / n
-    history = {k: np.concatenate([history[k], np.asarray(getattr(step_metrics, k))], axis=1)
-               for k in history}
-    done += n
-    if trace:
-      traced = _traced(traced, done, trace(images(states)))
-    records.append(_record(history, done, n, seconds))
-    if stop_on_divergence and records[-1]["diverged"]:  # before the checkpoint: it stays good
+  # A chunk's checkpoint (and then its metrics line) is written by a second thread while
+  # the next chunk computes: one write in flight, awaited before the next one and before
+  # returning or raising (a kill mid-write leaves the previous checkpoint). Across
+  # processes each write is awaited at once: `_restore` keeps one previous checkpoint,
+  # enough only while no process is more than one checkpoint ahead of another.
+  writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
+  pending = None
+  try:
+    while done < steps:
+      n = min(log_every, steps - done)
+      start = time.time()
+      states, step_metrics = chunk(states, n)
+      jax.block_until_ready(states)
+      seconds = (time.time() - start) / n
+      history = {k: np.concatenate([history[k], np.asarray(getattr(step_metrics, k))],
+                                   axis=1) for k in history}
+      done += n
+      if trace:
+        traced = _traced(traced, done, trace(images(states)))
+      records.append(_record({k: spread_out(v) for k, v in history.items()}, done, n,
+                             seconds))
+      if stop_on_divergence and records[-1]["diverged"]:  # not checkpointed: the last is good
+        objective = next(iter(history))
+        raise FloatingPointError(
+            f"the attack diverged: {objective} is not finite at {records[-1]['diverged']} "
+            f"of {grid} grid points after step {done}; lower the attack's lr (" + (
+                f"the checkpoint of step {done - n} in {workdir} is kept)" if done > n else
+                "no chunk had finished: nothing was saved)"))
+      block = _block(states, size, padded, rows) if distributed.active() else states
+      if pending is not None:
+        pending.result()  # raises the previous write's error, if any
+      pending = writer.submit(_save, workdir, {
+          "state": block, "history": history, "metrics": io.dumps_json(records),
+          **({"trace": traced} if trace else {})}, records[-1])
+      if distributed.active():
+        pending.result()
       objective = next(iter(history))
-      raise FloatingPointError(
-          f"the attack diverged: {objective} is not finite at {records[-1]['diverged']} of "
-          f"{size} grid points after step {done}; lower the attack's lr (" + (
-              f"the checkpoint of step {done - n} in {workdir} is kept)" if done > n else
-              "no chunk had finished: nothing was saved)"))
-    block = _block(states, size, padded, rows) if distributed.active() else states
-    _save(workdir, {"state": block, "history": history, "metrics": io.dumps_json(records),
-                    **({"trace": traced} if trace else {})})
-    io.append_metrics(workdir, records[-1])
-    objective = next(iter(history))
-    logging.info("step %d/%d  %s: min %s  median %s  max %s  diverged %d  (%.3fs/step)",
-                 done, steps, objective, records[-1][f"{objective}_min"],
-                 records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
-                 records[-1]["diverged"], seconds)
+      logging.info("step %d/%d  %s: min %s  median %s  max %s  diverged %d  (%.3fs/step)",
+                   done, steps, objective, records[-1][f"{objective}_min"],
+                   records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
+                   records[-1]["diverged"], seconds)
+  finally:
+    if pending is not None:
+      pending.result()
+    writer.shutdown()
   if distributed.active():  # this process's copy: the caller's arrays are its own
     states = jax.tree.map(np.asarray, states)
-  return states, history, traced
+  return (jax.tree.map(spread_out, states), {k: spread_out(v) for k, v in history.items()},
+          traced)
+
+
+def _distinct(states) -> tuple[np.ndarray, np.ndarray]:
+  """The first grid point of each group of bit-identical states, int[U] ascending, and
+  each point's group, int[G]: states[distinct][spread] is states."""
+  leaves = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(
+      x.dtype, jax.dtypes.prng_key) else x) for x in jax.tree.leaves(states)]
+  first = {}
+  owner = [first.setdefault(io.array_digest(*(x[g] for x in leaves)), g)
+           for g in range(len(leaves[0]))]
+  return np.unique(owner, return_inverse=True)
 
 
 def _block(states, size: int, padded: int, rows: slice):
@@ -199,15 +241,17 @@ def _block(states, size: int, padded: int, rows: slice):
   return jax.tree.map(lambda x: x[rows], host)
 
 
-def _save(workdir: str, tree: dict) -> None:
-  """The chunk's checkpoint. Across processes (`trdr.distributed`) the previous one is
-  kept as `PREVIOUS_FILE`: a process may be killed one chunk ahead of another, and the
-  run resumes from the last step that all of them have."""
+def _save(workdir: str, tree: dict, record: dict) -> None:
+  """The chunk's checkpoint, then its metrics line ``record``. Across processes
+  (`trdr.distributed`) the previous checkpoint is kept as `PREVIOUS_FILE`: a process may
+  be killed one chunk ahead of another, and the run resumes from the last step that all
+  of them have."""
   if distributed.active():
     latest = os.path.join(workdir, io.CHECKPOINT_FILE)
     if os.path.exists(latest):
       os.replace(latest, os.path.join(workdir, PREVIOUS_FILE))
   io.save_checkpoint(workdir, tree)
+  io.append_metrics(workdir, record)
 
 
 def _restore(workdir: str, resume: bool, size: int, rows: slice) -> dict | None:

@@ -48,6 +48,7 @@ __all__ = [
     "minmax_scale",
     "ncc_distances",
     "nearest_neighbours",
+    "nearest_neighbours_per_set",
     "pairwise_l2",
     "pairwise_ssim",
     "ssim",
@@ -146,19 +147,23 @@ class NearestNeighbours(NamedTuple):
   l2: jax.Array
 
 
-@functools.partial(jax.jit, static_argnames=("max_val", "filter_size"))
+@functools.partial(jax.jit, static_argnames=("bounds", "max_val", "filter_size"))
 def _nn_block(
-    queries: jax.Array, candidates: jax.Array, cand: _Prepared, *, max_val: float,
-    filter_size: int,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-  """(index, dm_pix SSIM, L2) of the best candidate for each of n queries [n, H, W, C]."""
+    queries: jax.Array, candidates: jax.Array, cand: _Prepared, *, bounds: tuple,
+    max_val: float, filter_size: int,
+) -> list[tuple[jax.Array, jax.Array, jax.Array]]:
+  """For each set ``candidates[start:stop]`` of ``bounds``: (index in the set, dm_pix
+  SSIM, L2) of the best candidate for each of n queries [n, H, W, C]."""
   sims = _ssim_block(_prepare(queries, filter_size), cand, max_val=max_val,
                      filter_size=filter_size)
-  index = jnp.argmax(sims, axis=1).astype(jnp.int32)
-  matched = candidates[index]
-  sim = _dm_pix_ssim(queries, matched, max_val=max_val,
-                     filter_size=filter_size).astype(jnp.float32)
-  return index, sim, _l2_rows(queries, matched)
+  out = []
+  for start, stop in bounds:
+    index = jnp.argmax(sims[:, start:stop], axis=1).astype(jnp.int32)
+    matched = candidates[start + index]
+    sim = _dm_pix_ssim(queries, matched, max_val=max_val,
+                       filter_size=filter_size).astype(jnp.float32)
+    out.append((index, sim, _l2_rows(queries, matched)))
+  return out
 
 
 def nearest_neighbours(
@@ -196,29 +201,69 @@ def nearest_neighbours(
       candidates is not 4-D or empty, chunk_size < 1 or filter_size is not a positive
       odd int.
   """
+  return nearest_neighbours_per_set(queries, {"candidates": candidates}, max_val=max_val,
+                                    chunk_size=chunk_size, filter_size=filter_size)[
+                                        "candidates"]
+
+
+def nearest_neighbours_per_set(
+    queries: Any,
+    sets: dict[str, Any],
+    *,
+    max_val: float = 1.0,
+    chunk_size: int = _DEFAULT_CHUNK,
+    filter_size: int = FILTER_SIZE,
+) -> dict[str, NearestNeighbours]:
+  """`nearest_neighbours` of the queries in each of several candidate sets, in one search.
+
+  Equal to ``{name: nearest_neighbours(queries, c) for name, c in sets.items()}``, but
+  each chunk's SSIM statistics are computed once and its matrix products run against
+  all sets' candidates together (fewer, larger products: three sets of 500 CIFAR images
+  take ~0.8x the time of three searches).
+
+  Args:
+    queries: as `nearest_neighbours`.
+    sets: name -> float[M_s, H, W, C] candidates (as `nearest_neighbours`'s), M_s >= 1.
+    max_val, chunk_size, filter_size: as `nearest_neighbours`.
+
+  Returns:
+    name -> NearestNeighbours (index into that set).
+
+  Raises:
+    TypeError, ValueError: as `nearest_neighbours`, for any set (the message names it
+      unless it is the only one, "candidates").
+  """
   _check_chunk_size(chunk_size)
   filter_size = _check_filter_size(filter_size)
   queries = _as_float_images(queries, "queries", filter_size)
-  candidates = _check_candidates(candidates, filter_size)
-  _check_same_image_shape(queries, candidates, "queries", "candidates")
-  if candidates.shape[0] == 0:
-    raise ValueError("candidates must contain at least one image")
+  bounds, stop = [], 0
+  for name, candidates in sets.items():
+    what = "candidates" if name == "candidates" else f"candidates {name!r}"
+    candidates = _check_candidates(candidates, filter_size)
+    _check_same_image_shape(queries, candidates, "queries", what)
+    if candidates.shape[0] == 0:
+      raise ValueError(f"{what} must contain at least one image")
+    bounds.append((stop, stop + candidates.shape[0]))
+    stop = bounds[-1][1]
   batch, img = queries.shape[:-3], queries.shape[-3:]
   n = math.prod(batch)
   if n == 0:
     empty = jnp.zeros(batch, jnp.float32)
-    return NearestNeighbours(jnp.zeros(batch, jnp.int32), empty, empty)
+    return {name: NearestNeighbours(jnp.zeros(batch, jnp.int32), empty, empty)
+            for name in sets}
+  candidates = jnp.concatenate([jnp.asarray(c) for c in sets.values()])
   flat = queries.reshape((n,) + img)
   cand = _prepare(candidates, filter_size)
   parts = []
   for start, stop, size in _chunks(n, chunk_size):
     block = _nn_block(
-        _pad_rows(flat[start:stop], size), candidates, cand, max_val=float(max_val),
-        filter_size=filter_size,
+        _pad_rows(flat[start:stop], size), candidates, cand, bounds=tuple(bounds),
+        max_val=float(max_val), filter_size=filter_size,
     )
-    parts.append([x[: stop - start] for x in block])
-  index, sim, l2 = (jnp.concatenate(x).reshape(batch) for x in zip(*parts))
-  return NearestNeighbours(index, sim, l2)
+    parts.append([[x[: stop - start] for x in fields] for fields in block])
+  return {name: NearestNeighbours(*(jnp.concatenate([p[s][f] for p in parts]).reshape(batch)
+                                    for f in range(3)))
+          for s, name in enumerate(sets)}
 
 
 # ------------------------------------------------------- DecoReco (Haim et al. 2022)
