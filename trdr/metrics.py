@@ -218,8 +218,8 @@ def nearest_neighbours_per_set(
 
   Equal to ``{name: nearest_neighbours(queries, c) for name, c in sets.items()}``, but
   each chunk's SSIM statistics are computed once and its matrix products run against
-  all sets' candidates together (fewer, larger products: three sets of 500 CIFAR images
-  take ~0.8x the time of three searches).
+  all sets' candidates together (fewer, larger products; ``python
+  experiments/benchmark.py --sections=evaluation`` times it against a search per set).
 
   Args:
     queries: as `nearest_neighbours`.
