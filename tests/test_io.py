@@ -169,7 +169,7 @@ def test_identical_starts_are_attacked_once(tmp_path, monkeypatch):
   os.makedirs(tmp_path / "once")
   once = loop.run(_toy_attack(99), states, workdir=str(tmp_path / "once"), **kwargs)
   assert attacked == [2]  # points 0 and 1; the chunk is compiled once
-  monkeypatch.setattr(loop, "_distinct", lambda s: (np.arange(3), np.arange(3)))
+  monkeypatch.setattr(loop.sharding, "distinct_points", lambda s: (np.arange(3), np.arange(3)))
   os.makedirs(tmp_path / "each")
   each = loop.run(_toy_attack(99), states, workdir=str(tmp_path / "each"), **kwargs)
   assert attacked == [2, 3]

@@ -79,6 +79,18 @@ def test_padding_repeats_the_last_point():
   assert sharding.shard_size(3, [None] * 8) == 1
 
 
+def test_distinct_points_groups_bit_identical_points():
+  """Points are the same only if every leaf's bytes are: −0.0 is not 0.0, and another
+  PRNG key is another point."""
+  k0, k1 = jax.random.split(jax.random.key(0))
+  xs = {"x": np.array([[0.0, 1.0], [0.0, 1.0], [-0.0, 1.0], [0.0, 1.0]]),
+        "key": jnp.stack([k0, k0, k0, k1])}
+  distinct, spread = sharding.distinct_points(xs)
+  np.testing.assert_array_equal(distinct, [0, 2, 3])
+  np.testing.assert_array_equal(spread, [0, 0, 1, 2])
+  np.testing.assert_array_equal(xs["x"][distinct][spread], xs["x"])
+
+
 def test_grid_map_rejects_bad_inputs():
   with pytest.raises(ValueError, match="batch_size"):
     sharding.grid_map(_fn, _points(3), 0)

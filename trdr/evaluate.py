@@ -19,7 +19,6 @@
   `in_run_score`    Haim et al.'s NCC score, which the sweep ranks settings by
 """
 
-import hashlib
 import types
 
 import jax
@@ -110,10 +109,7 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
   lead = recon.shape[:-4]
   if len(lead):
     points = recon.reshape((-1, *recon.shape[-4:]))
-    first = {}
-    owner = [first.setdefault(hashlib.sha256(np.ascontiguousarray(p)).digest(), i)
-             for i, p in enumerate(points)]
-    unique, inverse = np.unique(owner, return_inverse=True)
+    unique, inverse = sharding.distinct_points(points)
     if len(unique) < len(points):
       once = reconstructions(points[unique], None, sets, display="pixels",
                              thresholds=thresholds, chunk_size=chunk_size,

@@ -124,7 +124,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   # Starts with bit-identical states (a landscape's five λ2 = 0 points share one noise
   # start) follow one trajectory, so each is attacked once and `spread` copies it back
   # (exactly at batch 1; in vmapped batches up to the rounding a batch's size may change).
-  distinct, spread = _distinct(states)
+  distinct, spread = sharding.distinct_points(states)
   size = len(distinct)
   spread_out = (lambda x: x[spread]) if size < grid else (lambda x: x)
   if size < grid:
@@ -221,17 +221,6 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     states = jax.tree.map(np.asarray, states)
   return (jax.tree.map(spread_out, states), {k: spread_out(v) for k, v in history.items()},
           traced)
-
-
-def _distinct(states) -> tuple[np.ndarray, np.ndarray]:
-  """The first grid point of each group of bit-identical states, int[U] ascending, and
-  each point's group, int[G]: states[distinct][spread] is states."""
-  leaves = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(
-      x.dtype, jax.dtypes.prng_key) else x) for x in jax.tree.leaves(states)]
-  first = {}
-  owner = [first.setdefault(io.array_digest(*(x[g] for x in leaves)), g)
-           for g in range(len(leaves[0]))]
-  return np.unique(owner, return_inverse=True)
 
 
 def _block(states, size: int, padded: int, rows: slice):

@@ -17,6 +17,7 @@ README, *Performance*). On CPU, ``XLA_FLAGS=--xla_force_host_platform_device_cou
 sharded grid against the single-device one that way.
 """
 
+import hashlib
 import math
 from typing import Any, Callable, Sequence
 
@@ -115,6 +116,26 @@ def pad(xs: PyTree, size: int, padded: int) -> PyTree:
   """Each leaf [G, ...] -> [padded, ...], the last slice repeated."""
   index = np.minimum(np.arange(padded), size - 1)
   return jax.tree.map(lambda leaf: leaf[index], xs)
+
+
+def distinct_points(xs: PyTree) -> tuple[np.ndarray, np.ndarray]:
+  """The grid points of ``xs`` (leading axis G of every leaf) that are bit-identical, by
+  the SHA-256 of their leaves' bytes (PRNG keys by their key data).
+
+  Returns:
+    (distinct int[U]: the first point of each group, ascending; spread int[G]: each
+    point's group), so that ``xs[distinct][spread]`` is ``xs`` leaf by leaf.
+  """
+  leaves = [np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(
+      x.dtype, jax.dtypes.prng_key) else x) for x in jax.tree.leaves(xs)]
+  first = {}
+  owner = []
+  for g in range(grid_size(xs)):
+    digest = hashlib.sha256()
+    for x in leaves:
+      digest.update(np.ascontiguousarray(x[g]))
+    owner.append(first.setdefault(digest.digest(), g))
+  return np.unique(owner, return_inverse=True)
 
 
 def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
