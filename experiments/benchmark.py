@@ -14,21 +14,25 @@ Sections (--sections, default grid,solvers,decoreco; one module each in experime
             `decoreco`).
   evaluation  the landscape's nearest-neighbour search, one search per set vs trdr's
             evaluation (one search for all sets, distinct grid points once; `evaluation`).
+  table1    Table 1's tolerance sweep of ||θ* − θ||² from θ0 ~ U(0, 1) on the affine
+            (--config) and one-hidden (--one_hidden_config) victims: re-solves vmapped
+            over the tolerances vs one re-solve read at each (`table1`).
   sweep     the DecoReco sweep, S settings (--sweep_settings) of --sweep_config vmapped as
             one computation vs a loop over them (minutes; `sweep`).
 
   python experiments/benchmark.py --sections=solvers
   python experiments/benchmark.py --sections=decoreco
   python experiments/benchmark.py --sections=evaluation
+  python experiments/benchmark.py --sections=table1
   python experiments/benchmark.py --sections=sweep
 """
 
 from absl import app, flags
 from ml_collections import config_flags
 
-from benchmarks import decoreco, evaluation, grid, solvers, sweep
+from benchmarks import decoreco, evaluation, grid, solvers, sweep, table1
 
-SECTIONS = ("grid", "solvers", "decoreco", "evaluation", "sweep")
+SECTIONS = ("grid", "solvers", "decoreco", "evaluation", "table1", "sweep")
 
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/bilevel_affine.py",
                                           "Bilevel config of the grid and solvers sections.",
@@ -47,7 +51,7 @@ _SWEEP_CONFIG = config_flags.DEFINE_config_file(
     lock_config=True)
 _ONE_HIDDEN_CONFIG = config_flags.DEFINE_config_file(
     "one_hidden_config", "configs/bilevel_one_hidden.py:cpu",
-    "Config of the one-hidden victim for the solvers section.", lock_config=True)
+    "Config of the one-hidden victim for the solvers and table1 sections.", lock_config=True)
 
 
 def main(argv):
@@ -65,6 +69,8 @@ def main(argv):
     decoreco.run(_DECORECO_REPEATS.value)
   if "evaluation" in _SECTIONS.value:
     evaluation.run(_CONFIG.value, _REPEATS.value)
+  if "table1" in _SECTIONS.value:
+    table1.run([_CONFIG.value, _ONE_HIDDEN_CONFIG.value], _REPEATS.value)
   if "sweep" in _SECTIONS.value:
     sweep.run(_SWEEP_CONFIG.value, _SWEEP_SETTINGS.value, _SWEEP_STEPS.value, _REPEATS.value)
 

@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trdr import data, metrics, sharding, victim
+from trdr import data, metrics, sharding, solver, victim
 from trdr.attacks import bilevel
 
 DISPLAYS = ("pixels", "minmax")
@@ -217,8 +217,9 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
     theta_star: θ*.
     images: float[G, n, H, W, C] reconstructions (input space).
     labels: float[n].
-    tol: the lower-level tolerance, a float, or a sequence of T of them (one re-solve
-      each: a tolerance sweep).
+    tol: the lower-level tolerance, a float, or a sequence of T of them (a tolerance
+      sweep: one re-solve to the tightest, read where each would have stopped it,
+      `trdr.solver.observe_at_tolerances`).
     max_iter, memory_size: the lower-level L-BFGS settings.
     batch: grid points per vmapped batch and device (`trdr.loop.batch_size`).
     theta_init: the re-solves' start θ0 (like θ*); None: θ* itself. Runkel et al. start
@@ -229,18 +230,18 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
   """
   labels = jnp.asarray(labels)
   start = theta_star if theta_init is None else theta_init
-  dtype = jax.tree.leaves(theta_star)[0].dtype
 
-  def distance(x, t):
-    theta = victim.minimize_energy(lambda p: energy_fn(p, x, labels), start,
-                                   max_iter=max_iter, tol=t, memory_size=memory_size)[0]
-    return bilevel.param_distance(theta_star, theta)
+  def fn(x):
+    energy = lambda p: energy_fn(p, x, labels)
+    if np.ndim(tol) == 0:
+      theta = victim.minimize_energy(energy, start, max_iter=max_iter, tol=tol,
+                                     memory_size=memory_size)[0]
+      return bilevel.param_distance(theta_star, theta)
+    # A sweep is one re-solve to the tightest tolerance, observed where each would stop.
+    return solver.observe_at_tolerances(
+        energy, start, lambda theta: bilevel.param_distance(theta_star, theta),
+        tols=tol, max_iter=max_iter, memory_size=memory_size)
 
-  if np.ndim(tol) == 0:
-    fn = lambda x: distance(x, tol)
-  else:  # one program: the re-solves vmapped over the tolerances
-    tols = jnp.asarray(tol, dtype)
-    fn = lambda x: jax.vmap(lambda t: distance(x, t))(tols)
   return np.asarray(jax.jit(lambda xs: sharding.grid_map(fn, xs, batch))(images))
 
 
