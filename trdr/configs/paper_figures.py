@@ -37,6 +37,8 @@ TABLE1_TOLERANCES = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
 # ":smoke": the affine victim only, to 1e-4 (the re-solves run as long as the tightest
 # tolerance needs: from θ0 ~ U(0, 1) to 1e-6 they took ~80 s of the smoke report's 190 s of
 # CPU, most of it the one-hidden victim's; there Table 1 falls back to the re-solve from θ*).
+# That was the earlier sweep, vmapped over t, ~20x slower than today's one re-solve read at
+# each t (README, Performance: `benchmark.py --sections=table1`).
 SMOKE_TABLE1_TOLERANCES = (1e-2, 1e-3, 1e-4)
 
 
