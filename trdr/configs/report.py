@@ -15,11 +15,9 @@ trdr/verdicts.py for the rules.
 
 Runtime (this 2-core CPU): ":smoke" 230 s from scratch (2026-11-22, with the one-hidden
 victim warm-started; its seed-1 repeats of the two bilevel runs ~55 s of it). ":cpu":
-44 min (2,639 s) from scratch before this revision's repeats, start-image evaluation,
-Table 1 sweeps and U(0, 1) lower-level starts; not rerun since. Estimated now from its
-parts (affine run 8.3 min with U(0, 1) lower-level starts, +4.5 min; start evaluation and
-Table 1 sweeps ≈ +5 min; each seed's repeats ≈ 21 min): ≈ 95 min, over the 60 min the
-report should take on 2 cores. Paper
+≈ 94 min from scratch on a fresh clone (2026-11-22, two parts, README "Results of make
+figures": DecoReco figures 48.5 min, seed repeats 24.5, membership 13.5, Figs. 1–4 and
+Table 1 3.1, figures 2), over the 60 min the report should take on 2 cores. Paper
 size: not run (no GPU was available).
 """
 
