@@ -73,7 +73,8 @@ def observe_at_tolerances(fun: EnergyFn, params0: Params, observe: Callable[[Par
   # In the gradient norm's dtype, as minimize_energy compares its float tol.
   tols = jnp.asarray(tols, jax.tree.leaves(params0)[0].dtype)
   # (observations, met): a NaN observation is a value (a diverged θ), not "unset".
-  unset = (jnp.zeros(tols.shape, observe(params0).dtype), jnp.zeros(tols.shape, bool))
+  unset = (jnp.zeros(tols.shape, jax.eval_shape(observe, params0).dtype),
+           jnp.zeros(tols.shape, bool))
 
   def record(seen, params, grad_norm):
     values, met = seen
