@@ -179,6 +179,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   # enough only while no process is more than one checkpoint ahead of another.
   writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
   pending = None
+  objective = next(iter(history))
   try:
     while done < steps:
       n = min(log_every, steps - done)
@@ -194,7 +195,6 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
       records.append(_record({k: spread_out(v) for k, v in history.items()}, done, n,
                              seconds))
       if stop_on_divergence and records[-1]["diverged"]:  # not checkpointed: the last is good
-        objective = next(iter(history))
         raise FloatingPointError(
             f"the attack diverged: {objective} is not finite at {records[-1]['diverged']} "
             f"of {grid} grid points after step {done}; lower the attack's lr (" + (
@@ -208,7 +208,6 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
           **({"trace": traced} if trace else {})}, records[-1])
       if distributed.active():
         pending.result()
-      objective = next(iter(history))
       logging.info("step %d/%d  %s: min %s  median %s  max %s  diverged %d  (%.3fs/step)",
                    done, steps, objective, records[-1][f"{objective}_min"],
                    records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],

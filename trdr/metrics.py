@@ -236,15 +236,15 @@ def nearest_neighbours_per_set(
   _check_chunk_size(chunk_size)
   filter_size = _check_filter_size(filter_size)
   queries = _as_float_images(queries, "queries", filter_size)
-  bounds, stop = [], 0
+  bounds, end = [], 0  # each set's rows [start, stop) in the concatenated candidates
   for name, candidates in sets.items():
     what = "candidates" if name == "candidates" else f"candidates {name!r}"
     candidates = _check_candidates(candidates, filter_size)
     _check_same_image_shape(queries, candidates, "queries", what)
     if candidates.shape[0] == 0:
       raise ValueError(f"{what} must contain at least one image")
-    bounds.append((stop, stop + candidates.shape[0]))
-    stop = bounds[-1][1]
+    bounds.append((end, end + candidates.shape[0]))
+    end = bounds[-1][1]
   batch, img = queries.shape[:-3], queries.shape[-3:]
   n = math.prod(batch)
   if n == 0:
