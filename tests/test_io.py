@@ -201,6 +201,38 @@ def test_a_failed_write_of_the_last_checkpoint_is_raised(tmp_path, monkeypatch):
   assert glob.glob(str(tmp_path / "*.tmp*")) == []
 
 
+@pytest.mark.parametrize("failure", ["divergence", "trace"])
+def test_a_failed_write_in_flight_does_not_replace_the_runs_own_error(tmp_path, monkeypatch,
+                                                                     failure):
+  """The checkpoint of step 2 hits a full disk while the next chunk computes, and that
+  chunk fails on its own (the attack diverges, or the trace raises): the run raises its
+  own error, not the writer's OSError (found: the wait in `finally` replaced it), and a
+  divergence names the checkpoint that was not written instead of calling it kept."""
+  states = (jnp.ones((2, 1, 2, 2, 1)), jnp.zeros(2, jnp.int32), jnp.array([False, True]))
+  calls = []
+
+  def trace(images):  # called at step 0, then after each chunk; fails after the second
+    calls.append(len(calls))
+    if len(calls) == 3:
+      raise RuntimeError("the trace failed")
+    return {"mean": np.mean(images, axis=(1, 2, 3, 4))}
+
+  _fill_disk(monkeypatch, lambda path: io.CHECKPOINT_FILE in path)
+  if failure == "divergence":
+    with pytest.raises(FloatingPointError, match=r"after step 4.*checkpoint of step 2 could "
+                                                 r"not be written.*No space left"):
+      loop.run(_toy_attack(3), states, steps=6, log_every=2, grid_batch_size=2,
+               workdir=str(tmp_path), resume=False, stop_on_divergence=True)
+  else:
+    with pytest.raises(RuntimeError, match="the trace failed"):
+      loop.run(_toy_attack(99), states, steps=6, log_every=2, grid_batch_size=2,
+               workdir=str(tmp_path), resume=False, trace=trace)
+  monkeypatch.undo()
+  assert not os.path.exists(tmp_path / io.CHECKPOINT_FILE)
+  assert io.read_metrics(str(tmp_path)) == []
+  assert glob.glob(str(tmp_path / "*.tmp*")) == []
+
+
 @pytest.mark.parametrize("size", [10, 1_000, 100_000])  # msgpack's bin 8, bin 16, bin 32
 def test_verified_files_are_flax_msgpack_of_body_and_digest(tmp_path, size):
   """`io.write_verified` writes the map {"body", "sha256"} in three parts, so that a large

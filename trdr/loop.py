@@ -195,31 +195,49 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
       records.append(_record({k: spread_out(v) for k, v in history.items()}, done, n,
                              seconds))
       if stop_on_divergence and records[-1]["diverged"]:  # not checkpointed: the last is good
+        failed, pending = _settle(pending), None
         raise FloatingPointError(
             f"the attack diverged: {objective} is not finite at {records[-1]['diverged']} "
             f"of {grid} grid points after step {done}; lower the attack's lr (" + (
-                f"the checkpoint of step {done - n} in {workdir} is kept)" if done > n else
-                "no chunk had finished: nothing was saved)"))
+                "no chunk had finished: nothing was saved)" if done == n else
+                f"the checkpoint of step {done - n} in {workdir} is kept)" if failed is None
+                else f"the checkpoint of step {done - n} could not be written: {failed!r}; "
+                f"{workdir} keeps the one before it, if any)"))
       block = _block(states, size, padded, rows) if distributed.active() else states
-      if pending is not None:
-        pending.result()  # raises the previous write's error, if any
+      if pending is not None:  # raises the previous write's error, if any (once)
+        previous, pending = pending, None
+        previous.result()
       pending = writer.submit(_save, workdir, {
           "state": block, "history": history, "metrics": io.dumps_json(records),
           **({"trace": traced} if trace else {})}, records[-1])
       if distributed.active():
-        pending.result()
+        previous, pending = pending, None
+        previous.result()
       logging.info("step %d/%d  %s: min %s  median %s  max %s  diverged %d  (%.3fs/step)",
                    done, steps, objective, records[-1][f"{objective}_min"],
                    records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
                    records[-1]["diverged"], seconds)
+  except BaseException:
+    _settle(pending)  # logged, not raised: the run's own error is the one to see
+    raise
   finally:
-    if pending is not None:
-      pending.result()
     writer.shutdown()
+  if pending is not None:
+    pending.result()
   if distributed.active():  # this process's copy: the caller's arrays are its own
     states = jax.tree.map(np.asarray, states)
   return (jax.tree.map(spread_out, states), {k: spread_out(v) for k, v in history.items()},
           traced)
+
+
+def _settle(pending) -> BaseException | None:
+  """Waits for the checkpoint write in flight (a future, or None) on a path that is
+  already failing: its error is logged and returned, not raised, so that it does not
+  replace the run's own error."""
+  if pending is None or pending.exception() is None:
+    return None
+  logging.error("the checkpoint write in flight failed as well: %r", pending.exception())
+  return pending.exception()
 
 
 def _block(states, size: int, padded: int, rows: slice):
