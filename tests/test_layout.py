@@ -26,8 +26,8 @@ FLOW = (
     "trdr.attacks.decoreco", "trdr.attacks",
     "trdr.loop", "trdr.ssim", "trdr.metrics", "trdr.evaluate", "trdr.starts", "trdr.experiment",
     "trdr.roc", "trdr.realism", "trdr.plotting", "trdr.report_figures", "trdr.paper",
-    "trdr.membership", "trdr.claims", "trdr.verdicts", "trdr.report", "trdr.api",
-    "trdr.cli",
+    "trdr.membership", "trdr.claims", "trdr.decoreco_verdicts", "trdr.verdicts", "trdr.report",
+    "trdr.api", "trdr.cli",
 )
 MAX_MODULE_LINES = 400
 MAX_SCRIPT_LINES = 100

@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from trdr import report, verdicts
+from trdr import claims, report, verdicts
 
 
 # ------------------------------------------------------------------------- verdict rules
@@ -212,7 +212,7 @@ def test_fig12_trend_along_lambda1_equal_one_per_attack():
 
 
 def _verdict(**checks):
-  return {"measured": {}, "checks": checks, "verdict": verdicts._all_any(checks)}
+  return {"measured": {}, "checks": checks, "verdict": claims._all_any(checks)}
 
 
 def test_a_verdict_whose_passing_checks_the_start_also_passes_is_uninformative():
@@ -281,7 +281,7 @@ def test_every_claim_is_quoted_from_the_paper_with_its_source():
   bracketed insertions that stand for the symbols the text extract lacks) stands in the
   paper's text or its captions (../shared/paper, beside the repository)."""
   for name in (*report.ARTEFACTS, "membership"):
-    claim, source, rule = verdicts._claim(name, verdicts.RULES)
+    claim, source, rule = claims.claim(name)
     assert source and rule and "{" not in rule and re.search("“[^”]+”", claim), name
   texts = [os.path.join(PAPER_DIR, f) for f in ("runkel2024_text.txt",
                                                 "runkel2024_with_equations.txt")]

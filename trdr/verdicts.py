@@ -22,52 +22,17 @@ is "uninformative" (`with_baseline`).
 """
 
 import numpy as np
-import scipy.stats
 
-from trdr import realism
 from trdr.attacks import init as inits
-from trdr.claims import CLAIMS, RULES
+from trdr.claims import (  # noqa: F401 (CLAIMS, VERDICTS: the rules and verdicts of this module)
+    CLAIMS, NOT_REPRODUCED, NOT_TESTED, PARTLY, REPRODUCED, RULES, UNINFORMATIVE, VERDICTS,
+    verdict_of, with_baseline)
+from trdr.decoreco_verdicts import (spearman, verdict_fig5, verdict_fig6, verdict_fig7,
+                                    verdict_fig8, verdict_fig9)
 from trdr.evaluate import START, own_start_fraction
 
-REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, NOT_TESTED = (
-    "reproduced", "partly", "not reproduced", "uninformative", "not tested")
-VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, NOT_TESTED)
 VICTIMS = ("affine", "one_hidden")
 ATTACKS = ("bilevel", "decoreco")
-
-
-def _claim(name: str, rules: dict) -> tuple[str, str, str]:
-  claim, source, rule = CLAIMS[name]
-  return claim, source, rule.format(**rules)
-
-
-def _all_any(checks: dict) -> str:
-  passed = list(checks.values())
-  return REPRODUCED if all(passed) else PARTLY if any(passed) else NOT_REPRODUCED
-
-
-def _result(name, measured, checks, verdict=None, rules=None) -> dict:
-  claim, source, rule = _claim(name, rules or RULES)
-  return {"artefact": name, "claim": claim, "source": source, "rule": rule,
-          "measured": measured, "checks": checks, "verdict": verdict or _all_any(checks)}
-
-
-def with_baseline(verdict: dict, baseline: dict) -> dict:
-  """``verdict`` with the same rule's result on the start images (``baseline``) beside it,
-  and "uninformative" when the start images pass every check the reconstructions pass.
-
-  Args:
-    verdict, baseline: one verdict function's output on the runs' numbers and on
-      `baseline_evidence`.
-  Returns:
-    A copy of ``verdict`` with "baseline": {"measured", "checks", "verdict"}.
-  """
-  passed = [k for k, ok in verdict["checks"].items() if ok]
-  informative = [k for k in passed if not baseline["checks"].get(k, False)]
-  out = {**verdict, "baseline": {k: baseline[k] for k in ("measured", "checks", "verdict")}}
-  if verdict["verdict"] in (REPRODUCED, PARTLY) and not informative:
-    out["verdict"] = UNINFORMATIVE
-  return out
 
 
 def baseline_evidence(evidence):
@@ -107,7 +72,7 @@ def verdict_fig1(pure: dict, rules: dict = RULES) -> dict:
     checks[f"{v}: SSIM to train < {limit}"] = bool(r["ssim_to_train"] < limit)
     checks[f"{v}: SSIM to noise > to train"] = bool(r["ssim_to_noise"] > r["ssim_to_train"])
     checks[f"{v}: ||θ*−θ||² < {small:g}"] = bool(r["param_distance"] < small)
-  return _result("fig1", measured, checks, rules=rules)
+  return verdict_of("fig1", measured, checks, rules=rules)
 
 
 def verdict_fig2(pure: dict, rules: dict = RULES) -> dict:
@@ -122,7 +87,7 @@ def verdict_fig2(pure: dict, rules: dict = RULES) -> dict:
         r["ssim_to_train"] > rules["recovered_min_ssim"]
         and r["l2_to_train"] < rules["recovered_max_l2"])
     checks[f"{v}: ||θ*−θ||² < {small:g}"] = bool(r["param_distance"] < small)
-  return _result("fig2", measured, checks, rules=rules)
+  return verdict_of("fig2", measured, checks, rules=rules)
 
 
 def verdict_partition_init(name: str, records: list[dict], images: dict,
@@ -136,7 +101,7 @@ def verdict_partition_init(name: str, records: list[dict], images: dict,
               "SSIM to partition": r["ssim_to_partition"], "||θ*−θ||²": r["param_distance"]}
   checks = {f"own start nearest for > {rules['majority']:g}": fraction > rules["majority"],
             f"||θ*−θ||² < {small:g}": bool(r["param_distance"] < small)}
-  return _result(name, measured, checks, rules=rules)
+  return verdict_of(name, measured, checks, rules=rules)
 
 
 def verdict_table1(table: dict, rules: dict = RULES) -> dict:
@@ -147,123 +112,8 @@ def verdict_table1(table: dict, rules: dict = RULES) -> dict:
     for column, value in row["measured"].items():
       measured[f"{v} {column}"] = value
       checks[f"{v} {column} < {small:g}"] = bool(value < small)
-  return _result("table1", measured, checks, rules=rules)
+  return verdict_of("table1", measured, checks, rules=rules)
 
-
-def _count(summary: dict, level: float) -> int:
-  return int(summary["reconstructed"][f"ssim_ge_{level:g}"])
-
-
-def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES) -> dict:
-  """Fig. 5 from the summary.json of the untuned (σ = 1) and the tuned DecoReco runs."""
-  level, most = rules["ssim_level"], rules["fig5_max_untuned"]
-  u, t = _count(untuned, level), _count(tuned, level)
-  buddies = lambda summary: int(summary["reconstructed_best_buddies"][f"ssim_ge_{level:g}"])
-  measured = {"untuned: reconstructed": u, "tuned: reconstructed": t,
-              # Haim et al.'s matching, as context: best-buddy pairs (NCC) at the level.
-              "untuned: best buddies": buddies(untuned), "tuned: best buddies": buddies(tuned),
-              "n_train": tuned["n_train"]}
-  checks = {f"untuned ≤ {most}": u <= most, "untuned < tuned": u < t}
-  return _result("fig5", measured, checks, rules=rules)
-
-
-def _quiz(train_ssim, public_ssim, rules):
-  """Fig. 6's quiz (`trdr.realism.quiz`) and its measured numbers; None when there are too
-  few reconstructions for a rank below rules["low_rank"]."""
-  if np.size(train_ssim) <= rules["low_rank"]:
-    return None, {"reconstructions": int(np.size(train_ssim))}
-  q = realism.quiz(train_ssim, public_ssim, top=rules["fig6_top"], low_rank=rules["low_rank"])
-  ssim, real = np.asarray(train_ssim)[q.index], np.asarray(public_ssim)[q.index]
-  return q, {"quiz ranks": [int(r) for r in q.rank],
-             "quiz SSIM to nearest training image": [round(float(x), 3) for x in ssim],
-             "quiz realism (SSIM to nearest public image)": [round(float(x), 3) for x in real],
-             "reconstructions": int(np.size(train_ssim))}
-
-
-def _top_four_and_odd(q, train_ssim, rules) -> dict:
-  ssim = np.asarray(train_ssim)[q.index]
-  top = np.delete(ssim, q.odd)
-  level = rules["ssim_level"]
-  return {f"the {rules['fig6_top']} top-ranked each SSIM ≥ {level}": bool(np.all(top >= level)),
-          f"the low-ranked one SSIM < {level}": bool(ssim[q.odd] < level)}
-
-
-def verdict_fig6(train_ssim, public_ssim, rules: dict = RULES) -> dict:
-  """Fig. 6 from the tuned run's per-reconstruction SSIM to the nearest training image and
-  to the nearest public (test-split) image, float[m] each."""
-  q, measured = _quiz(train_ssim, public_ssim, rules)
-  if q is None:
-    return _result("fig6", measured, {}, NOT_TESTED, rules)
-  return _result("fig6", measured, _top_four_and_odd(q, train_ssim, rules), rules=rules)
-
-
-def spearman(x, y) -> float:
-  """Spearman rank correlation of float[n] x and y (average ranks for ties); NaN when
-  either is constant or n < 2."""
-  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
-  if x.size < 2:
-    return float("nan")
-  if np.all(x == x[0]) or np.all(y == y[0]):  # undefined (scipy would warn and give NaN)
-    return float("nan")
-  return float(scipy.stats.spearmanr(x, y).statistic)
-
-
-def verdict_fig7(train_ssim, public_ssim, best_ssim_per_train, phi_train,
-                 rules: dict = RULES) -> dict:
-  """Fig. 7 from the tuned run: the quiz's reveal (SSIM to the nearest training / public
-  image float[m] each) and, as context, Haim et al.'s SSIM-vs-|Φ| finding (best SSIM per
-  training image float[n], the victim's output Φ(x_i) float[n])."""
-  best = np.asarray(best_ssim_per_train, np.float64)
-  rho = spearman(best, np.abs(np.asarray(phi_train, np.float64)))
-  q, measured = _quiz(train_ssim, public_ssim, rules)
-  measured["ρ(best SSIM, |Φ|) (Haim et al.)"] = rho
-  if q is None:
-    return _result("fig7", measured, {}, NOT_TESTED, rules)
-  real = np.asarray(public_ssim)[q.index]
-  checks = {**_top_four_and_odd(q, train_ssim, rules),
-            "the least realistic-looking of the five is not the low-ranked one": bool(
-                np.argmin(real) != q.odd)}
-  return _result("fig7", measured, checks, rules=rules)
-
-
-def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
-  """Fig. 8 from the tuned run's per-reconstruction SSIM to the nearest training image and
-  to the nearest public image, float[m] each: does the realism score tell top-ranked from
-  low-ranked reconstructions (`trdr.realism.top_vs_low`)?"""
-  ssim = np.asarray(train_ssim, np.float64)
-  level, top_rank = rules["ssim_level"], rules["top_rank"]
-  measured = {"reconstructions": int(ssim.size),
-              f"reconstructions with SSIM ≥ {level}": int(np.sum(ssim >= level))}
-  if ssim.size <= rules["low_rank"]:
-    return _result("fig8", measured, {}, NOT_TESTED, rules)
-  t = realism.top_vs_low(ssim, public_ssim, top_rank=top_rank, low_rank=rules["low_rank"])
-  measured.update({"realism AUC, top vs low-ranked": t["auc"],
-                   "95% interval": [t["low"], t["high"]], "top": t["n_top"],
-                   "low-ranked": t["n_low"]})
-  top = ssim[realism.ranks(ssim) <= top_rank]
-  checks = {f"the top {top_rank} each SSIM ≥ {level}": bool(np.all(top >= level)),
-            "the realism AUC's interval reaches 0.5": bool(t["low"] <= 0.5)}
-  return _result("fig8", measured, checks, rules=rules)
-
-
-def verdict_fig9(results: dict, rules: dict = RULES) -> dict:
-  """Fig. 9 from the partition run's results (per reconstruction: train_l2, partition_l2,
-  train_ssim, partition_ssim, partition_index, start_partition_index, float/int[m]; per
-  training image best_ssim_per_train and best_buddy_ssim_per_train float[n])."""
-  fraction = own_start_fraction(results)
-  level = rules["ssim_level"]
-  buddies = np.nan_to_num(np.asarray(results["best_buddy_ssim_per_train"], np.float64),
-                          nan=-np.inf)
-  count = int(np.sum(buddies >= level))
-  measured = {"own start nearest (fraction)": fraction,
-              "training images recovered (best buddies)": count,
-              "training images with a reconstruction ≥ level": int(np.sum(
-                  np.asarray(results["best_ssim_per_train"]) >= level)),
-              **{k: float(np.mean(results[k]))
-                 for k in ("train_l2", "partition_l2", "train_ssim", "partition_ssim")}}
-  checks = {f"own start nearest for > {rules['majority']:g}": fraction > rules["majority"],
-            "≥ 1 training image recovered (best buddies)": count >= 1}
-  return _result("fig9", measured, checks, rules=rules)
 
 
 def _line(records: list[dict], fixed_key: str, free_key: str) -> list[dict]:
@@ -299,7 +149,7 @@ def verdict_fig10(comparable: dict, rules: dict = RULES) -> dict:
     measured[f"{a}: rise of L2 to train, ground truth → noise (min-max)"] = rise[a]
   checks["bilevel rises more than DecoReco towards noise"] = bool(
       rise["bilevel"] > rise["decoreco"])
-  return _result("fig10", measured, checks, rules=rules)
+  return verdict_of("fig10", measured, checks, rules=rules)
 
 
 def verdict_fig11(landscapes: dict, comparable: dict, rules: dict = RULES) -> dict:
@@ -315,7 +165,7 @@ def verdict_fig11(landscapes: dict, comparable: dict, rules: dict = RULES) -> di
     checks[f"{attack}: L2 to partition < to train for λ1 < {limit:g}"] = bool(
         points and all(r["l2_to_partition"] < r["l2_to_train"] for r in points))
   gt_measured, gt_checks = _bilevel_nearer_at_ground_truth(comparable)
-  return _result("fig11", measured | gt_measured, checks | gt_checks, rules=rules)
+  return verdict_of("fig11", measured | gt_measured, checks | gt_checks, rules=rules)
 
 
 def verdict_fig12(landscapes: dict, comparable: dict, rules: dict = RULES) -> dict:
@@ -330,7 +180,7 @@ def verdict_fig12(landscapes: dict, comparable: dict, rules: dict = RULES) -> di
         round(r["l2_to_train"], 3) for r in _line(records, "lambda1", "lambda2")]
     checks[f"{attack}: ρ ≤ {limit}"] = bool(rho <= limit)
   gt_measured, gt_checks = _bilevel_nearer_at_ground_truth(comparable)
-  return _result("fig12", measured | gt_measured, checks | gt_checks, rules=rules)
+  return verdict_of("fig12", measured | gt_measured, checks | gt_checks, rules=rules)
 
 
 def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, dict]:
@@ -358,7 +208,7 @@ def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
   results = []
   for stage in ("reconstruction", "start"):
     numbers, checks = _membership_checks(measured, stage, rules)
-    results.append(_result("membership", numbers, checks,
+    results.append(verdict_of("membership", numbers, checks,
                            None if checks else UNINFORMATIVE, rules))
   return with_baseline(*results)
 
