@@ -11,7 +11,7 @@ WORKDIR/paper_figures), decoreco (configs/decoreco_figures.py, same variant: Fig
 into WORKDIR/decoreco_figures), membership (configs/membership.py, same variant: the
 adversary's membership experiment, into WORKDIR/membership), repeat_seeds / repeat_runs
 (the repeats over seeds, into WORKDIR/seeds/seed_{s}). Finished runs are reused; see
-trdr/verdicts.py for the rules.
+trdr/claims.py and trdr/verdicts.py for the rules.
 
 Runtime (this 2-core CPU): ":smoke" 230 s from scratch (2026-11-22, with the one-hidden
 victim warm-started; its seed-1 repeats of the two bilevel runs ~55 s of it). ":cpu":
