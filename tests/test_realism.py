@@ -12,16 +12,36 @@ def test_ranks_put_the_most_similar_first_and_break_ties_by_index():
 
 def test_quiz_takes_the_top_four_and_the_most_realistic_low_ranked_one_fourth():
   similarity = np.linspace(1.0, 0.0, 60)       # rank = index + 1
+  nearest = np.arange(60)                      # every reconstruction its own training image
   real = np.zeros(60)
   real[57], real[20] = 0.9, 1.0                 # index 20 is ranked above 50: not eligible
-  q = realism.quiz(similarity, real)
+  q = realism.quiz(similarity, nearest, real)
   np.testing.assert_array_equal(q.index, [0, 1, 2, 57, 3])
   np.testing.assert_array_equal(q.rank, [1, 2, 3, 58, 4])
   assert q.odd == 3
   with pytest.raises(ValueError, match="more than 50"):
-    realism.quiz(similarity[:50], real[:50])
+    realism.quiz(similarity[:50], nearest[:50], real[:50])
   with pytest.raises(ValueError, match="1-D"):
-    realism.quiz(similarity, real[:10])
+    realism.quiz(similarity, nearest, real[:10])
+  with pytest.raises(ValueError, match="nearest"):
+    realism.quiz(similarity, nearest[:10], real)
+
+
+def test_quiz_shows_a_training_image_once():
+  """Ranks 1–3 and 5 reconstruct training image 7, rank 4 image 2, rank 6 image 9 and rank
+  7 image 2 again: the top picks are the best-ranked reconstruction of each distinct
+  training image in rank order, ranks 1, 4, 6 and 8 (found: the :cpu report's quiz showed
+  one training image four times)."""
+  similarity = np.linspace(1.0, 0.0, 60)       # rank = index + 1
+  nearest = np.arange(60) + 100
+  nearest[[0, 1, 2, 4]], nearest[[3, 6]], nearest[5] = 7, 2, 9
+  q = realism.quiz(similarity, nearest, np.zeros(60))
+  np.testing.assert_array_equal(np.delete(q.rank, q.odd), [1, 4, 6, 8])
+  assert len(set(nearest[np.delete(q.index, q.odd)])) == 4
+  # Two training images in all: two top picks, the odd one after them.
+  q = realism.quiz(similarity, np.arange(60) % 2, np.zeros(60))
+  np.testing.assert_array_equal(q.rank, [1, 2, 51])
+  assert q.odd == 2
 
 
 def test_auc_interval_covers_its_auc_and_separates_what_is_separated():

@@ -97,24 +97,35 @@ def test_fig5_uniform_at_most_three_and_fewer_than_tuned():
 
 def _ranked(top, low_realism, m=60):
   """Quiz inputs: m reconstructions whose SSIM to the training set falls with the index
-  (rank = index + 1; ``top`` for the first four, the rest below the level), realism 0.5
-  for those ranked 1–50 and ``low_realism`` below (the most realistic of them: index 57)."""
+  (rank = index + 1; ``top`` for the first four, the rest below the level), each nearest
+  to its own training image, realism 0.5 for those ranked 1–50 and ``low_realism`` below
+  (the most realistic of them: index 57)."""
   ssim = np.linspace(0.35, 0.0, m)
   ssim[:4] = top
   real = np.full(m, 0.5)
   real[50:] = low_realism
   real[57] = low_realism + 0.01
-  return ssim, real
+  return ssim, np.arange(m), real
 
 
-def test_fig6_quiz_needs_four_reconstructions_at_the_level_and_a_low_ranked_one():
+def test_fig6_quiz_needs_four_training_images_at_the_level_and_a_low_ranked_one():
   level = verdicts.RULES["ssim_level"]
-  ssim, real = _ranked(level + 0.1, 0.6)
-  v = verdicts.verdict_fig6(ssim, real)
+  ssim, nearest, real = _ranked(level + 0.1, 0.6)
+  v = verdicts.verdict_fig6(ssim, nearest, real)
   assert v["verdict"] == "reproduced"
   assert v["measured"]["quiz ranks"] == [1, 2, 3, 58, 4]
   assert verdicts.verdict_fig6(*_ranked(level - 0.1, 0.6))["verdict"] == "partly"
-  assert verdicts.verdict_fig6(ssim[:50], real[:50])["verdict"] == "not tested"
+  assert verdicts.verdict_fig6(ssim[:50], nearest[:50], real[:50])["verdict"] == "not tested"
+  # Ranks 1–8 all reconstruct training image 0: the picks are ranks 1, 9, 10 and 11, the
+  # last below the level and outside the top 10.
+  ssim[:10] = level + 0.1
+  v = verdicts.verdict_fig6(ssim, np.where(np.arange(60) < 8, 0, nearest), real)
+  assert v["measured"]["quiz ranks"] == [1, 9, 10, 58, 11]
+  assert [ok for ok in v["checks"].values()] == [False, False, True]
+  # Only three training images are nearest to any reconstruction: three picks.
+  v = verdicts.verdict_fig6(ssim, np.arange(60) % 3, real)
+  assert v["measured"]["quiz ranks"] == [1, 2, 3, 58]
+  assert [ok for ok in v["checks"].values()] == [False, False, True]
 
 
 def test_fig7_the_least_realistic_of_the_quiz_is_not_the_low_ranked_one():
@@ -125,8 +136,9 @@ def test_fig7_the_least_realistic_of_the_quiz_is_not_the_low_ranked_one():
   assert v["verdict"] == "reproduced", v["checks"]
   # The low-ranked one is the least realistic-looking: the adversary finds it.
   assert verdicts.verdict_fig7(*_ranked(level + 0.1, 0.2), best, phi)["verdict"] == "partly"
-  ssim, real = _ranked(level + 0.1, 0.2)
-  assert verdicts.verdict_fig7(ssim[:50], real[:50], best, phi)["verdict"] == "not tested"
+  ssim, nearest, real = _ranked(level + 0.1, 0.2)
+  assert verdicts.verdict_fig7(ssim[:50], nearest[:50], real[:50], best, phi)["verdict"] == (
+      "not tested")
 
 
 def test_fig8_realism_auc_interval_decides():

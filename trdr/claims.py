@@ -80,18 +80,19 @@ CLAIMS = {
              "which one?”",
              "Fig. 6 caption; Sec. 4.4",
              "rank the tuned run's reconstructions by SSIM to their nearest training image; "
-             "the quiz shows the {fig6_top} best-ranked and, fourth, the most realistic-"
-             "looking one (realism: SSIM to its nearest public test-split image, no training "
-             "set needed) ranked below {low_rank}: the four each have SSIM ≥ {ssim_level} "
-             "(they are reconstructions of training images) and the fourth has SSIM < "
-             "{ssim_level}. Not tested with ≤ {low_rank} reconstructions"),
+             "the quiz shows the best-ranked reconstruction of each of the {fig6_top} best-"
+             "reconstructed training images (a training image once, however often it is "
+             "reconstructed) and, fourth, the most realistic-looking one (realism: SSIM to "
+             "its nearest public test-split image, no training set needed) ranked below "
+             "{low_rank}: the four are {fig6_top} distinct training images, each SSIM ≥ "
+             "{ssim_level} (reconstructed), ranked in the top {top_rank}, and the fourth has "
+             "SSIM < {ssim_level}. Not tested with ≤ {low_rank} reconstructions"),
     "fig7": ("“Solution: Clearly, the 4th reconstruction (top row) is not within the top 50 "
              "nearest neighbours to actual training images (bottom row).” — “Only when "
              "looking at the reconstructions in combination with the training images, one is "
              "able to distinguish the four high ranked images from the low-ranked”",
              "Fig. 7 caption; Sec. 4.4",
-             "the quiz of Fig. 6: its four top-ranked reconstructions each have SSIM ≥ "
-             "{ssim_level} to a training image, and an adversary without the training set "
+             "the quiz of Fig. 6 and its checks, and an adversary without the training set "
              "who picks the least realistic-looking of the five (lowest SSIM to the public "
              "test split) does not pick the low-ranked one. Measured beside, named as "
              "theirs: Haim et al.'s finding (their Fig. 4) that well-reconstructed images "

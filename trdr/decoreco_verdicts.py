@@ -28,31 +28,39 @@ def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES) -> dict:
   return verdict_of("fig5", measured, checks, rules=rules)
 
 
-def _quiz(train_ssim, public_ssim, rules):
+def _quiz(train_ssim, train_index, public_ssim, rules):
   """Fig. 6's quiz (`trdr.realism.quiz`) and its measured numbers; None when there are too
   few reconstructions for a rank below rules["low_rank"]."""
   if np.size(train_ssim) <= rules["low_rank"]:
     return None, {"reconstructions": int(np.size(train_ssim))}
-  q = realism.quiz(train_ssim, public_ssim, top=rules["fig6_top"], low_rank=rules["low_rank"])
+  q = realism.quiz(train_ssim, train_index, public_ssim, top=rules["fig6_top"],
+                   low_rank=rules["low_rank"])
   ssim, real = np.asarray(train_ssim)[q.index], np.asarray(public_ssim)[q.index]
   return q, {"quiz ranks": [int(r) for r in q.rank],
+             "quiz nearest training images": [int(i) for i in np.asarray(train_index)[q.index]],
              "quiz SSIM to nearest training image": [round(float(x), 3) for x in ssim],
              "quiz realism (SSIM to nearest public image)": [round(float(x), 3) for x in real],
              "reconstructions": int(np.size(train_ssim))}
 
 
 def _top_four_and_odd(q, train_ssim, rules) -> dict:
+  """The quiz's checks: its top picks are four distinct training images reconstructed
+  (each SSIM ≥ the level) and "among the top 10"; the odd one is not reconstructed."""
   ssim = np.asarray(train_ssim)[q.index]
-  top = np.delete(ssim, q.odd)
-  level = rules["ssim_level"]
-  return {f"the {rules['fig6_top']} top-ranked each SSIM ≥ {level}": bool(np.all(top >= level)),
+  top, top_rank = np.delete(ssim, q.odd), np.delete(q.rank, q.odd)
+  level, four = rules["ssim_level"], rules["fig6_top"]
+  return {f"{four} distinct training images, each SSIM ≥ {level}": bool(
+              top.size == four and np.all(top >= level)),
+          f"the {four} among the top {rules['top_rank']}": bool(
+              top.size == four and np.all(top_rank <= rules["top_rank"])),
           f"the low-ranked one SSIM < {level}": bool(ssim[q.odd] < level)}
 
 
-def verdict_fig6(train_ssim, public_ssim, rules: dict = RULES) -> dict:
-  """Fig. 6 from the tuned run's per-reconstruction SSIM to the nearest training image and
-  to the nearest public (test-split) image, float[m] each."""
-  q, measured = _quiz(train_ssim, public_ssim, rules)
+def verdict_fig6(train_ssim, train_index, public_ssim, rules: dict = RULES) -> dict:
+  """Fig. 6 from the tuned run's per-reconstruction SSIM to the nearest training image
+  float[m], that image's index int[m], and the SSIM to the nearest public (test-split)
+  image float[m]."""
+  q, measured = _quiz(train_ssim, train_index, public_ssim, rules)
   if q is None:
     return verdict_of("fig6", measured, {}, NOT_TESTED, rules)
   return verdict_of("fig6", measured, _top_four_and_odd(q, train_ssim, rules), rules=rules)
@@ -69,14 +77,15 @@ def spearman(x, y) -> float:
   return float(scipy.stats.spearmanr(x, y).statistic)
 
 
-def verdict_fig7(train_ssim, public_ssim, best_ssim_per_train, phi_train,
+def verdict_fig7(train_ssim, train_index, public_ssim, best_ssim_per_train, phi_train,
                  rules: dict = RULES) -> dict:
   """Fig. 7 from the tuned run: the quiz's reveal (SSIM to the nearest training / public
-  image float[m] each) and, as context, Haim et al.'s SSIM-vs-|Φ| finding (best SSIM per
-  training image float[n], the victim's output Φ(x_i) float[n])."""
+  image float[m] each, the nearest training image's index int[m]) and, as context, Haim et
+  al.'s SSIM-vs-|Φ| finding (best SSIM per training image float[n], the victim's output
+  Φ(x_i) float[n])."""
   best = np.asarray(best_ssim_per_train, np.float64)
   rho = spearman(best, np.abs(np.asarray(phi_train, np.float64)))
-  q, measured = _quiz(train_ssim, public_ssim, rules)
+  q, measured = _quiz(train_ssim, train_index, public_ssim, rules)
   measured["ρ(best SSIM, |Φ|) (Haim et al.)"] = rho
   if q is None:
     return verdict_of("fig7", measured, {}, NOT_TESTED, rules)

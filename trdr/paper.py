@@ -239,7 +239,8 @@ def _quiz(results):
   paper's 50 where the run has more reconstructions, else below half of them."""
   m = len(results["train_ssim"])
   low = realism.LOW_RANK if m > realism.LOW_RANK else m // 2
-  return realism.quiz(results["train_ssim"], results["public_ssim"], low_rank=low), low
+  return realism.quiz(results["train_ssim"], results["train_index"], results["public_ssim"],
+                      low_rank=low), low
 
 
 def fig6(runs, config):
@@ -247,8 +248,9 @@ def fig6(runs, config):
   results = _results(runs, "tuned")
   quiz, low = _quiz(results)
   return {"fig6": report_figures.quiz_figure(results, quiz, title=(
-      f"Fig. 6: {realism.QUIZ_TOP} of these are the best-ranked reconstructions (by SSIM to "
-      f"their nearest training image), one is ranked below {low}. Which one?"))}
+      f"Fig. 6: {realism.QUIZ_TOP} of these are the best reconstructions of different "
+      f"training images (by SSIM to their nearest one), one is ranked below {low}. "
+      "Which one?"))}
 
 
 def fig7(runs, config):

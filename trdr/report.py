@@ -125,7 +125,7 @@ def collect(workdir: str, repeats: bool = False) -> dict:
       "partition_images": {v: arrays(v, per_image, inits.pure_index(pure[v], "partition"))
                            for v in pure},
       "summaries": {name: io.read_json(run(name, "summary.json")) for name in decoreco},
-      "results": {name: arrays(name, (*per_image, *per_train, "public_ssim"))
+      "results": {name: arrays(name, (*per_image, *per_train, "public_ssim", "train_index"))
                   for name in decoreco},
   }
   table = os.path.join(workdir, "paper_figures", "table1.json")

@@ -229,9 +229,10 @@ def _verdicts_of(evidence: dict, rules: dict) -> dict:
   if {"untuned", "tuned"} <= set(s):
     out["fig5"] = verdict_fig5(s["untuned"], s["tuned"], rules)
   if tuned is not None:
-    out.update(fig6=verdict_fig6(tuned["train_ssim"], tuned["public_ssim"], rules),
-               fig7=verdict_fig7(tuned["train_ssim"], tuned["public_ssim"],
-                                 tuned["best_ssim_per_train"], tuned["phi_train"], rules),
+    quiz = (tuned["train_ssim"], tuned["train_index"], tuned["public_ssim"])
+    out.update(fig6=verdict_fig6(*quiz, rules),
+               fig7=verdict_fig7(*quiz, tuned["best_ssim_per_train"], tuned["phi_train"],
+                                 rules),
                fig8=verdict_fig8(tuned["train_ssim"], tuned["public_ssim"], rules))
   if "partition" in res:
     out["fig9"] = verdict_fig9(res["partition"], rules)
