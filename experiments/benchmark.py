@@ -6,6 +6,8 @@ Sections (--sections, default grid,solvers,decoreco; one module each in experime
 
   grid      the eq. 10 grid attacked as one vmapped computation, in vmapped batches and
             in a Python loop over initialisations: times, ratios, differences (`grid`).
+  lower_level  the grid with the branch-free Newton–CG lower level vs L-BFGS, each in a
+            loop over the grid points and Newton–CG as one vmap (`lower_level`).
   solvers   the hypergradient solves CG, quasi-Newton and Neumann on the affine (--config)
             and one-hidden (--one_hidden_config) victims, float64: time and accuracy
             against CG at tol 1e-10, as a Markdown table (`solvers`).
@@ -20,6 +22,7 @@ Sections (--sections, default grid,solvers,decoreco; one module each in experime
   sweep     the DecoReco sweep, S settings (--sweep_settings) of --sweep_config vmapped as
             one computation vs a loop over them (minutes; `sweep`).
 
+  python experiments/benchmark.py --sections=lower_level
   python experiments/benchmark.py --sections=solvers
   python experiments/benchmark.py --sections=decoreco
   python experiments/benchmark.py --sections=evaluation
@@ -30,14 +33,15 @@ Sections (--sections, default grid,solvers,decoreco; one module each in experime
 from absl import app, flags
 from ml_collections import config_flags
 
-from benchmarks import decoreco, evaluation, grid, solvers, sweep, table1
+from benchmarks import decoreco, evaluation, grid, lower_level, solvers, sweep, table1
 
-SECTIONS = ("grid", "solvers", "decoreco", "evaluation", "table1", "sweep")
+SECTIONS = ("grid", "lower_level", "solvers", "decoreco", "evaluation", "table1", "sweep")
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/bilevel_affine.py",
-                                          "Bilevel config of the grid and solvers sections.",
-                                          lock_config=True)
-_STEPS = flags.DEFINE_integer("steps", 3, "Outer steps timed per initialisation (grid).")
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", "configs/bilevel_affine.py",
+    "Bilevel config of the grid, lower_level and solvers sections.", lock_config=True)
+_STEPS = flags.DEFINE_integer("steps", 3,
+                              "Outer steps timed per initialisation (grid, lower_level).")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (median reported).")
 _SECTIONS = flags.DEFINE_list("sections", ["grid", "solvers", "decoreco"],
                               f"Which of {list(SECTIONS)} to run (in that order).")
@@ -63,6 +67,8 @@ def main(argv):
     raise app.UsageError(f"--decoreco_repeats must be >= 5, got {_DECORECO_REPEATS.value}")
   if "grid" in _SECTIONS.value:
     grid.run(_CONFIG.value, _STEPS.value, _REPEATS.value)
+  if "lower_level" in _SECTIONS.value:
+    lower_level.run(_CONFIG.value, _STEPS.value, _REPEATS.value)
   if "solvers" in _SECTIONS.value:
     solvers.run([_CONFIG.value, _ONE_HIDDEN_CONFIG.value], _REPEATS.value)
   if "decoreco" in _SECTIONS.value:

@@ -1,18 +1,21 @@
-"""The lower-level L-BFGS solver: a tolerance sweep read off one run (Table 1's re-solves)."""
+"""The lower-level solvers: a tolerance sweep read off one L-BFGS run (Table 1's re-solves),
+and the branch-free Newton–CG."""
 
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax.tree
 import pytest
 
 from trdr import models, solver, victim
 from trdr.attacks import bilevel
 
 _MODEL = models.Affine()
+WD = 1e-2
 ENERGY = functools.partial(victim.energy, apply_fn=lambda p, x: _MODEL.apply({"params": p}, x),
-                           weight_decay=1e-2)
+                           weight_decay=WD)
 # From loose to beyond what float64 reaches, and one that θ0 already meets.
 TOLS = (1e6, 1e-1, 1e-3, 1e-5, 1e-7, 1e-9, 1e-30)
 
@@ -66,3 +69,50 @@ def test_a_nan_observation_is_kept(x64):
   swept = np.asarray(solver.observe_at_tolerances(energy, theta0, nan_at_start,
                                                   tols=(1e6, 1e-5), max_iter=200))
   assert np.isnan(swept[0]) and np.isfinite(swept[1])
+
+
+# ------------------------------------------ Newton–CG, the branch-free lower level
+
+
+def _strongly_convex_bound(energy, *thetas):
+  """E = logistic loss + (wd/2)||θ||² is wd-strongly convex, so every θ lies within
+  ||∇E(θ)|| / wd of the one minimiser, and two θ within the sum of theirs of each other."""
+  return sum(float(optax.tree.norm(jax.grad(energy)(t))) for t in thetas) / WD
+
+
+@pytest.mark.parametrize("tol", [1e-6, 1e-10])
+def test_newton_cg_reaches_the_minimiser_lbfgs_reaches(x64, tol):
+  energy, _, theta0 = _problem()
+  lbfgs = jax.jit(lambda t: victim.minimize_energy(energy, t, max_iter=1000, tol=tol))(theta0)
+  theta, grad_norm, num_iter = jax.jit(lambda t: solver.minimize_newton_cg(
+      energy, t, max_iter=100, tol=tol, cg_iters=50))(theta0)
+  assert lbfgs[1].grad_norm < tol and grad_norm < tol and 0 < num_iter < 100
+  distance = float(bilevel.param_distance(theta, lbfgs[0])) ** 0.5
+  assert distance <= _strongly_convex_bound(energy, theta, lbfgs[0])
+
+
+def test_newton_cg_has_no_branches_and_batches_as_one_by_one(x64):
+  """No `lax.cond` in Newton–CG's program (L-BFGS's zoom line search has them, and a
+  vmapped cond runs both branches for every member), and a vmapped batch of starts
+  converges as each start alone does."""
+  energy, theta_star, _ = _problem()
+  starts = jax.vmap(lambda k: models.uniform_params(k, theta_star))(
+      jax.random.split(jax.random.key(3), 3))
+  solve = lambda t: solver.minimize_newton_cg(energy, t, max_iter=100, tol=1e-9)
+  program = lambda f: str(jax.make_jaxpr(f)(jax.tree.map(lambda leaf: leaf[0], starts)))
+  assert "cond[" in program(lambda t: victim.minimize_energy(energy, t, max_iter=9, tol=0.0))
+  assert "cond[" not in program(solve)
+  batched, grad_norms, _ = jax.jit(jax.vmap(solve))(starts)
+  assert np.all(np.asarray(grad_norms) < 1e-9)
+  pick = lambda tree, i: jax.tree.map(lambda leaf: leaf[i], tree)
+  for i in range(3):
+    alone, member = jax.jit(solve)(pick(starts, i))[0], pick(batched, i)
+    assert float(bilevel.param_distance(member, alone)) ** 0.5 <= _strongly_convex_bound(
+        energy, member, alone)
+
+
+def test_newton_cg_refuses_an_empty_budget():
+  with pytest.raises(ValueError, match="max_iter >= 1 and cg_iters >= 1"):
+    solver.minimize_newton_cg(lambda p: p ** 2, 1.0, max_iter=0, tol=1e-3)
+  with pytest.raises(ValueError, match="max_iter >= 1 and cg_iters >= 1"):
+    solver.minimize_newton_cg(lambda p: p ** 2, 1.0, max_iter=5, tol=1e-3, cg_iters=0)

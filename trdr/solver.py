@@ -113,3 +113,90 @@ def _lbfgs(fun, params0, *, max_iter, tol, memory_size, record=None, seen=()):
   init = (params0, opt.init(params0), grad_norm0, jnp.asarray(0, jnp.int32),
           keep(seen, params0, grad_norm0))
   return jax.lax.while_loop(not_done, step, init)
+
+
+# Newton–CG's step sizes 1, 1/2, …, 2^-(BACKTRACKS-1), all evaluated at once.
+BACKTRACKS = 12
+ARMIJO = 1e-4  # sufficient decrease: f(θ + αd) ≤ f(θ) + ARMIJO α ∇fᵀd
+
+
+def minimize_newton_cg(fun: EnergyFn, params0: Params, *, max_iter: int, tol: float,
+                       cg_iters: int = 100) -> tuple[Params, jax.Array, jax.Array]:
+  """Minimises a smooth function by truncated Newton–CG to ||∇f|| < tol, branch-free.
+
+  The bilevel attack's lower level for a batched grid (`jax.vmap`): `minimize_energy`'s
+  zoom line search branches (`lax.cond`), and a vmapped branch runs both sides for every
+  member. Here every iteration is the same program for every member:
+    * the Newton direction d ≈ −H⁻¹∇f by at most ``cg_iters`` conjugate-gradient steps
+      on Hessian-vector products (`jax.jvp` of `jax.grad`), until the residual is below
+      min(1/2, √||∇f||)·||∇f|| (the forcing term of inexact Newton: superlinear near the
+      minimum) or the curvature pᵀHp ≤ 0 (then d is the CG iterate so far, or −∇f if
+      there is none: a descent direction either way). Vmapped, a batch takes as many
+      steps as its slowest member, the others masked;
+    * the step size: ``f`` at θ + 2⁻ᵏd for k < `BACKTRACKS`, vmapped, and the largest
+      that meets the Armijo condition (none: no step).
+  Converges for a strongly convex f (the affine victim with weight decay; Nocedal &
+  Wright, Thm. 7.2); for a non-convex one it is a descent method to a stationary point.
+
+  Args:
+    fun: params -> float[] scalar.
+    params0: the starting point, a pytree of float arrays.
+    max_iter: most Newton iterations (≥ 1).
+    tol: stop when the Euclidean norm of ∇f over all leaves is below it (a NaN norm
+      stops too, and is never below it).
+    cg_iters: conjugate-gradient steps per Newton iteration (≥ 1).
+  Returns:
+    (params, grad_norm float[] at them, num_iter int32[]).
+  Raises:
+    ValueError: max_iter < 1 or cg_iters < 1.
+  """
+  if max_iter < 1 or cg_iters < 1:
+    raise ValueError(f"need max_iter >= 1 and cg_iters >= 1, got {max_iter} and {cg_iters}")
+  grad_fn = jax.grad(fun)
+  steps = 2.0 ** -jnp.arange(BACKTRACKS)
+
+  def direction(params, grad, grad_norm):
+    hvp = lambda v: jax.jvp(grad_fn, (params,), (v,))[1]
+    forcing = jnp.minimum(0.5, jnp.sqrt(grad_norm)) * grad_norm
+
+    def cg_step(carry):
+      d, r, p, rr, stopped, i = carry
+      hp = hvp(p)
+      curvature = optax.tree.vdot(p, hp)
+      stopped = stopped | (curvature <= 0) | (jnp.sqrt(rr) < forcing)
+      alpha = jnp.where(stopped, 0.0, rr / jnp.where(stopped, 1.0, curvature))
+      d = optax.tree.add_scale(d, alpha, p)
+      r = optax.tree.add_scale(r, -alpha, hp)
+      rr_new = optax.tree.norm(r, squared=True)
+      beta = jnp.where(stopped, 0.0, rr_new / jnp.where(stopped, 1.0, rr))
+      p = jax.tree.map(lambda r_, p_: jnp.where(stopped, p_, r_ + beta * p_), r, p)
+      return d, r, p, jnp.where(stopped, rr, rr_new), stopped, i + 1
+
+    r0 = optax.tree.scale(-1.0, grad)  # the residual of H d = −∇f at d = 0
+    init = (optax.tree.zeros_like(grad), r0, r0, optax.tree.norm(r0, squared=True),
+            jnp.asarray(False), 0)
+    d = jax.lax.while_loop(lambda c: ~c[4] & (c[5] < cg_iters), cg_step, init)[0]
+    none = optax.tree.norm(d) == 0  # negative curvature at once: steepest descent
+    return jax.tree.map(lambda d_, r_: jnp.where(none, r_, d_), d, r0)
+
+  def step(carry):
+    params, value, grad, grad_norm, i = carry
+    d = direction(params, grad, grad_norm)
+    slope = optax.tree.vdot(grad, d)
+    trial = jax.vmap(lambda a: fun(optax.tree.add_scale(params, a, d)))(steps)
+    ok = trial <= value + ARMIJO * steps * slope  # NaN trials fail
+    alpha = jnp.where(jnp.any(ok), steps[jnp.argmax(ok)], 0.0)
+    params = optax.tree.add_scale(params, alpha, d)
+    value, grad = jax.value_and_grad(fun)(params)
+    grad_norm = optax.tree.norm(grad)
+    # No acceptable step: stop (a NaN norm ends the loop and counts as not converged).
+    return params, value, grad, jnp.where(alpha > 0, grad_norm, jnp.nan), i + 1
+
+  def not_done(carry):
+    *_, grad_norm, i = carry
+    return (i < max_iter) & (grad_norm >= tol)
+
+  value, grad = jax.value_and_grad(fun)(params0)
+  init = (params0, value, grad, optax.tree.norm(grad), jnp.asarray(0, jnp.int32))
+  params, _, grad, _, num_iter = jax.lax.while_loop(not_done, step, init)
+  return params, optax.tree.norm(grad), num_iter

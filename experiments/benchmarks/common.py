@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 
 from trdr import data, victim
-from trdr.attacks import init as inits
+from trdr.attacks import ATTACKS, init as inits
 
 
 def median_time(fn, repeats: int) -> float:
@@ -56,6 +56,25 @@ def trained_victim(config: ml_collections.ConfigDict) -> tuple[data.BinaryTask, 
   task = data.make_binary_task(config.data)
   with tempfile.TemporaryDirectory() as directory:
     return task, victim.load_or_train(config, task, directory)
+
+
+def bilevel_grid(config: ml_collections.ConfigDict, dtype):
+  """The bilevel attack of ``config`` against a freshly trained victim, and its eq. 10
+  grid of starts x0 float[G, n, H, W, C] (`trained_victim`; call inside `x64`).
+
+  Returns:
+    (target, attack, x0, key of the attack, labels float[n]).
+  """
+  task, target = trained_victim(config)
+  print(f"victim: {target.metadata['report']}")
+  grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
+  key_noise, key_attack = jax.random.split(jax.random.key(config.seed))
+  x_gt = jax.numpy.asarray(task.train_images, dtype)
+  x_rnd = inits.uniform(key_noise, x_gt.shape, task.mean, dtype)
+  x0 = inits.grid_images(grid, x_gt, jax.numpy.asarray(task.partition_images, dtype), x_rnd)
+  labels = jax.numpy.asarray(task.train_labels, dtype)
+  attack = ATTACKS["bilevel"](target, config.attack, labels, key=key_attack, box=(0.0, 1.0))
+  return target, attack, x0, key_attack, labels
 
 
 def decoreco_candidates(key: jax.Array, m: int, shape, sigma, dtype

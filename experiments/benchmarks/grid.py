@@ -18,22 +18,13 @@ import numpy as np
 
 from benchmarks import common
 from trdr import loop
-from trdr.attacks import ATTACKS, init as inits
 
 
 def run(config: ml_collections.ConfigDict, steps: int, repeats: int) -> None:
   """Prints section 1 for the bilevel ``config``, in the config's precision."""
   with common.x64(config.float64):
     dtype = jnp.float64 if config.float64 else jnp.float32
-    task, target = common.trained_victim(config)
-    print(f"victim: {target.metadata['report']}")
-    grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
-    key_noise, key_attack = jax.random.split(jax.random.key(config.seed))
-    x_gt = jnp.asarray(task.train_images, dtype)
-    x_rnd = inits.uniform(key_noise, x_gt.shape, task.mean, dtype)
-    x0 = inits.grid_images(grid, x_gt, jnp.asarray(task.partition_images, dtype), x_rnd)
-    labels = jnp.asarray(task.train_labels, dtype)
-    attack = ATTACKS["bilevel"](target, config.attack, labels, key=key_attack, box=(0.0, 1.0))
+    _, attack, x0, key_attack, _ = common.bilevel_grid(config, dtype)
     g, n = x0.shape[:2]
     batch = loop.batch_size(config.attack.grid_batch_size, g, attack.batches_well)
     states = jax.vmap(lambda x: attack.init(x, key_attack))(x0)
@@ -57,13 +48,13 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int) -> None:
         (f"jax.vmap over all {g} grid points", "vmap", t_vmap, vmapped(states)),
         (f"one computation, {how}", "map", t_map, mapped(states)),
         ("Python loop over grid points", "loop", t_loop, None)):
-      difference = "(reference)" if result is None else _difference(result, reference)
+      delta = "(reference)" if result is None else difference(result, reference)
       print(f"{name:44s} {seconds:9.3f} {spread[key]:>13s} {t_loop / seconds:11.2f}x "
-            f"{difference:>36s}")
+            f"{delta:>36s}")
     print(f"(median of {repeats} alternating rounds; ratio ≥ 1: not slower than the loop)")
 
 
-def _difference(result, reference) -> str:
+def difference(result, reference) -> str:
   """Largest |Δ| of the final images and largest relative |Δ| of l of the grid ``result``
   (states, metrics), against the loop's per-point results."""
   state, step_metrics = result

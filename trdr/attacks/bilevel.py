@@ -35,7 +35,7 @@ import optax
 import optax.tree
 from jaxopt import implicit_diff
 
-from trdr import models, victim
+from trdr import models, solver, victim
 from trdr.attacks.linear_solve import LINEAR_SOLVES, damp_memory
 from trdr.attacks.protocol import Attack
 
@@ -80,7 +80,7 @@ class LowerLevelInfo(NamedTuple):
 def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_size: int,
                      solve: str, cg_tol: float = 1e-10, cg_maxiter: int | None = None,
                      damping: float = 0.0, neumann_alpha: float = 0.0,
-                     neumann_steps: int = 100):
+                     neumann_steps: int = 100, method: str = "lbfgs", cg_iters: int = 100):
   """θ(x) = argmin_θ E(θ, x, y) as a function differentiable in (x, y) by implicit diff.
 
   The backward pass solves (H + μI) v = ∇θ l with H = ∇²θθ E(θ(x), x) and returns
@@ -91,6 +91,11 @@ def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_s
   Args:
     energy_fn: E(params, images, labels) -> float[].
     max_iter, tol, memory_size: lower-level L-BFGS settings (`trdr.victim.minimize_energy`).
+    method: the lower-level solver, a name in `LOWER_LEVEL_METHODS`: "lbfgs"
+      (`trdr.solver.minimize_energy`) or "newton_cg" (`trdr.solver.minimize_newton_cg`,
+      branch-free when vmapped over a grid; max_iter counts its Newton iterations,
+      memory_size is unused).
+    cg_iters: Newton–CG's conjugate-gradient steps per iteration (``method="newton_cg"``).
     solve: name in `LINEAR_SOLVES` for the hypergradient's linear system.
     cg_tol, cg_maxiter: conjugate-gradient settings (``solve="cg"``).
     damping: μ ≥ 0 added to the Hessian in every solve.
@@ -101,8 +106,14 @@ def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_s
     ``theta`` with respect to images or labels applies the implicit function theorem
     (the result does not depend on theta_init, whose cotangent is zero).
   Raises:
-    ValueError: unknown ``solve``, negative damping or neumann_alpha, neumann_steps < 1.
+    ValueError: unknown ``solve`` or ``method``, negative damping or neumann_alpha,
+      neumann_steps < 1, or the quasi-Newton solve without L-BFGS (it needs its pairs).
   """
+  if method not in LOWER_LEVEL_METHODS:
+    raise ValueError(f"unknown lower-level method {method!r}; known: {list(LOWER_LEVEL_METHODS)}")
+  if solve == "quasi_newton" and method != "lbfgs":
+    raise ValueError("the quasi_newton hypergradient solve uses the lower-level L-BFGS "
+                     f"curvature pairs: it needs lower_level.method 'lbfgs', not {method!r}")
   if solve not in LINEAR_SOLVES:
     raise ValueError(f"unknown hypergradient solve {solve!r}; known: {sorted(LINEAR_SOLVES)}")
   if damping < 0 or neumann_alpha < 0 or neumann_steps < 1:
@@ -114,6 +125,10 @@ def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_s
 
   def forward(theta_init, images, labels):
     fun = lambda p: energy_fn(p, images, labels)
+    if method == "newton_cg":
+      theta, grad_norm, num_iter = solver.minimize_newton_cg(
+          fun, theta_init, max_iter=max_iter, tol=tol, cg_iters=cg_iters)
+      return (theta, LowerLevelInfo(grad_norm, num_iter)), None
     theta, info = victim.minimize_energy(fun, theta_init, max_iter=max_iter, tol=tol,
                                          memory_size=memory_size)
     return (theta, LowerLevelInfo(info.grad_norm, info.num_iter)), info.memory
@@ -124,7 +139,7 @@ def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_s
     return lambda u: optax.tree.add_scale(matvec(u), damping, u)
 
   def damped_memory(memory):
-    return memory if damping == 0 else damp_memory(memory, damping)
+    return memory if damping == 0 or memory is None else damp_memory(memory, damping)
 
   @jax.custom_vjp
   def solution(theta_init, images, labels):
@@ -171,6 +186,8 @@ class StepMetrics(NamedTuple):
 # Where each lower-level solve starts: θ*, the previous outer step's θ(x), or θ0 ~ U(0, 1)
 # ("uniform", the paper's random θ initialisation; "uniform" always means U(0, 1) draws).
 LOWER_LEVEL_STARTS = ("theta_star", "previous", "uniform")
+# The lower-level solvers (`make_lower_level`'s ``method``).
+LOWER_LEVEL_METHODS = ("lbfgs", "newton_cg")
 
 
 LR_SCHEDULES = ("constant", "cosine")
@@ -204,7 +221,8 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
   Args:
     target: the victim (its model and θ*; ``target.config.weight_decay`` is the wd of the
       E that θ* minimises).
-    attack_config: lower_level.{start, max_iter, tol, memory_size},
+    attack_config: lower_level.{start, max_iter, tol, memory_size, and optionally method
+      ("lbfgs"), cg_iters (100)},
       hypergradient.{solve, cg_tol, cg_maxiter, and optionally damping (default 0),
       neumann_alpha (0), neumann_steps (100)}, optimizer, lr, lr_schedule, steps, project.
     labels: float[n] in {−1, +1}, the known labels of the unknown images.
@@ -233,7 +251,9 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
                                  cg_tol=hg.cg_tol, cg_maxiter=hg.cg_maxiter,
                                  damping=hg.get("damping", 0.0),
                                  neumann_alpha=hg.get("neumann_alpha", 0.0),
-                                 neumann_steps=hg.get("neumann_steps", 100))
+                                 neumann_steps=hg.get("neumann_steps", 100),
+                                 method=ll.get("method", "lbfgs"),
+                                 cg_iters=ll.get("cg_iters", 100))
   optimizer = make_optimizer(attack_config)
 
   def upper_loss(images, theta_init):
