@@ -316,7 +316,8 @@ def _finished_run(workdir):
 
 
 @pytest.mark.parametrize("mistake", ["data_path", "lower_level_start", "max_iter_0",
-                                     "steps_0", "log_every_0"])
+                                     "steps_0", "log_every_0", "lower_level_method",
+                                     "newton_cg_not_strongly_convex"])
 def test_bad_settings_fail_before_anything_is_written(tmp_path, mistake):
   """Each mistake is a ValueError naming it, raised before training and before the work
   dir is touched: with --overwrite a finished run stays intact (found: its files were
@@ -324,7 +325,9 @@ def test_bad_settings_fail_before_anything_is_written(tmp_path, mistake):
   refused (found: a leftover config.json blocked it)."""
   config = _victim_config()
   expected = {"data_path": "does_not_exist", "lower_level_start": "lower-level start",
-              "max_iter_0": "max_iter", "steps_0": "steps", "log_every_0": "log_every"}
+              "max_iter_0": "max_iter", "steps_0": "steps", "log_every_0": "log_every",
+              "lower_level_method": "unknown lower-level method 'newton'",
+              "newton_cg_not_strongly_convex": "'newton_cg' is for a strongly convex"}
   if mistake == "data_path":
     config.data.source, config.data.path = "npz", str(tmp_path / "does_not_exist.npz")
   elif mistake == "lower_level_start":
@@ -333,7 +336,11 @@ def test_bad_settings_fail_before_anything_is_written(tmp_path, mistake):
     config.attack.lower_level.max_iter = 0
   elif mistake == "steps_0":
     config.attack.steps = 0
-  else:
+  elif mistake == "lower_level_method":
+    config.attack.lower_level.method = "newton"
+  elif mistake == "newton_cg_not_strongly_convex":  # wd = 0: the affine E is not
+    config.attack.lower_level.method, config.victim.weight_decay = "newton_cg", 0.0
+  elif mistake == "log_every_0":
     config.attack.log_every = 0
   finished = _finished_run(tmp_path / "finished")
   with pytest.raises((ValueError, FileNotFoundError), match=expected[mistake]):

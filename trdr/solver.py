@@ -136,7 +136,9 @@ def minimize_newton_cg(fun: EnergyFn, params0: Params, *, max_iter: int, tol: fl
     * the step size: ``f`` at θ + 2⁻ᵏd for k < `BACKTRACKS`, vmapped, and the largest
       that meets the Armijo condition (none: no step).
   Converges for a strongly convex f (the affine victim with weight decay; Nocedal &
-  Wright, Thm. 7.2); for a non-convex one it is a descent method to a stationary point.
+  Wright, Thm. 7.2). On a non-convex f it can stop early: where no step size meets the
+  Armijo condition (found: the one-hidden victim's E from θ0 ~ U(0, 1)) it stops with
+  ||∇f|| ≥ tol, which callers count as not converged.
 
   Args:
     fun: params -> float[] scalar.

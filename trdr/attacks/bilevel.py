@@ -233,8 +233,8 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
     ``upper_loss``, is l before the step), ``parts`` holds ``lower_level`` and
     ``upper_loss`` for evaluation and tests.
   Raises:
-    ValueError: unknown lower-level start, solve, optimizer or schedule; max_iter < 1 or
-      tol <= 0.
+    ValueError: unknown lower-level start, method, solve, optimizer or schedule; max_iter
+      < 1 or tol <= 0; Newton–CG for a lower level that is not strongly convex.
   """
   ll = attack_config.lower_level
   if ll.start not in LOWER_LEVEL_STARTS:
@@ -242,6 +242,14 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
   if not (int(ll.max_iter) >= 1 and float(ll.tol) > 0):  # max_iter 0 would report l = 0
     raise ValueError(f"need lower_level.max_iter >= 1 and lower_level.tol > 0, got "
                      f"{ll.max_iter} and {ll.tol}")
+  method = ll.get("method", "lbfgs")
+  if method == "newton_cg" and not (target.config.get("arch") == "affine"
+                                    and target.config.weight_decay > 0):
+    raise ValueError(
+        "lower_level.method 'newton_cg' is for a strongly convex lower level (victim arch "
+        f"'affine' with weight_decay > 0), not arch {target.config.get('arch')!r} with "
+        f"weight_decay {target.config.weight_decay}: on a non-convex E it stops where no "
+        "Armijo step exists (use 'lbfgs')")
   hg = attack_config.hypergradient
   theta_star = target.params
   energy_fn = functools.partial(victim.energy, apply_fn=target.apply,
@@ -252,7 +260,7 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
                                  damping=hg.get("damping", 0.0),
                                  neumann_alpha=hg.get("neumann_alpha", 0.0),
                                  neumann_steps=hg.get("neumann_steps", 100),
-                                 method=ll.get("method", "lbfgs"),
+                                 method=method,
                                  cg_iters=ll.get("cg_iters", 100))
   optimizer = make_optimizer(attack_config)
 

@@ -58,7 +58,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.lower_level.memory_size = 10
   # "lbfgs" (optax L-BFGS, zoom line search) | "newton_cg" (truncated Newton–CG with a
   # vectorised backtracking: no branches, so a vmapped grid runs one program; max_iter then
-  # counts Newton iterations, each of cg_iters Hessian-vector products at most).
+  # counts Newton iterations, each of cg_iters Hessian-vector products at most; only for
+  # the strongly convex lower level: arch "affine" with weight_decay > 0).
   config.attack.lower_level.method = "lbfgs"
   config.attack.lower_level.cg_iters = 100
   config.attack.hypergradient = ml_collections.ConfigDict()
