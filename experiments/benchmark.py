@@ -2,7 +2,8 @@ r"""Benchmarks, measured side by side in one run (ratios, not absolute promises)
 
   python experiments/benchmark.py [--config=configs/bilevel_affine.py] [--steps=3]
 
-Sections (--sections, default grid,solvers,decoreco; one module each in experiments/benchmarks/):
+Sections (--sections, default grid,lower_level,solvers,decoreco; one module each in
+experiments/benchmarks/):
 
   grid      the eq. 10 grid attacked as one vmapped computation, in vmapped batches and
             in a Python loop over initialisations: times, ratios, differences (`grid`).
@@ -43,7 +44,7 @@ _CONFIG = config_flags.DEFINE_config_file(
 _STEPS = flags.DEFINE_integer("steps", 3,
                               "Outer steps timed per initialisation (grid, lower_level).")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (median reported).")
-_SECTIONS = flags.DEFINE_list("sections", ["grid", "solvers", "decoreco"],
+_SECTIONS = flags.DEFINE_list("sections", ["grid", "lower_level", "solvers", "decoreco"],
                               f"Which of {list(SECTIONS)} to run (in that order).")
 _DECORECO_REPEATS = flags.DEFINE_integer(
     "decoreco_repeats", 7, "Timed DecoReco iterations per method and dtype (median, >= 5).")
