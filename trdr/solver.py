@@ -1,8 +1,11 @@
-"""The L-BFGS solver of E: the victim's training and the bilevel attack's lower level.
+"""The solvers of E: the victim's training and the bilevel attack's lower level.
 
 Runkel et al. 2024 minimise E(x, y; θ) over θ both to train the victim (θ*) and, inside
 the attack, to compute θ(x) = argmin_θ E (eq. 2's lower level). `minimize_energy` is that
-solver: optax L-BFGS with its zoom line search, under `lax.while_loop`.
+solver: optax L-BFGS with its zoom line search, under `lax.while_loop`;
+`observe_at_tolerances` reads one of its runs at several tolerances (Table 1).
+`minimize_newton_cg` is the branch-free alternative for the strongly convex lower level
+(``lower_level.method = "newton_cg"``), for a grid vmapped as one batch.
 """
 
 from typing import Any, Callable, NamedTuple
@@ -146,7 +149,7 @@ def minimize_newton_cg(fun: EnergyFn, params0: Params, *, max_iter: int, tol: fl
     max_iter: most Newton iterations (≥ 1).
     tol: stop when the Euclidean norm of ∇f over all leaves is below it (a NaN norm
       stops too, and is never below it).
-    cg_iters: conjugate-gradient steps per Newton iteration (≥ 1).
+    cg_iters: the most conjugate-gradient steps per Newton iteration (≥ 1).
   Returns:
     (params, grad_norm float[] at them, num_iter int32[]).
   Raises:
