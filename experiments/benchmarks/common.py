@@ -5,6 +5,7 @@ import tempfile
 import time
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
@@ -69,10 +70,10 @@ def bilevel_grid(config: ml_collections.ConfigDict, dtype):
   print(f"victim: {target.metadata['report']}")
   grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
   key_noise, key_attack = jax.random.split(jax.random.key(config.seed))
-  x_gt = jax.numpy.asarray(task.train_images, dtype)
+  x_gt = jnp.asarray(task.train_images, dtype)
   x_rnd = inits.uniform(key_noise, x_gt.shape, task.mean, dtype)
-  x0 = inits.grid_images(grid, x_gt, jax.numpy.asarray(task.partition_images, dtype), x_rnd)
-  labels = jax.numpy.asarray(task.train_labels, dtype)
+  x0 = inits.grid_images(grid, x_gt, jnp.asarray(task.partition_images, dtype), x_rnd)
+  labels = jnp.asarray(task.train_labels, dtype)
   attack = ATTACKS["bilevel"](target, config.attack, labels, key=key_attack, box=(0.0, 1.0))
   return target, attack, x0, key_attack, labels
 

@@ -50,11 +50,11 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int) -> None:
     print(f"{'':44s} {'median s':>9s} {'min–max s':>13s} {'L-BFGS loop / this':>19s} "
           f"{'max |Δ images| / rel. |Δ l|':>28s}")
     for (name, way), seconds in times.items():
-      result = calls[(name, way)]()
-      if way == "loop":
-        delta = "(reference)" if name == "L-BFGS" else grid.difference(_stacked(result), reference)
+      if (name, way) == ("L-BFGS", "loop"):
+        delta = "(reference)"
       else:
-        delta = grid.difference(result, reference)
+        result = calls[(name, way)]()
+        delta = grid.difference(_stacked(result) if way == "loop" else result, reference)
       how = "Python loop over grid points" if way == "loop" else f"jax.vmap over all {g}"
       t = float(np.median(seconds))
       print(f"{name + ', ' + how:44s} {t:9.3f} {min(seconds):6.2f}–{max(seconds):<6.2f} "
