@@ -30,10 +30,10 @@ ARGS = ("--config=configs/bilevel_affine.py:smoke", "--config.float64=True",
 TIMEOUT = 600  # seconds for one run: minutes on 2 busy cores; a hung gloo peer fails
 
 
-def _landscape(workdir, victim, *flags, wait=True):
+def _landscape(env, workdir, victim, *flags, wait=True):
   command = [sys.executable, os.path.join(REPO, "experiments", "landscape.py"), *ARGS,
              f"--config.victim.checkpoint_dir={victim}", f"--workdir={workdir}", *flags]
-  process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE,
+  process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
   if wait:
     output = process.communicate(timeout=TIMEOUT)[0]
@@ -41,11 +41,11 @@ def _landscape(workdir, victim, *flags, wait=True):
   return process
 
 
-def _two_processes(workdir, victim):
+def _two_processes(env, workdir, victim):
   with socket.socket() as s:  # a free port for the coordinator
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
-  return [_landscape(workdir, victim, f"--coordinator_address=127.0.0.1:{port}",
+  return [_landscape(env, workdir, victim, f"--coordinator_address=127.0.0.1:{port}",
                      "--num_processes=2", f"--process_id={i}", wait=False)
           for i in range(2)]
 
@@ -61,12 +61,15 @@ def _numbers(records):
   return np.asarray(out)
 
 
-def test_two_processes_killed_mid_run_resume_to_the_single_process_landscape(tmp_path):
+def test_two_processes_killed_mid_run_resume_to_the_single_process_landscape(
+    subprocess_env, tmp_path):
+  """The resumed processes load the killed ones' compiled programs from the session's
+  compilation cache (`subprocess_env`): the same executables, so the same numbers."""
   victim = tmp_path / "victim"
-  _landscape(tmp_path / "single", victim)
+  _landscape(subprocess_env, tmp_path / "single", victim)
   workdir = tmp_path / "two"
   shards = [workdir / io.CHECKPOINT_FILE, workdir / "process_1" / io.CHECKPOINT_FILE]
-  processes = _two_processes(workdir, victim)
+  processes = _two_processes(subprocess_env, workdir, victim)
   deadline = time.time() + TIMEOUT
   while not all(s.exists() for s in shards) and time.time() < deadline and all(
       p.poll() is None for p in processes):
@@ -78,7 +81,7 @@ def test_two_processes_killed_mid_run_resume_to_the_single_process_landscape(tmp
   assert not (workdir / "landscape.json").exists(), (
       "the run finished before the kill; the test needs more steps to kill it mid-run")
 
-  processes = _two_processes(workdir, victim)
+  processes = _two_processes(subprocess_env, workdir, victim)
   outputs = [p.communicate(timeout=TIMEOUT)[0] for p in processes]
   for p, output in zip(processes, outputs):
     assert p.returncode == 0, output[-3000:]
