@@ -380,6 +380,24 @@ def test_an_overwrite_that_fails_mid_run_leaves_the_finished_run_intact(tmp_path
   assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
+def test_config_change_names_the_keys_that_differ():
+  old = _victim_config()
+  assert io.config_change(old, old.copy_and_resolve_references()) == ""
+  new = old.copy_and_resolve_references()
+  new.attack.lr = 0.5
+  new.init.lambda1 = (0.0, 1.0)
+  del new.attack.lower_level["method"]  # a key one config lacks (e.g. written before it)
+  assert io.config_change(io.to_jsonable(old), new) == (
+      f"attack.lower_level.method: {old.attack.lower_level.method!r} -> absent, "
+      f"attack.lr: {old.attack.lr!r} -> 0.5, "
+      f"init.lambda1: {list(old.init.lambda1)!r} -> [0.0, 1.0]")
+  new.seed, new.data.n_per_class = old.seed + 1, 3
+  assert io.config_change(old, new, shown=2).endswith(" and 3 more")
+  # A dict against a value, and the literal string "absent" against a missing key.
+  assert io.config_change({"x": {"y": 1}}, {"x": 2}) == "x: {'y': 1} -> 2"
+  assert io.config_change({"x": "absent"}, {}) == "x: 'absent' -> absent"
+
+
 def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp_path):
   """Fault injection on the files a run reads back when it is started again: config.json,
   checkpoint.msgpack and victim.msgpack, each truncated, with bytes flipped in the middle,
@@ -406,7 +424,8 @@ def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp
     with pytest.raises((ValueError, FileExistsError), match=str(path)):
       io.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)
   path.write_bytes(swap_in(io.CONFIG_FILE))
-  with pytest.raises(FileExistsError, match="different config"):
+  with pytest.raises(FileExistsError, match=f"different config .*attack.steps: 7 -> "
+                     f"{config.attack.steps}\\)"):  # the one key that differs, named
     io.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)
   with pytest.raises(ValueError, match="another config.json"):
     io.load_checkpoint(run)

@@ -164,11 +164,11 @@ def test_finished_runs_are_reused_not_recomputed(smoke, monkeypatch):
   assert io.read_json(os.path.join(workdir, "paper_figures", "table1.json")) == table
   other = config.copy_and_resolve_references()
   other.paper.affine.attack.steps = 5
-  with pytest.raises(FileExistsError, match="different config"):
+  with pytest.raises(FileExistsError, match=r"different config \(attack.steps: \d+ -> 5\)"):
     paper.make(other, workdir, ["fig3"])
   other = config.copy_and_resolve_references()
   other.decoreco.decoreco.attack.lr = 0.3
-  with pytest.raises(FileExistsError, match="different config"):
+  with pytest.raises(FileExistsError, match=r"different config \(attack.lr: \S+ -> 0.3\)"):
     paper.make(other, workdir, ["fig5"])
   with pytest.raises(ValueError, match="unknown artefact"):
     paper.make(config, workdir, ["fig13"])

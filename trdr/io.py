@@ -46,13 +46,11 @@ NOT_FINITE = "_not_finite"
 
 
 def to_jsonable(obj: Any) -> Any:
-  """Nested dicts/lists/tuples of Python and NumPy scalars as plain JSON values.
-
-  JSON has no NaN or ±inf: a non-finite number is written as null, and its dict entry
-  ``k`` gets a sibling ``k_not_finite`` giving the value ("nan", "inf" or "-inf"; for a
-  list, {"i.j": value} by index path), which `from_jsonable` puts back. (A non-finite
-  number outside any dict is written as null, without its value.)
-  """
+  """Nested dicts/lists/tuples of Python and NumPy scalars as plain JSON values. JSON
+  has no NaN or ±inf: a non-finite number is written as null, and its dict entry ``k``
+  gets a sibling ``k_not_finite`` giving the value ("nan", "inf" or "-inf"; for a list,
+  {"i.j": value} by index path), which `from_jsonable` puts back. (A non-finite number
+  outside any dict is written as null, without its value.)"""
   if isinstance(obj, ml_collections.ConfigDict):
     obj = obj.to_dict()
   if isinstance(obj, dict):
@@ -135,8 +133,7 @@ def locked(workdir: str):
   runs never write one work dir; released on any exit, a killed process's included.
 
   Raises:
-    RuntimeError: another process holds it (its PID is named).
-  """
+    RuntimeError: another process holds it (its PID is named)."""
   os.makedirs(workdir, exist_ok=True)
   path = os.path.join(workdir, LOCK_FILE)
   with open(path, "a+") as f:
@@ -182,21 +179,32 @@ def replace_dir(staging: str, workdir: str) -> None:
   shutil.rmtree(old, ignore_errors=True)
 
 
+def config_change(old: Any, new: Any, shown: int = 4) -> str:
+  """How config ``new`` differs from ``old`` (each as `to_jsonable` makes it): the first
+  ``shown`` differing dotted keys in key order, as "key: old -> new" (absent where a
+  config lacks the key), and how many more; "" when the two are equal."""
+  absent = type("Absent", (), {"__repr__": lambda _: "absent"})()  # equal only to itself
+  def walk(a, b, key):
+    if isinstance(a, dict) and isinstance(b, dict):
+      return [line for k in sorted(set(a) | set(b))
+              for line in walk(a.get(k, absent), b.get(k, absent), f"{key}.{k}")]
+    return [] if a == b else [f"{key[1:]}: {a!r} -> {b!r}"]
+  found = walk(to_jsonable(old), to_jsonable(new), "")
+  more = f" and {len(found) - shown} more" if len(found) > shown else ""
+  return ", ".join(found[:shown]) + more
+
+
 def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_file: str
                     ) -> bool:
-  """Creates ``workdir`` and writes config.json; says whether to resume a checkpoint.
+  """Creates the run directory ``workdir``, writes the run's full ``config`` to its
+  config.json and says whether to resume a checkpoint; ``finished_file`` is the file whose
+  presence means the run finished. Never deletes anything (replacing: `staging_dir`).
 
-  (Replacing a run is `staging_dir` and `replace_dir`: this never deletes anything.)
-
-  Args:
-    workdir: the run directory.
-    config: the run's full config.
-    finished_file: a file name whose presence means the run finished.
   Returns:
     True if a checkpoint of a run with this same config exists and should be resumed.
   Raises:
     FileExistsError: the run already finished, or an unfinished run with a different
-      config is in ``workdir``.
+      config is in ``workdir`` (the message names the keys that differ).
     ValueError: ``workdir``'s config.json is unreadable.
   """
   os.makedirs(workdir, exist_ok=True)
@@ -210,10 +218,9 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_fi
   except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError is a ValueError
     raise ValueError(f"{config_path} is unreadable ({e}); use another --workdir or pass "
                      "--overwrite") from e
-  if to_jsonable(old_config) != new_config:
-    raise FileExistsError(
-        f"{workdir} holds a run with a different config ({config_path}); use another "
-        "--workdir or pass --overwrite")
+  if change := config_change(old_config, new_config):
+    raise FileExistsError(f"{workdir} holds a run with a different config ({config_path}: "
+                          f"{change}); use another --workdir or pass --overwrite")
   resume = os.path.exists(os.path.join(workdir, CHECKPOINT_FILE))
   write_json(config_path, new_config)
   return resume
@@ -245,12 +252,9 @@ def finish(workdir: str, marker: str, obj: Any) -> None:
 
 
 def check_finished(workdir: str, marker: str) -> None:
-  """Verifies a finished run's files against its SHA256SUMS (`finish`) before they are
-  reused: files added later (figures) are not checked.
-
-  Args:
-    workdir: the run directory.
-    marker: its finished marker's name, which SHA256SUMS must list last.
+  """Verifies a finished run's files in ``workdir`` against its SHA256SUMS (`finish`),
+  which must list the finished ``marker`` last, before they are reused; files added
+  later (figures) are not checked.
 
   Raises:
     ValueError: SHA256SUMS is missing or malformed, or a file it lists is missing or
@@ -268,8 +272,7 @@ def check_finished(workdir: str, marker: str) -> None:
       or CONFIG_FILE.encode() not in {e[2] for e in entries}):
     raise ValueError(f"{path} is corrupted; {remedy}")
   for entry in entries:
-    name = entry[2].decode()
-    file = os.path.join(workdir, name)
+    file = os.path.join(workdir, entry[2].decode())
     if not os.path.isfile(file):
       raise ValueError(f"{file} is missing from the finished run; {remedy}")
     if _sha256_file(file) != entry[1].decode():
@@ -277,16 +280,14 @@ def check_finished(workdir: str, marker: str) -> None:
                        f"SHA-256 differs from {path}); {remedy}")
 
 
-def _metrics_line(record: dict) -> str:
+def _metrics_line(record: dict) -> str:  # one metrics.jsonl line
   return dumps_json(record, sort_keys=True) + "\n"
 
 
 def append_metrics(workdir: str, record: dict) -> None:
-  """Appends one JSON object as a line to metrics.jsonl.
-
-  Not atomic: a process killed while appending may leave a truncated last line, which
-  `read_metrics` skips and a resumed run replaces (`write_metrics`).
-  """
+  """Appends one JSON object as a line to metrics.jsonl; not atomic: a process killed
+  while appending may leave a truncated last line, which `read_metrics` skips and a
+  resumed run replaces (`write_metrics`)."""
   with open(os.path.join(workdir, METRICS_FILE), "a") as f:
     f.write(_metrics_line(record))
 
@@ -328,9 +329,9 @@ def array_digest(*arrays: np.ndarray) -> str:
 
 def write_verified(path: str, tree: Any) -> None:
   """Writes a pytree of arrays, strings and dicts (flax msgpack) with its SHA-256,
-  atomically; `read_verified` checks it. The file is the msgpack map {"body": the tree's
-  msgpack, "sha256": its digest}, written in three parts so that the body (hundreds of MB
-  in a landscape's checkpoint) is not copied again into the map's encoding."""
+  atomically (`read_verified` checks it): the msgpack map {"body": the tree's msgpack,
+  "sha256": its digest}, written in three parts so that the body (hundreds of MB in a
+  landscape's checkpoint) is not copied again into the map's encoding."""
   body = flax.serialization.msgpack_serialize(tree)
   n = len(body)  # msgpack's bin 8/16/32 header: its type byte, then the length big-endian
   size = 1 if n < 1 << 8 else 2 if n < 1 << 16 else 4
@@ -345,8 +346,8 @@ def read_verified(path: str, remedy: str) -> Any:
 
   Raises:
     FileNotFoundError: no file at ``path``.
-    ValueError: the file is truncated, corrupted (its SHA-256 does not match) or not
-      written by `write_verified`; the message names ``path`` and ``remedy``.
+    ValueError: the file is truncated, corrupted (its SHA-256 does not match) or not by
+      `write_verified`; the message names ``path`` and ``remedy``.
   """
   with open(path, "rb") as f:
     raw = f.read()
@@ -379,8 +380,8 @@ def load_checkpoint(workdir: str, name: str = CHECKPOINT_FILE) -> dict:
   """The checkpoint ``name`` as a nested state dict (restore with flax `from_state_dict`).
 
   Raises:
-    ValueError: the checkpoint is corrupted (`read_verified`), or was written under
-      another config.json than the work dir's (a checkpoint copied from another run).
+    ValueError: it is corrupted (`read_verified`) or was written under another
+      config.json than the work dir's (copied from another run).
   """
   path = os.path.join(workdir, name)
   remedy = f"delete {path} (and {METRICS_FILE}) to start the run again"

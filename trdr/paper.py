@@ -99,10 +99,10 @@ def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -
   """
   if os.path.exists(os.path.join(directory, experiment.FINISHED[mode])):
     io.check_finished(directory, experiment.FINISHED[mode])
-    if (io.to_jsonable(io.read_json(os.path.join(directory, io.CONFIG_FILE)))
-        != io.to_jsonable(config)):
-      raise FileExistsError(f"{directory} holds a finished run of a different config; "
-                            "remove it or use another --workdir")
+    if change := io.config_change(io.read_json(os.path.join(directory, io.CONFIG_FILE)),
+                                  config):
+      raise FileExistsError(f"{directory} holds a finished run of a different config "
+                            f"({change}); remove it or use another --workdir")
     logging.info("Reusing the finished run %s", directory)
     return
   experiment.run(config, directory, mode)
