@@ -161,18 +161,22 @@ def test_identical_starts_are_attacked_once(tmp_path, monkeypatch):
   attacked point by point, bit for bit (batch 1: every point runs the same program)."""
   x = jax.random.uniform(jax.random.key(0), (3, 1, 2, 2, 1))
   states = (x.at[2].set(x[0]), jnp.zeros(3, jnp.int32), jnp.zeros(3, bool))
-  attacked = []
-  grid_of = loop.run_grid
-  monkeypatch.setattr(loop, "run_grid", lambda f, s, *a: attacked.append(len(s[1])) or
-                      grid_of(f, s, *a))
+  attacked = []  # the grid points each chunk attacks
+  chunk_of = loop._chunk
+
+  def counted(*args):
+    chunk = chunk_of(*args)
+    return lambda s, n: attacked.append(len(s[1])) or chunk(s, n)
+
+  monkeypatch.setattr(loop, "_chunk", counted)
   kwargs = dict(steps=4, log_every=2, grid_batch_size=1, resume=False)
   os.makedirs(tmp_path / "once")
   once = loop.run(_toy_attack(99), states, workdir=str(tmp_path / "once"), **kwargs)
-  assert attacked == [2]  # points 0 and 1; the chunk is compiled once
+  assert attacked == [2, 2]  # points 0 and 1, in each of the two chunks
   monkeypatch.setattr(loop.sharding, "distinct_points", lambda s: (np.arange(3), np.arange(3)))
   os.makedirs(tmp_path / "each")
   each = loop.run(_toy_attack(99), states, workdir=str(tmp_path / "each"), **kwargs)
-  assert attacked == [2, 3]
+  assert attacked == [2, 2, 3, 3]
   jax.tree.map(np.testing.assert_array_equal, once[:2], each[:2])
   strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds_per_step"} for r in rs]
   assert strip(io.read_metrics(str(tmp_path / "once"))) == strip(

@@ -166,6 +166,20 @@ def _grid_problem():
   return config, x0, attack, single_step
 
 
+def test_one_start_at_a_time_gives_the_bits_of_the_mapped_grid(x64):
+  """On one device at batch 1, `loop.run`'s chunk (`loop._chunk`) calls one jitted
+  `run_steps` per start in a Python loop instead of mapping it with `lax.map`
+  (`loop.run_grid`): the same program for every start, so the same bits, not only the
+  same numbers to a tolerance."""
+  _, x0, attack, _ = _grid_problem()
+  states = jax.vmap(attack.init)(x0)
+  devices = jax.local_devices()[:1]
+  looped = loop._chunk(attack.step, 1, devices)(states, 2)
+  mapped = jax.jit(lambda s: loop.run_grid(attack.step, s, 2, 1, devices))(states)
+  assert float(jnp.max(jnp.abs(looped[0].images - states.images))) > 0  # the attack moved
+  jax.tree.map(np.testing.assert_array_equal, looped, mapped)
+
+
 @pytest.mark.parametrize("batch_size", [9, 4, 1])
 def test_vmapped_grid_equals_one_by_one(x64, batch_size):
   """The eq. 10 grid as one computation, vmapped whole (9) or in batches (4 leaves a
