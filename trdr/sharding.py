@@ -193,7 +193,8 @@ def describe(size: int, batch_size: int, devices: Sequence[jax.Device] | None = 
   devices = list(jax.local_devices() if devices is None else devices)
   k, platform = len(devices), devices[0].platform
   per_device = shard_size(size, devices)
-  how = "one vmap" if batch_size >= per_device else f"vmapped batches of {batch_size}"
+  how = ("one vmap" if batch_size >= per_device else "one at a time" if batch_size == 1
+         else f"vmapped batches of {batch_size}")
   pad = f", padded to {per_device * k}" if per_device * k > size else ""
   return (f"grid of {size} points over {k} {platform} device(s)"
           f"{pad}: {per_device} per device, {how}")
