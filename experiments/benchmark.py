@@ -44,6 +44,8 @@ _CONFIG = config_flags.DEFINE_config_file(
 _STEPS = flags.DEFINE_integer("steps", 3,
                               "Outer steps timed per initialisation (grid, lower_level).")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (median reported).")
+_GRID_VMAP = flags.DEFINE_bool("grid_vmap", True, "grid: also the whole-grid vmap (~50x the "
+                               "loop on CPU; --nogrid_vmap --steps=25: the main job's chunks).")
 _SECTIONS = flags.DEFINE_list("sections", ["grid", "lower_level", "solvers", "decoreco"],
                               f"Which of {list(SECTIONS)} to run (in that order).")
 _DECORECO_REPEATS = flags.DEFINE_integer(
@@ -67,7 +69,7 @@ def main(argv):
   if "decoreco" in _SECTIONS.value and _DECORECO_REPEATS.value < 5:
     raise app.UsageError(f"--decoreco_repeats must be >= 5, got {_DECORECO_REPEATS.value}")
   if "grid" in _SECTIONS.value:
-    grid.run(_CONFIG.value, _STEPS.value, _REPEATS.value)
+    grid.run(_CONFIG.value, _STEPS.value, _REPEATS.value, _GRID_VMAP.value)
   if "lower_level" in _SECTIONS.value:
     lower_level.run(_CONFIG.value, _STEPS.value, _REPEATS.value)
   if "solvers" in _SECTIONS.value:

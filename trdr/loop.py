@@ -82,7 +82,7 @@ def _chunk(step_fn, batch: int, devices):
 
   One jitted computation, except one start at a time on one device (the bilevel attack on
   CPU): there a Python loop calls one jitted `run_steps` per start. It gives the same bits
-  as `lax.map` of that program and took 0.90x its time on the main job's chunks, measured
+  as `lax.map` of that program in 0.90-0.94x its time on the main job's chunks, measured
   side by side (README *Performance*; the cause inside XLA's nested loops is not known).
   """
   if batch > 1 or len(devices) > 1:
