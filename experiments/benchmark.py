@@ -50,6 +50,8 @@ _SECTIONS = flags.DEFINE_list("sections", ["grid", "lower_level", "solvers", "de
                               f"Which of {list(SECTIONS)} to run (in that order).")
 _DECORECO_REPEATS = flags.DEFINE_integer(
     "decoreco_repeats", 7, "Timed DecoReco iterations per method and dtype (median, >= 5).")
+_DECORECO_CANDIDATES = flags.DEFINE_integer(
+    "decoreco_candidates", 1000, "Candidates m of the decoreco section (:cpu runs: 200).")
 _SWEEP_SETTINGS = flags.DEFINE_integer("sweep_settings", 8, "Settings S of the sweep section.")
 _SWEEP_STEPS = flags.DEFINE_integer("sweep_steps", 10,
                                     "Attack iterations timed in the sweep section.")
@@ -75,7 +77,7 @@ def main(argv):
   if "solvers" in _SECTIONS.value:
     solvers.run([_CONFIG.value, _ONE_HIDDEN_CONFIG.value], _REPEATS.value)
   if "decoreco" in _SECTIONS.value:
-    decoreco.run(_DECORECO_REPEATS.value)
+    decoreco.run(_DECORECO_REPEATS.value, _DECORECO_CANDIDATES.value)
   if "evaluation" in _SECTIONS.value:
     evaluation.run(_CONFIG.value, _REPEATS.value)
   if "table1" in _SECTIONS.value:

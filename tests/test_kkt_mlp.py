@@ -59,6 +59,31 @@ def test_value_and_grad_match_autodiff(x64, widths, all_biases, form):
   assert _rel_err(grad_lambdas, ref_lambdas) < 1e-10
 
 
+@pytest.mark.parametrize("gram", [(False, False, False), (True, True, True)])
+def test_direct_and_gram_forms_match_autodiff(x64, gram):
+  """Every layer in each form (the default picks per layer by FLOPs, `gram_layers`)."""
+  model, params, images, lambdas, labels = _problem((7, 5, 4), True)
+  fused = jax.jit(functools.partial(kkt_mlp.value_and_grad, alpha=ALPHA, scale=WEIGHT_DECAY,
+                                    gram=gram))
+  value, (grad_x, grad_lambdas) = fused(params, images, lambdas, labels)
+  ref_value, (ref_x, ref_lambdas) = _autodiff(model, "weight_decay")(
+      params, images, lambdas, labels)
+  assert abs(float(value - ref_value)) < 1e-10 * abs(float(ref_value))
+  assert _rel_err(grad_x, ref_x) < 1e-10 and _rel_err(grad_lambdas, ref_lambdas) < 1e-10
+
+
+def test_gram_form_where_it_is_cheaper():
+  """Haim et al.'s MLP: the Gram form for the first layer at paper size (m = 1000) and for
+  both layers at the CPU sizes (m ≤ 200); the direct form everywhere once m ≫ the widths."""
+  widths = (3072, 1000, 1000)
+  assert kkt_mlp.gram_layers(1000, widths) == (True, False)
+  assert kkt_mlp.gram_layers(200, widths) == (True, True)
+  assert kkt_mlp.gram_layers(101, widths) == (True, True)
+  assert kkt_mlp.gram_layers(5000, widths) == (False, False)
+  with pytest.raises(ValueError, match="m ≥ 1"):
+    kkt_mlp.gram_layers(0, widths)
+
+
 def test_odd_number_of_candidates(x64):
   """m odd: the blocked Gram matrices (`kkt_mlp._gram`) split rows unevenly."""
   model, params, images, lambdas, labels = _problem((7, 5), False, m=5)
@@ -112,3 +137,5 @@ def test_unsupported_params_raise(x64):
     fused(params, images, lambdas[:-1], labels)
   with pytest.raises(ValueError, match="alpha"):
     kkt_mlp.value_and_grad(params, images, lambdas, labels, alpha=0.0)
+  with pytest.raises(ValueError, match="one boolean per hidden layer"):
+    fused(params, images, lambdas, labels, gram=(True,))

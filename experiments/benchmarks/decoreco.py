@@ -1,7 +1,8 @@
 """Section 3: one DecoReco attack iteration at the size of Haim et al. (2022).
 
 `paper_size`: MLP 3072-1000-1000-1 with only the first layer's bias, Haim initialisation,
-m = 1000 candidates x ~ N(0, 10⁻⁶), α = 20, loss + ∇(x, λ) + SGD-momentum steps as in the
+m candidates x ~ N(0, 10⁻⁶) (--decoreco_candidates: 1000 as Haim et al., 200 as trdr's
+`:cpu` runs), α = 20, loss + ∇(x, λ) + SGD-momentum steps as in the
 reference code; in float64 and float32, by autodiff (``jax.value_and_grad(decoreco.
 stationarity_loss)``), the fused `trdr.attacks.kkt_mlp.value_and_grad` and, with torch
 installed, the PyTorch transcription of the reference (`torch_reference`), first checked to
@@ -17,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from benchmarks import common, paper_size, torch_reference
+from trdr.attacks import kkt_mlp
 
 
 # Float64 gate on the transcription's loss: both sum ~4.1e6 squares in different orders,
@@ -24,11 +26,11 @@ from benchmarks import common, paper_size, torch_reference
 TRANSCRIPTION_RTOL = 1e-12
 
 
-def _measure(mlp, dtype, repeats: int, flops: dict) -> tuple[list, list]:
+def _measure(mlp, dtype, repeats: int, m: int, flops: dict) -> tuple[list, list]:
   """(table rows, notes) of one dtype."""
   name = jnp.dtype(dtype).name
   methods = paper_size.methods(mlp)
-  args = params, images, lambdas, labels = paper_size.inputs(mlp, dtype)
+  args = params, images, lambdas, labels = paper_size.inputs(mlp, dtype, m)
   state = (images, lambdas, jnp.zeros_like(images), jnp.zeros_like(lambdas))
   steps = {k: paper_size.momentum_step(f, labels) for k, f in methods.items()}
   xla_flops = {k: jax.jit(f).lower(*args).compile().cost_analysis().get("flops", float("nan"))
@@ -57,26 +59,26 @@ def _measure(mlp, dtype, repeats: int, flops: dict) -> tuple[list, list]:
   times = common.timed_alternately(calls, repeats)
   ms = {k: 1e3 * float(np.median(t)) for k, t in times.items()}
   span = {k: (1e3 * min(t), 1e3 * max(t)) for k, t in times.items()}
-  gflop = {**flops, "reference": paper_size.TORCH_GFLOP * 1e9}
   label = {"autodiff": "JAX autodiff", "fused": "fused kkt_mlp",
            "reference": "PyTorch reference transcription"}
-  rows = [(name, label[k], ms[k], span[k], gflop[k] / ms[k] / 1e6, ms[k] / ms["autodiff"],
+  rows = [(name, label[k], ms[k], span[k], flops[k] / ms[k] / 1e6, ms[k] / ms["autodiff"],
            ms[k] / ms["reference"] if "reference" in ms else float("nan")) for k in calls]
   return rows, notes
 
 
-def run(repeats: int) -> None:
-  """Prints section 3: the Markdown table of one DecoReco iteration, float64 and float32."""
-  flops = paper_size.flops(paper_size.M, paper_size.D, paper_size.WIDTHS)
+def run(repeats: int, m: int = paper_size.M) -> None:
+  """Prints section 3: the Markdown table of one DecoReco iteration on m candidates (paper
+  size: 1000; the `:cpu` runs: 200), float64 and float32."""
+  flops = paper_size.flops(m, paper_size.D, paper_size.WIDTHS)
   mlp = paper_size.model()
   rows, notes = [], []
   with common.x64(True):
     for dtype in (jnp.float64, jnp.float32):
-      more_rows, more_notes = _measure(mlp, dtype, repeats, flops)
+      more_rows, more_notes = _measure(mlp, dtype, repeats, m, flops)
       rows, notes = rows + more_rows, notes + more_notes
   load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
   print(f"\n== DecoReco iteration, MLP {paper_size.D}-{'-'.join(map(str, paper_size.WIDTHS))}"
-        f"-1 (first-layer bias only), m = {paper_size.M}, α = {paper_size.ALPHA:g}, loss + "
+        f"-1 (first-layer bias only), m = {m}, α = {paper_size.ALPHA:g}, loss + "
         f"∇(x, λ) + SGD momentum; median of {repeats} (backend {jax.default_backend()}, "
         f"{os.cpu_count()} CPUs, load average {load} at the end: other processes share the "
         "CPUs if it exceeds their number) ==\n")
@@ -88,7 +90,9 @@ def run(repeats: int) -> None:
     print(f"| {name} | {method} | {ms:.0f} | {low:.0f}–{high:.0f} | {gflops:.0f} | "
           f"{ratio:.2f} | {reference} |")
   print(f"\nMatmul FLOPs per iteration: autodiff {flops['autodiff'] / 1e9:.1f} GFLOP, fused "
-        f"{flops['fused'] / 1e9:.1f} GFLOP (PyTorch reference {paper_size.TORCH_GFLOP}, with "
-        "unused parameter gradients).")
+        f"{flops['fused'] / 1e9:.1f} GFLOP (layers in the Gram form: "
+        f"{kkt_mlp.gram_layers(m, (paper_size.D, *paper_size.WIDTHS))}), PyTorch reference "
+        f"{flops['reference'] / 1e9:.1f} GFLOP (with unused parameter gradients); fused / "
+        f"reference {flops['fused'] / flops['reference']:.2f}.")
   for note in notes:
     print(f"- {note}")

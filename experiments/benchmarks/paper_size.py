@@ -14,8 +14,10 @@ from trdr.attacks import decoreco, kkt_mlp
 M, SHAPE, WIDTHS, ALPHA = 1000, (32, 32, 3), (1000, 1000), 20.0
 D = int(np.prod(SHAPE))
 LR_IMAGES, LR_LAMBDAS, MOMENTUM = 0.4, 1e-4, 0.9
-# Matmul GFLOP of the reference iteration, with its unused parameter gradients.
-TORCH_GFLOP = 54.9
+# Matmul products of the reference iteration per layer, with its unused parameter
+# gradients: 6 of 2 m D w_0 in the first layer, 9 of 2 m w_{k−1} w_k in each later one
+# (54.9 GFLOP at M = 1000).
+TORCH_FIRST, TORCH_LATER = 6, 9
 
 
 def model() -> models.HaimMLP:
@@ -31,12 +33,12 @@ def methods(mlp: models.HaimMLP) -> dict:
           "fused": functools.partial(kkt_mlp.value_and_grad, alpha=ALPHA)}
 
 
-def inputs(mlp: models.HaimMLP, dtype) -> tuple:
+def inputs(mlp: models.HaimMLP, dtype, m: int = M) -> tuple:
   """(θ, x, λ, y) in ``dtype``: Haim et al.'s initialisation (first layer N(0, 1e-4²)) and
-  M candidates x ~ N(0, 10⁻⁶) (`common.decoreco_candidates`)."""
+  m candidates x ~ N(0, 10⁻⁶) (`common.decoreco_candidates`)."""
   key_params, key_candidates = jax.random.split(jax.random.key(0))
   params = models.init_params(mlp, key_params, SHAPE, dtype)
-  return (params, *common.decoreco_candidates(key_candidates, M, SHAPE, 1e-3, dtype))
+  return (params, *common.decoreco_candidates(key_candidates, m, SHAPE, 1e-3, dtype))
 
 
 def flops(m: int, d: int, widths) -> dict[str, float]:
@@ -44,20 +46,27 @@ def flops(m: int, d: int, widths) -> dict[str, float]:
 
   Autodiff: first layer X K_0, G_0 = Xᵀ Y_0, X R_0, Z̄_0 K_0ᵀ, Y_0 R_0ᵀ (5 × 2 m D w_0);
   each later layer 7 × 2 m w_{k−1} w_k. Fused (`trdr.attacks.kkt_mlp`, module docstring):
-  first layer X K_0 and (…) K_0ᵀ (2 × 2 m D w_0), M X (2 m² D), Γ Y_0 (2 m² w_0), and the
-  symmetric Γ = X Xᵀ and M = Y_0 Y_0ᵀ in blocks at 3/4 of 2 m² D and 2 m² w_0; later layers
-  as autodiff. Products with the one-column output layer are O(m w) and left out.
+  per layer Z_k and (…) K_kᵀ, for k ≥ 1 also B_{k−1} and Ū_k, and either the direct
+  form's three products with R_k or the Gram form's Γ_k, M_k (symmetric, in blocks), Γ_k Y_k
+  and M_k H_{k−1}, as `kkt_mlp.gram_layers` picks. Products with the one-column output
+  layer are O(m w) and left out.
 
   Returns:
-    {"autodiff": FLOPs, "fused": FLOPs}.
+    {"autodiff": FLOPs, "fused": FLOPs, "reference": FLOPs} (the reference:
+    `TORCH_FIRST`, `TORCH_LATER`).
   """
   h = m // 2
   gram = lambda n: 2 * m * h * n + 2 * (m - h) ** 2 * n      # `kkt_mlp._gram`
+  sizes = (d, *widths)
   hidden = sum(7 * 2 * m * a * b for a, b in itertools.pairwise(widths))
-  w0 = widths[0]
-  return {"autodiff": 5 * 2 * m * d * w0 + hidden,
-          "fused": 2 * 2 * m * d * w0 + 2 * m * m * d + 2 * m * m * w0 + gram(d) + gram(w0)
-                   + hidden}
+  fused = 0
+  for k, ((a, b), use_gram) in enumerate(zip(itertools.pairwise(sizes),
+                                             kkt_mlp.gram_layers(m, sizes))):
+    fused += (2 if k == 0 else 4) * 2 * m * a * b
+    fused += (gram(a) + gram(b) + 2 * m * m * (a + b)) if use_gram else 3 * 2 * m * a * b
+  later = sum(2 * m * a * b for a, b in itertools.pairwise(widths))
+  return {"autodiff": 5 * 2 * m * d * widths[0] + hidden, "fused": fused,
+          "reference": TORCH_FIRST * 2 * m * d * widths[0] + TORCH_LATER * later}
 
 
 def momentum_step(value_and_grad, labels):

@@ -32,38 +32,44 @@ One hand-written reverse pass of F (U_k = diag(a) P_k = ∂F/∂Δ_k):
   H̄_{k−1} = Y_k R_kᵀ + Z̄_k K_kᵀ                                  (k ≥ 1)
   X̄ = Z̄_0 K_0ᵀ + Y_0 R_0ᵀ.
 
-Gram trick for the first layer, where D is large: G_0 = Xᵀ Y_0 (D × w_0) is never formed.
-With the Gram matrix Γ = X Xᵀ (m × m) and M = Y_0 Y_0ᵀ,
+Gram trick, where a layer is wide against m: G_k = H_{k−1}ᵀ Y_k (w_{k−1} × w_k) is never
+formed. With the Gram matrix Γ_k = H_{k−1} H_{k−1}ᵀ (m × m) and M_k = Y_k Y_kᵀ,
 
-  P_0 = X R_0 + Rb_0 = c (Z_0 − b_0) − Γ Y_0 + Rb_0,
-  X̄ = (Z̄_0 + c Y_0) K_0ᵀ − M X,
-  ||R_0||² = c² ||K_0||² − 2c Σ_i a_i Δ_{0,i}·(z_{0,i} − b_0) + Σ_ij Γ_ij M_ij,
+  P_k = H_{k−1} R_k + Rb_k = c (Z_k − b_k) − Γ_k Y_k + Rb_k,
+  H̄_{k−1} = (Z̄_k + c Y_k) K_kᵀ − M_k H_{k−1},
+  ||R_k||² = c² ||K_k||² − 2c Σ_i a_i Δ_{k,i}·(z_{k,i} − b_k) + Σ_ij (Γ_k)_ij (M_k)_ij,
 
-so X enters four products (X K_0, Γ, (…) K_0ᵀ, M X) instead of autodiff's five (X K_0,
-Xᵀ Y_0, X R_0, Z̄_0 K_0ᵀ, Y_0 R_0ᵀ), and the symmetric Γ and M are computed as blocks
-with 3/4 of the multiply-adds (`_gram`). (The value ||R_0||² is a difference of large
-terms: its relative accuracy degrades where R_0 ≪ c K_0, i.e. near an exact KKT point; the
+so the three products with R_k (G_k, H_{k−1} R_k, Y_k R_kᵀ: 3 m w_{k−1} w_k multiply-adds)
+become four with m × m matrices (Γ_k, M_k, Γ_k Y_k, M_k H_{k−1}: m² (w_{k−1} + w_k) plus
+the symmetric Γ_k and M_k, computed as blocks with 3/4 of the multiply-adds, `_gram`).
+`gram_layers` takes, layer by layer, the form with fewer multiply-adds: for Haim et al.'s
+MLP D-1000-1000-1 at m = 1000 (paper size) the first layer (D = 3072 ≫ m) and not the
+second; at m ≤ 200 (the CPU sizes) both. (The value ||R_k||² is then a difference of large
+terms: its relative accuracy degrades where R_k ≪ c K_k, i.e. near an exact KKT point; the
 gradients do not use it.)
 
-Work (2 × multiply-adds), m candidates, D inputs, hidden widths w_0 … w_{H−1}:
+Work (2 × multiply-adds), m candidates, D = w_{−1} inputs, hidden widths w_0 … w_{H−1}:
 
-  first layer  2 m D w_0 [X K_0] + (3/4)·2 m² D [Γ] + 2 m² w_0 [Γ Y_0] + (3/4)·2 m² w_0 [M]
-               + 2 m w_0 D + 2 m² D [X̄]
-  layer k ≥ 1  7 × 2 m w_{k−1} w_k: Z_k, B_{k−1}, G_k, P_k, Ū_k and the two products of
-               H̄_{k−1} (the same as autodiff).
+  every layer  2 m w_{k−1} w_k [Z_k] + 2 m w_{k−1} w_k [(…) K_kᵀ]
+               + (k ≥ 1) 2 × 2 m w_{k−1} w_k [B_{k−1}, Ū_k]
+  direct       3 × 2 m w_{k−1} w_k [G_k, P_k, Y_k R_kᵀ]
+  Gram         (3/4)·2 m² w_{k−1} [Γ_k] + (3/4)·2 m² w_k [M_k] + 2 m² w_k [Γ_k Y_k]
+               + 2 m² w_{k−1} [M_k H_{k−1}]
 
-At paper size (m = 1000, D = 3072, widths (1000, 1000)) that is 26.5 + 14.0 = 40.5 GFLOP
-per iteration against 44.7 GFLOP for autodiff's ∇(x, λ) (30.7 + 14.0) and 54.9 GFLOP for
-the reference PyTorch code, which also computes parameter gradients it never uses. The
-output layer and the elementwise work are O(m (D + Σ_k w_k)). Beyond the FLOPs, every
-product runs as an NN or NT matmul (`_transposed`), and the [m, D] prior terms are fused
-into their consumers.
+Autodiff's ∇(x, λ) does the direct form everywhere, less the first layer's unused B_{−1}
+and Ū_0. At paper size (m = 1000, D = 3072, widths (1000, 1000)) that is 26.5 + 14.0 =
+40.5 GFLOP per iteration against 44.7 GFLOP for autodiff (30.7 + 14.0) and 54.9 GFLOP for
+the reference PyTorch code, which also computes parameter gradients it never uses; at the
+`:cpu` size (m = 200) 3.0 + 1.9 = 4.9 GFLOP against autodiff's 6.1 + 2.8 = 8.9. The output
+layer and the elementwise work are O(m (D + Σ_k w_k)). Beyond the FLOPs, every product runs
+as an NN or NT matmul (`_transposed`), and the [m, D] prior terms are fused into their
+consumers.
 
 All functions are pure; `value_and_grad` is jittable with its keywords bound through
 `functools.partial`. `supports` tells a caller whether to fall back to autodiff.
 """
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -147,6 +153,28 @@ def _gram(x: jax.Array) -> jax.Array:
   return jnp.concatenate([left, right], axis=1)
 
 
+def gram_layers(m: int, widths: Sequence[int]) -> tuple[bool, ...]:
+  """Per hidden layer, whether `value_and_grad` uses the Gram form (module docstring).
+
+  Args:
+    m: number of candidates, ≥ 1.
+    widths: (D, w_0, …, w_{H−1}): the input size and the hidden widths; layer k maps
+      w_{k−1} -> w_k.
+  Returns:
+    H booleans: True where the Gram form takes fewer multiply-adds than the direct one,
+    (3/4)(m² w_{k−1} + m² w_k) + m² (w_{k−1} + w_k) < 3 m w_{k−1} w_k (`_gram`'s exact
+    count for odd m).
+  Raises:
+    ValueError: m < 1, or fewer than two widths.
+  """
+  if m < 1 or len(widths) < 2:
+    raise ValueError(f"need m ≥ 1 and widths (D, w_0, …), got m = {m}, widths = {widths}")
+  half = m // 2
+  gram = lambda n: (m * half + (m - half) ** 2) * n          # multiply-adds of `_gram`
+  return tuple(gram(a) + gram(b) + m * m * (a + b) < 3 * m * a * b
+               for a, b in zip(widths[:-1], widths[1:]))
+
+
 def _bias(layer, dtype):
   return layer["bias"].astype(dtype) if "bias" in layer else None
 
@@ -154,7 +182,8 @@ def _bias(layer, dtype):
 def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels: jax.Array,
                    *, alpha: float, scale: float = 1.0, x_min: float = -1.0,
                    x_max: float = 1.0, lambda_min: float = 0.05,
-                   lambda_weight: float = 5.0) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+                   lambda_weight: float = 5.0, gram: Sequence[bool] | None = None,
+                   ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
   """DecoReco loss L(x, λ) and (∂L/∂x, ∂L/∂λ) for a one-output Haim MLP (module docstring).
 
   Equals ``jax.value_and_grad(decoreco.stationarity_loss, argnums=(1, 2))`` with
@@ -176,12 +205,16 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
     x_min, x_max: the pixel box of the prior.
     lambda_min: λ_min of the multiplier prior.
     lambda_weight: w_λ of the multiplier prior.
+    gram: per hidden layer, the Gram form (True) or the direct one (False); None:
+      `gram_layers`, the form with fewer multiply-adds. The result is the same to float
+      rounding either way.
   Returns:
     (loss float[], (grad_images float[m, H, W, C], grad_lambdas float[m])), in the dtype
     of ``images``.
   Raises:
     ValueError: θ not of a one-output Haim MLP (see `supports`), its input size not
-      H·W·C, lambdas / labels not of shape [m], or alpha not positive.
+      H·W·C, lambdas / labels not of shape [m], alpha not positive, or ``gram`` not one
+      boolean per hidden layer.
   """
   names = _layer_names(params)
   if not isinstance(alpha, jax.core.Tracer) and not alpha > 0:  # a traced α: swept
@@ -198,6 +231,12 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
   hidden = names[:-1]
   kernels = [params[n]["kernel"].astype(dtype) for n in hidden]
   biases = [_bias(params[n], dtype) for n in hidden]
+  if gram is None:
+    gram = gram_layers(m, [x.shape[1]] + [k.shape[1] for k in kernels])
+  if len(gram) != len(hidden):
+    raise ValueError(f"gram must hold one boolean per hidden layer ({len(hidden)}), got "
+                     f"{gram}")
+  gram = tuple(bool(g) for g in gram)
   k_out = params["output"]["kernel"][:, 0].astype(dtype)
   b_out = _bias(params["output"], dtype)
   c = jnp.asarray(scale, dtype)
@@ -206,14 +245,13 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
   act = lambda z: jax.nn.sigmoid(alpha * z)
   dot, dot_nt = jnp.matmul, _dot_nt
 
-  # Forward; the first layer's Z_0 − b_0 = X K_0 and the Gram matrix Γ = X Xᵀ.
-  z0_nobias = dot(x, kernels[0])
-  gram = _gram(x)
-  zs = [z0_nobias if biases[0] is None else z0_nobias + biases[0]]
-  for kernel, bias in zip(kernels[1:], biases[1:]):
-    z = dot(jax.nn.relu(zs[-1]), kernel)
+  # Forward: Z_k − b_k = H_{k−1} K_k (kept for the Gram form), Z_k, H_k, S_k.
+  hs, zs_nobias, zs = [x], [], []                                        # hs[k] = H_{k−1}
+  for kernel, bias in zip(kernels, biases):
+    z = dot(hs[-1], kernel)
+    zs_nobias.append(z)
     zs.append(z if bias is None else z + bias)
-  hs = [x] + [jax.nn.relu(z) for z in zs]                                  # hs[k] = H_{k−1}
+    hs.append(jax.nn.relu(zs[-1]))
   ss = [act(z) for z in zs]
 
   # Backprop vectors Δ_k = S_k ∘ B_k.
@@ -226,19 +264,25 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
     deltas[k] = ss[k] * bs[k]
   ys = [ac * d for d in deltas]
 
-  # Residuals R = c θ − G and their squared norms; P_k and f_i.
+  # Residuals R = c θ − G and their squared norms, P_k (direct or Gram form) and f_i.
   loss = jnp.zeros((), dtype)
-  rbs = []
-  for y, bias in zip(ys, biases):
-    rb = None if bias is None else c * bias - jnp.sum(y, axis=0)
-    rbs.append(rb)
-    if rb is not None:
+  rs, m_mats, ps = [None] * len(zs), [None] * len(zs), []
+  for k, (kernel, bias, y) in enumerate(zip(kernels, biases, ys)):
+    if gram[k]:
+      gram_k = _gram(hs[k])                                                # Γ_k
+      m_mats[k] = _gram(y)                                                 # M_k
+      loss += (c * c * jnp.sum(kernel * kernel) - 2 * c * jnp.sum(y * zs_nobias[k])
+               + jnp.sum(gram_k * m_mats[k]))
+      p = c * zs_nobias[k] - dot(gram_k, y)
+    else:
+      rs[k] = c * kernel - dot(_transposed(hs[k]), y)
+      loss += jnp.sum(rs[k] * rs[k])
+      p = dot(hs[k], rs[k])
+    if bias is not None:
+      rb = c * bias - jnp.sum(y, axis=0)
       loss += jnp.sum(rb * rb)
-  rs = [None]
-  for k in range(1, len(zs)):
-    r = c * kernels[k] - dot(_transposed(hs[k]), ys[k])
-    rs.append(r)
-    loss += jnp.sum(r * r)
+      p = p + rb
+    ps.append(p)
   r_out = c * k_out - a @ hs[-1]
   loss += jnp.sum(r_out * r_out)
   f = hs[-1] @ r_out
@@ -246,20 +290,10 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
     rb_out = c * b_out[0] - jnp.sum(a)
     loss += rb_out * rb_out
     f += rb_out
-  # First layer through the Gram matrix.
-  m_mat = _gram(ys[0])                                                     # M = Y_0 Y_0ᵀ
-  loss += (c * c * jnp.sum(kernels[0] * kernels[0]) - 2 * c * jnp.sum(ys[0] * z0_nobias)
-           + jnp.sum(gram * m_mat))
-  ps = [c * z0_nobias - dot(gram, ys[0])]
-  for k in range(1, len(zs)):
-    ps.append(dot(hs[k], rs[k]))
-  for k, rb in enumerate(rbs):
-    if rb is not None:
-      ps[k] = ps[k] + rb
   for p, d in zip(ps, deltas):
     f += jnp.sum(p * d, axis=1)
 
-  # Reverse pass of F = Σ_i a_i f_i with R fixed.
+  # Reverse pass of F = Σ_i a_i f_i with R fixed; H̄_{−1} = X̄.
   u_bar = [None] * len(zs)
   u_bar[0] = ac * ps[0]
   for k in range(1, len(zs)):
@@ -268,10 +302,11 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
   for k in range(len(zs) - 1, -1, -1):
     s = ss[k]
     z_bar = h_bar * s + u_bar[k] * bs[k] * (alpha * s * (1 - s))
-    if k == 0:
-      x_bar = dot_nt(z_bar + c * ys[0], kernels[0]) - dot(m_mat, x)
+    if gram[k]:
+      h_bar = dot_nt(z_bar + c * ys[k], kernels[k]) - dot(m_mats[k], hs[k])
     else:
       h_bar = dot_nt(ys[k], rs[k]) + dot_nt(z_bar, kernels[k])
+  x_bar = h_bar
 
   # Priors. The two expressions of x − clip(x) differ on purpose: XLA then fuses each into
   # its consumer (the sum, the gradient) instead of writing an [m, D] temporary.

@@ -37,5 +37,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   for c in (config.decoreco, config.landscape):
     c.victim.all_biases = True
   config.bilevel = bilevel_affine.get_config("smoke" if variant == "smoke" else None)
+  if variant == "cpu":
+    # Fig. 10(a) on the same n as Fig. 10(b)'s DecoReco landscape (n = 100), not the main
+    # job's n = 500: the two panels then attack training sets of one size.
+    config.bilevel.data.n_per_class = config.landscape.data.n_per_class
   config.n_show = 8 if variant == "smoke" else 32
   return config
