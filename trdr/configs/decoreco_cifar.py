@@ -22,16 +22,17 @@ Variants (sizes):
   ""      paper size: n = 500, 10^6 epochs at lr 0.01 (stops at the loss threshold),
           50,000 attack iterations, σ = 8.857e-4 (Haim et al.'s CIFAR value). One GPU.
   "cpu"   n = 100 (50 per class group), same architecture, victim GD at lr 0.5 (stops at
-          loss 1e-4: measured 726 epochs, 30–60 s), 5,000 attack iterations on m = 200.
+          loss 1e-4: measured 726–798 epochs, 17–35 s), 5,000 attack iterations on
+          m = 200; the sweep 8 settings × 500 iterations.
   "smoke" n = 10, widths (32, 32), 40 iterations: seconds, for tests.
 
-Runtime (measured 2026-11-21 on this 2-core CPU, float64, ":cpu", fresh clone, `make
-figures`, cores partly shared with a test run): victim 726 epochs in ≈ 35 s; one
-5,000-iteration attack on m = 200 in 5.1 min (305 s uniform, 304 s tuned; 0.06 s per
-iteration), on m = 100 (partition) in 2.9 min; the sweep (8 settings × 1,000 iterations,
-one computation) in 8.1 min (11.3 min with the cores shared). So training plus one attack
-takes under 6 minutes. ":smoke": ≈ 20 s. Paper size: not run (no GPU was available); one
-paper-size iteration takes 249 ms here (README, Performance), so 50,000 would take 3.5 h.
+Runtime (measured 2026-11-22 on this 2-core CPU, float64, ":cpu", fresh clone, within
+`make figures`, idle cores, all biases): victim 729 epochs in 22 s; one 5,000-iteration
+attack on m = 200 in 4.6 min (274 s untuned, 277 s tuned; 0.055 s per iteration), on
+m = 100 (partition) in 2.4 min; the sweep (8 settings × 500 iterations, one computation)
+in 4.1 min. So training plus one attack takes about 5 minutes. ":smoke": ≈ 20 s. Paper
+size: not run (no GPU was available); one paper-size iteration takes 249 ms here (README,
+Performance), so 50,000 would take 3.5 h.
 """
 
 import ml_collections

@@ -13,9 +13,10 @@ reference settings, `sweep.include`); its best.json sets (σ, lr, λ_min, α) of
 partition and landscape runs, and (lr, λ_min, α) of Fig. 5's untuned run (σ = 1). The
 victim has a bias in every layer, as Runkel et al.'s.
 
-Runtime (measured 2026-11-21, this 2-core CPU, ":cpu", from scratch within `make figures`
-on a fresh clone): victim 35 s, sweep 8.3 min, uniform / tuned / partition runs 5.2 / 5.2 /
-3.0 min, DecoReco landscape 11 min, bilevel landscape 4.5 min: ≈ 38 min. ":smoke": 1.5 min.
+Runtime (measured 2026-11-22, this 2-core CPU, ":cpu", from scratch within `make figures`
+on a fresh clone, idle cores): victim 22 s, sweep 4.1 min, untuned / tuned / partition
+runs 4.7 / 4.7 / 2.4 min, DecoReco landscape 5.3 min, bilevel landscape (n = 100) 0.7 min:
+22.2 min. ":smoke": 1.5 min.
 """
 
 import ml_collections

@@ -13,9 +13,10 @@ training image with its label (m = n), as one vmapped computation.
 Variants: "" (paper size, one GPU), "cpu" (n = 100, 500 iterations per grid point),
 "smoke" (3×3 grid, n = 10, 20 iterations).
 
-Runtime (measured 2026-11-21, this 2-core CPU, ":cpu", victim reused): the 25 attacks as
-one computation in 10.5 min (0.5 s per iteration for all 25 × 100 candidates), 11 min
-with the evaluation. ":smoke": ≈ 20 s.
+Runtime (measured 2026-11-22, this 2-core CPU, ":cpu", victim reused, within `make
+figures`): the 21 distinct starts of the 25 (the five λ2 = 0 points share one) as one
+computation, with the evaluation, in 5.3 min (0.6 s per iteration for all 21 × 100
+candidates). ":smoke": ≈ 20 s.
 """
 
 import ml_collections

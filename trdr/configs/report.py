@@ -15,9 +15,10 @@ trdr/claims.py and trdr/verdicts.py for the rules.
 
 Runtime (this 2-core CPU): ":smoke" 230 s from scratch (2026-11-22, with the one-hidden
 victim warm-started; its seed-1 repeats of the two bilevel runs ~55 s of it). ":cpu":
-≈ 94 min from scratch on a fresh clone (2026-11-22, two parts, README "Results of make
-figures": DecoReco figures 48.5 min, seed repeats 24.5, membership 13.5, Figs. 1–4 and
-Table 1 3.1, figures 2), over the 60 min the report should take on 2 cores. Paper
+54.1 min from scratch on a fresh clone (2026-11-22, one part on 2 idle cores, README
+"Results of make figures": Figs. 1–4 and Table 1 3.3 min, DecoReco figures 22.2, figures
+0.6, seed repeats 22.1, membership 5.8), within the 60 min the report should take on 2
+cores (it was ≈ 94 min with the earlier :cpu budgets, see decoreco_figures.py). Paper
 size: not run (no GPU was available).
 """
 
