@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-lower-level benchmark-sweep membership fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership fig1 fig2 fig3 fig4 table1 sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -33,6 +33,9 @@ benchmark-solvers:  ## Only the three hypergradient solves, affine and one-hidde
 
 benchmark-decoreco:  ## One DecoReco iteration at paper size, autodiff vs fused kkt_mlp, f64 and f32 (~3 min).
 	$(PYTHON) experiments/benchmark.py --sections=decoreco
+
+benchmark-decoreco-cpu:  ## The same at the :cpu runs' size, m = 200 candidates (~20 s).
+	$(PYTHON) experiments/benchmark.py --sections=decoreco --decoreco_candidates=200
 
 benchmark-lower-level:  ## The grid with the Newton-CG lower level vs L-BFGS (default config, ~1.5 min).
 	$(PYTHON) experiments/benchmark.py --sections=lower_level
