@@ -61,7 +61,13 @@ def test_value_and_grad_match_autodiff(x64, widths, all_biases, form):
 
 @pytest.mark.parametrize("gram", [(False, False, False), (True, True, True)])
 def test_direct_and_gram_forms_match_autodiff(x64, gram):
-  """Every layer in each form (the default picks per layer by FLOPs, `gram_layers`)."""
+  """Every layer in each form (the default picks per layer by FLOPs, `gram_layers`).
+
+  Tolerance: float64 sums of a few hundred products in different orders round to ~1e-15
+  relative (√N·ε). The Gram form's loss is a difference c²||K||² − 2c(…) + Σ Γ∘M, whose
+  error is ε times its largest term over ||R||²; here R is of the size of cθ (the
+  candidates are far from a KKT point), so that factor is O(1–10), and 1e-10 leaves
+  > 1e4 of margin, while a wrong or missing term is an O(1) relative error."""
   model, params, images, lambdas, labels = _problem((7, 5, 4), True)
   fused = jax.jit(functools.partial(kkt_mlp.value_and_grad, alpha=ALPHA, scale=WEIGHT_DECAY,
                                     gram=gram))
