@@ -153,6 +153,12 @@ def _gram(x: jax.Array) -> jax.Array:
   return jnp.concatenate([left, right], axis=1)
 
 
+def gram_multiply_adds(m: int, n: int) -> int:
+  """Multiply-adds of `_gram` on float[m, n]: m·⌊m/2⌋·n + ⌈m/2⌉²·n (3/4 of m² n for even m)."""
+  half = m // 2
+  return (m * half + (m - half) ** 2) * n
+
+
 def gram_layers(m: int, widths: Sequence[int]) -> tuple[bool, ...]:
   """Per hidden layer, whether `value_and_grad` uses the Gram form (module docstring).
 
@@ -169,8 +175,7 @@ def gram_layers(m: int, widths: Sequence[int]) -> tuple[bool, ...]:
   """
   if m < 1 or len(widths) < 2:
     raise ValueError(f"need m ≥ 1 and widths (D, w_0, …), got m = {m}, widths = {widths}")
-  half = m // 2
-  gram = lambda n: (m * half + (m - half) ** 2) * n          # multiply-adds of `_gram`
+  gram = lambda n: gram_multiply_adds(m, n)
   return tuple(gram(a) + gram(b) + m * m * (a + b) < 3 * m * a * b
                for a, b in zip(widths[:-1], widths[1:]))
 
