@@ -116,7 +116,7 @@ def two_process_checkpoints(tmp_path, monkeypatch):
   for step in (2, 4):
     loop._save(str(tmp_path), {"state": {"x": np.full((3, 2), float(step))},
                                "history": {"loss": np.zeros((5, step))},
-                               "metrics": io.dumps_json([])}, {"step": step})
+                               "metrics": io.dumps_json([])}, [{"step": step}])
   return tmp_path, monkeypatch
 
 

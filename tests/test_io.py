@@ -155,6 +155,48 @@ def test_a_run_that_hit_a_full_disk_resumes_bitwise_once_space_is_freed(tmp_path
   assert [r["step"] for r in io.read_metrics(str(run))] == [2, 4, 6]
 
 
+def test_checkpoints_every_few_chunks_and_a_failed_one_resumes_bitwise(tmp_path, monkeypatch):
+  """checkpoint_every = 3 with chunks of one step: checkpoints after steps 3, 6 and the
+  last, 7, each followed by the metrics lines of its chunks. The write of step 6 fails
+  (full disk): the run keeps step 3's checkpoint and lines 1-3, and the rerun resumes
+  from step 3 to the uninterrupted run's bits and lines 1-7."""
+  states = (jax.random.uniform(jax.random.key(1), (2, 1, 2, 2, 1)), jnp.zeros(2, jnp.int32),
+            jnp.array([False, False]))
+  kwargs = dict(steps=7, log_every=1, grid_batch_size=2, checkpoint_every=3)
+  saved_steps = []
+  save = io.save_checkpoint
+  monkeypatch.setattr(io, "save_checkpoint", lambda workdir, tree, *a: saved_steps.append(
+      loop.history_steps(tree["history"])) or save(workdir, tree, *a))
+  reference, ref_history, _ = loop.run(_toy_attack(99), states, workdir=str(tmp_path),
+                                       resume=False, **kwargs)
+  assert saved_steps == [3, 6, 7]
+  assert [r["step"] for r in io.read_metrics(str(tmp_path))] == list(range(1, 8))
+  monkeypatch.undo()
+
+  run = tmp_path / "run"
+  os.makedirs(run)
+  written = []
+
+  def full(path):  # the second checkpoint write: the one of step 6
+    written.append(path)
+    return sum(io.CHECKPOINT_FILE in p for p in written) == 2 and io.CHECKPOINT_FILE in path
+
+  _fill_disk(monkeypatch, full)
+  with pytest.raises(OSError, match="No space left"):
+    loop.run(_toy_attack(99), states, workdir=str(run), resume=False, **kwargs)
+  monkeypatch.undo()
+  assert [r["step"] for r in io.read_metrics(str(run))] == [1, 2, 3]
+  assert np.asarray(io.load_checkpoint(str(run))["history"]["objective"]).shape == (2, 3)
+  resumed, history, _ = loop.run(_toy_attack(99), states, workdir=str(run), resume=True,
+                                 **kwargs)
+  jax.tree.map(np.testing.assert_array_equal, resumed, reference)
+  np.testing.assert_array_equal(history["objective"], ref_history["objective"])
+  assert [r["step"] for r in io.read_metrics(str(run))] == list(range(1, 8))
+  with pytest.raises(ValueError, match="checkpoint_every >= 0"):
+    loop.run(_toy_attack(99), states, workdir=str(run), resume=False,
+             **{**kwargs, "checkpoint_every": -1})
+
+
 def test_identical_starts_are_attacked_once(tmp_path, monkeypatch):
   """Grid points whose start states are bit-identical are attacked once and copied back
   (`trdr.loop.run`): states, history and metrics.jsonl are those of the whole grid

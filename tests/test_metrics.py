@@ -81,14 +81,43 @@ def test_ssim_identity_is_one():
   np.testing.assert_allclose(metrics.ssim(x1, x1), 1.0, atol=1e-6)
 
 
+# Two float32 evaluations of dm_pix's SSIM formula whose blurs sum the same products in
+# another order (trdr's banded-matrix filter, dm_pix's `jnp.convolve`). Each blurred
+# moment (a convex combination of k² products of values in [0, 1]) is then off by at most
+# 2k u (two passes of k-term sums, u = 2^-24); an SSIM map value moves by at most
+# 2/c2 per unit of error in the covariance and by the same order through the two
+# variances, hence <= 3 · 2 · 2k u / c2 per position and for the mean over them
+# (c2 = 0.03²). With k = 11: 8.7e-3. A wrong window or padding moves SSIM by ~1e-1.
+def _ssim_orders_atol(k=11, u=2.0**-24):
+  return 3 * 2 * 2 * k * u / 0.03**2
+
+
 def test_ssim_symmetric_and_matches_dm_pix():
   rng = np.random.default_rng(1)
   a, b = _smooth(rng, 5), _rand(rng, (5, 32, 32, 3))
   s_ab, s_ba = metrics.ssim(a, b), metrics.ssim(b, a)
-  np.testing.assert_allclose(s_ab, s_ba, atol=1e-6)
-  np.testing.assert_allclose(s_ab, dm_pix.ssim(jnp.asarray(a), jnp.asarray(b)), atol=1e-6)
+  np.testing.assert_allclose(s_ab, s_ba, atol=_ssim_orders_atol())
+  np.testing.assert_allclose(s_ab, dm_pix.ssim(jnp.asarray(a), jnp.asarray(b)),
+                             atol=_ssim_orders_atol())
   assert s_ab.shape == (5,)
   assert np.all(np.asarray(s_ab) < 1.0) and np.all(np.asarray(s_ab) > -1.0)
+
+
+@pytest.mark.parametrize("filter_size", [3, 11])
+def test_ssim_filter_is_dm_pixs_own_in_float64(x64, filter_size):
+  """trdr's `ssim` passes dm_pix its Gaussian window as banded-matrix products
+  (`filter_fn`); in float64 it equals `dm_pix.ssim` with its own `jnp.convolve` filter to
+  the summation-order bound above with u = 2^-53 (1.6e-11 for k = 11): the same window,
+  padding and weights, not merely a close one."""
+  rng = np.random.default_rng(14)
+  for shape in ((32, 32, 3), (13, 17, 2)):
+    a = rng.random((4,) + shape)
+    b = np.clip(a + 0.1 * rng.standard_normal(a.shape), 0, 1)
+    ours = np.asarray(metrics.ssim(a, b, filter_size=filter_size))
+    assert ours.dtype == np.float64
+    ref = np.asarray(dm_pix.ssim(jnp.asarray(a), jnp.asarray(b), filter_size=filter_size))
+    np.testing.assert_allclose(ours, ref, rtol=0,
+                               atol=_ssim_orders_atol(filter_size, 2.0**-53))
 
 
 def test_ssim_broadcasts_batch_dims():
@@ -99,7 +128,8 @@ def test_ssim_broadcasts_batch_dims():
   assert out.shape == (2, 3)
   for i in range(2):
     for j in range(3):
-      np.testing.assert_allclose(out[i, j], dm_pix.ssim(a[i, j], b[j]), atol=1e-6)
+      np.testing.assert_allclose(out[i, j], dm_pix.ssim(a[i, j], b[j]),
+                                 atol=_ssim_orders_atol())
   assert metrics.ssim(a[0, 0], b[0]).shape == ()
 
 

@@ -139,9 +139,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   ATTACKS[a.name](loaded or victim.Victim(model, untrained, config.victim, {}), a, labels,
                   key=build_key, box=box)
   steps = config.sweep.steps if mode == "sweep" else a.steps
-  if not (int(steps) >= 1 and int(a.log_every) >= 1):
-    raise ValueError(f"need attack steps >= 1 and attack.log_every >= 1, got {steps} and "
-                     f"{a.log_every}")
+  if not (int(steps) >= 1 and int(a.log_every) >= 1 and a.get("checkpoint_every", 0) >= 0):
+    raise ValueError(f"need attack steps >= 1, attack.log_every >= 1 and "
+                     f"attack.checkpoint_every >= 0, got {steps}, {a.log_every} and "
+                     f"{a.get('checkpoint_every', 0)}")
   starts = x0, labels, init_key, extra, build_key, settings, loaded
   with io.locked(workdir):
     if not overwrite:
@@ -186,7 +187,8 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
            if len(traced) else None)
   states, history, trajectory = loop.run(
       attack, states, steps=steps, log_every=a.log_every, grid_batch_size=a.grid_batch_size,
-      workdir=workdir, resume=resume, trace=trace, stop_on_divergence=mode != "sweep")
+      workdir=workdir, resume=resume, trace=trace, stop_on_divergence=mode != "sweep",
+      checkpoint_every=a.get("checkpoint_every", 0))
   seconds = time.time() - started
   if not distributed.is_main():  # process 0 evaluates and writes the merged results
     io.finish(workdir, distributed.SHARD_FILE, {"process": jax.process_index(),

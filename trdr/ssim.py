@@ -4,7 +4,8 @@
   Simoncelli, "Image quality assessment: from error visibility to structural
   similarity", IEEE TIP 13(4), 2004, computed by ``dm_pix.ssim`` (its defaults: an
   11x11 Gaussian window with sigma 1.5, 'valid' padding, k1=0.01, k2=0.03, the SSIM
-  map averaged over positions and channels).
+  map averaged over positions and channels), its window applied as two banded-matrix
+  products (``filter_fn``: the same filter, 6x faster than its ``jnp.convolve``).
 * :func:`pairwise_ssim` computes the same quantity for every (query, candidate) pair
   through an exact algebraic reformulation (see below) that is 10-35x faster than
   ``dm_pix.ssim`` batched over pairs; it is tested to agree with ``dm_pix.ssim`` on
@@ -107,9 +108,6 @@ def _check_candidates(candidates: Any, filter_size: int = FILTER_SIZE) -> jax.Ar
 # ------------------------------------------------------------------------------- SSIM
 
 
-_dm_pix_ssim = jax.jit(dm_pix.ssim, static_argnames=("max_val", "filter_size"))
-
-
 def _check_filter_size(filter_size: int) -> int:
   if not isinstance(filter_size, (int, np.integer)) or filter_size < 1 or filter_size % 2 == 0:
     raise ValueError(f"filter_size must be a positive odd int, got {filter_size!r}")
@@ -127,7 +125,9 @@ def ssim(a: Any, b: Any, *, max_val: float = 1.0, filter_size: int = FILTER_SIZE
 
   Unlike ``dm_pix.ssim`` (which takes one image or one batch of equal shape), the
   leading batch dimensions of ``a`` and ``b`` are broadcast against each other
-  (NumPy rules); the pairs are then passed to ``dm_pix.ssim`` as one batch.
+  (NumPy rules); the pairs are then passed to ``dm_pix.ssim`` as one batch, with its
+  Gaussian window given as `_blur` (``filter_fn``): the same filter, its sums in another
+  order (equal to dm_pix's own to ~1e-16 in float64; tests/test_metrics.py).
 
   Args:
     a: float[..., H, W, C] images with values in [0, max_val]; H, W >= filter_size.
@@ -166,26 +166,44 @@ def ssim(a: Any, b: Any, *, max_val: float = 1.0, filter_size: int = FILTER_SIZE
   return _dm_pix_ssim(a4, b4, max_val=float(max_val), filter_size=filter_size).reshape(batch)
 
 
-def _gaussian_filter_1d(filter_size: int) -> jax.Array:
-  """dm_pix.ssim's normalised 1D Gaussian (built with the same float32 ops)."""
+def _gaussian_filter_1d(filter_size: int, dtype=jnp.float32) -> jax.Array:
+  """dm_pix.ssim's normalised 1D Gaussian, built with its ops; ``dtype`` None gives
+  dm_pix's own dtype (float64 when jax_enable_x64 is on)."""
   hw = filter_size // 2
   shift = (2 * hw - filter_size + 1) / 2
-  f_i = ((jnp.arange(filter_size, dtype=jnp.int32) - hw + shift) / _FILTER_SIGMA) ** 2
-  filt = jnp.exp(-0.5 * f_i.astype(jnp.float32))
+  f_i = ((jnp.arange(filter_size) - hw + shift) / _FILTER_SIGMA) ** 2
+  filt = jnp.exp(-0.5 * (f_i if dtype is None else f_i.astype(dtype)))
   return filt / jnp.sum(filt)
 
 
 def _blur(z: jax.Array, filt: jax.Array) -> jax.Array:
-  """Separable 'valid' Gaussian filter of z[N, H, W, C] along W then H (as dm_pix)."""
-  conv = jax.vmap(
-      lambda v: jnp.convolve(v, filt, mode="valid", precision=lax.Precision.HIGHEST)
-  )
-  n, h, w, c = z.shape
-  zx = jnp.moveaxis(z, 2, -1).reshape(-1, w)  # (N*H*C, W)
-  zx = jnp.moveaxis(conv(zx).reshape(n, h, c, -1), -1, 2)  # (N, H, W', C)
-  wo = zx.shape[2]
-  zy = jnp.moveaxis(zx, 1, -1).reshape(-1, h)  # (N*W'*C, H)
-  return jnp.moveaxis(conv(zy).reshape(n, wo, c, -1), -1, 1)  # (N, H', W', C)
+  """'valid' filtering of z[..., H, W, C] with ``filt`` ⊗ ``filt``: along W, then H.
+
+  dm_pix.ssim's own filter (`jnp.convolve` vmapped over rows, then columns) as two
+  products with banded matrices B[l, v] = filt[k − 1 − (l − v)] for 0 ≤ l − v < k:
+  the same sums of the same products (only their order differs, within rounding). On
+  our 2-core CPU `dm_pix.ssim` of 500 pairs of 32x32x3 images takes 31 ms with it and
+  189 ms with its `jnp.convolve` form. The result has dtype ``result_type(z, filt)``,
+  as `jnp.convolve`'s.
+  """
+  k = filt.shape[0]
+
+  def banded(length):
+    lag = jnp.arange(length)[:, None] - jnp.arange(length - k + 1)[None, :]
+    inside = (lag >= 0) & (lag < k)
+    return jnp.where(inside, filt[::-1][jnp.clip(lag, 0, k - 1)], 0)
+
+  highest = lax.Precision.HIGHEST
+  z = jnp.einsum("...hwc,wv->...hvc", z, banded(z.shape[-2]), precision=highest)
+  return jnp.einsum("...hvc,hu->...uvc", z, banded(z.shape[-3]), precision=highest)
+
+
+@functools.partial(jax.jit, static_argnames=("max_val", "filter_size"))
+def _dm_pix_ssim(a: jax.Array, b: jax.Array, *, max_val: float, filter_size: int) -> jax.Array:
+  """``dm_pix.ssim`` with its own Gaussian window, passed as `_blur` (``filter_fn``)."""
+  filt = _gaussian_filter_1d(filter_size, dtype=None)
+  return dm_pix.ssim(a, b, max_val=max_val, filter_size=filter_size,
+                     filter_sigma=_FILTER_SIGMA, filter_fn=lambda z: _blur(z, filt))
 
 
 class _Prepared(NamedTuple):
