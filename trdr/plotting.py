@@ -140,21 +140,40 @@ def framed(ax, image, color, title=None):
     ax.set_title(title, fontsize=6)
 
 
+_FRAME = 2  # pixels of each image's frame in a pairs mosaic
+_PAIR_GAP, _GAP, _LABEL = 2, 8, 9  # pixels between a pair's images, between pairs, label band
+
+
 def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
-  """Rows of (left image, black frame, label) | (right image, grey frame) pairs."""
+  """Rows of (left image, black frame, label) | (right image, grey frame) pairs.
+
+  Drawn as one mosaic in one Axes (frames as pixels, labels as text above the left
+  images): one Axes per image took ~0.8 s per figure of 32 pairs to build and as long
+  again to save.
+  """
   rows = max(1, int(np.ceil(len(pairs) / per_row)))
+  h, w = (pairs[0][0].shape[:2] if pairs else (1, 1))
+  cell_h, cell_w = h + 2 * _FRAME, w + 2 * _FRAME
+  pair_w = 2 * cell_w + _PAIR_GAP
+  canvas = np.ones((rows * (_LABEL + cell_h), per_row * (pair_w + _GAP) - _GAP, 3))
   if fig is None:
-    fig = plt.figure(figsize=(2 * per_row * 0.9, rows * 1.1))
-  axes = fig.subplots(rows, 2 * per_row, squeeze=False)
-  for ax in axes.ravel():
-    ax.axis("off")
+    width = 2 * per_row * 0.9
+    fig = plt.figure(figsize=(width, width * canvas.shape[0] / canvas.shape[1]))
+  ax = fig.add_axes((0, 0, 1, 1))
+  ax.axis("off")
   for k, (left, right, label) in enumerate(pairs):
     r, c = divmod(k, per_row)
-    for offset, (image, color, text) in enumerate(((left, "black", label), (right, "grey", None))):
-      ax = axes[r, 2 * c + offset]
-      ax.axis("on")
-      framed(ax, image, color, text)
-  fig.suptitle(title, fontsize=9, y=1.0 + 0.1 / rows)
+    top, x = r * (_LABEL + cell_h) + _LABEL, c * (pair_w + _GAP)
+    for offset, (image, grey) in enumerate(((left, 0.0), (right, 0.5))):
+      x0 = x + offset * (cell_w + _PAIR_GAP)
+      canvas[top:top + cell_h, x0:x0 + cell_w] = grey
+      rgb = np.clip(np.asarray(image, np.float64), 0.0, 1.0)
+      canvas[top + _FRAME:top + _FRAME + h, x0 + _FRAME:x0 + _FRAME + w] = (
+          rgb if rgb.shape[-1] == 3 else np.repeat(rgb[..., :1], 3, axis=-1))
+    if label:
+      ax.text(x + cell_w / 2, top - 1, label, fontsize=6, ha="center", va="bottom")
+  ax.imshow(canvas, interpolation="nearest")
+  fig.suptitle(title, fontsize=9, y=1.0, va="bottom")
   return fig
 
 
