@@ -35,12 +35,12 @@ still in cache, and accumulates the map's sum. Each image channel is centred on 
 mean first (covariances are shift invariant), which makes the covariance more
 accurate than dm_pix's uncentred float32 form.
 
-Measured on the project's 2-core AVX-512 CPU, 500 x 1500 pairs of 32x32x3 images:
-~0.55-0.7M pairs/s on a quiet machine (~0.3M with another process busy on both
-cores), i.e. ~30 s (~60 s) for the 12,500 x 1,500 nearest-neighbour search, peak
-RSS 0.8 GB; ``jit(vmap(dm_pix.ssim))`` over the pairs runs at 8-16k pairs/s and
-``dm_pix.ssim`` mapped over queries (all candidates batched) at 29-54k pairs/s.
-28x28x1 images: ~1.5M pairs/s.
+Measured on the project's 2-core AVX-512 CPU (2026-11-23, quiet), 500 x 1500 pairs of
+32x32x3 images: 1.66 s per block, ~0.45M pairs/s (its matrix products at ~160 GFLOP/s,
+near the float32 peak; the SSIM-map arithmetic is hidden behind them), ~0.38M pairs/s
+for the main job's whole search with the per-image statistics and the matched pairs'
+`dm_pix.ssim` (80 s for 20,500 x 1,500), peak RSS 0.8 GB; ``jit(vmap(dm_pix.ssim))``
+over the pairs runs at 8-16k pairs/s.
 """
 
 from __future__ import annotations
