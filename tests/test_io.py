@@ -442,6 +442,12 @@ def test_config_change_names_the_keys_that_differ():
   # A dict against a value, and the literal string "absent" against a missing key.
   assert io.config_change({"x": {"y": 1}}, {"x": 2}) == "x: {'y': 1} -> 2"
   assert io.config_change({"x": "absent"}, {}) == "x: 'absent' -> absent"
+  # How often a run checkpoints changes none of its results: runs written before the key
+  # existed, or with another value, are the same run (reused, resumed).
+  for key in io.EXECUTION_KEYS:
+    section, name = key.split(".")
+    assert io.config_change({section: {"lr": 1}}, {section: {"lr": 1, name: 100}}) == ""
+    assert io.config_change({section: {name: 0}}, {section: {name: 100}}) == ""
 
 
 def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp_path):

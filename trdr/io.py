@@ -179,12 +179,20 @@ def replace_dir(staging: str, workdir: str) -> None:
   shutil.rmtree(old, ignore_errors=True)
 
 
+# Config keys that change how a run is executed but none of its results: a run is the
+# same run whatever their values (a finished one is reused, a checkpoint resumed).
+EXECUTION_KEYS = frozenset({"attack.checkpoint_every"})
+
+
 def config_change(old: Any, new: Any, shown: int = 4) -> str:
   """How config ``new`` differs from ``old`` (each as `to_jsonable` makes it): the first
   ``shown`` differing dotted keys in key order, as "key: old -> new" (absent where a
-  config lacks the key), and how many more; "" when the two are equal."""
+  config lacks the key), and how many more; "" when the two are equal. `EXECUTION_KEYS`
+  are not compared."""
   absent = type("Absent", (), {"__repr__": lambda _: "absent"})()  # equal only to itself
   def walk(a, b, key):
+    if key[1:] in EXECUTION_KEYS:
+      return []
     if isinstance(a, dict) and isinstance(b, dict):
       return [line for k in sorted(set(a) | set(b))
               for line in walk(a.get(k, absent), b.get(k, absent), f"{key}.{k}")]
