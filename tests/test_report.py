@@ -402,7 +402,8 @@ def test_over_seeds_means_the_numbers_and_lists_the_verdicts():
   out = report.over_seeds(per_seed, (0, 4))
   assert list(out) == ["fig1"]                      # fig5 is missing from seed 4
   assert out["fig1"] == {"seeds": [0, 4], "verdicts": ["partly", "reproduced"],
-                         "mean": {"a": 2.0}, "std": {"a": pytest.approx(np.sqrt(2.0))}}
+                         "mean": {"a": 2.0}, "std": {"a": pytest.approx(np.sqrt(2.0))},
+                         "lists": {"c": [[1, 2], [3]]}}
 
 
 def test_no_verdict_says_reproduced_for_an_identity_attack(smoke_report):

@@ -146,8 +146,9 @@ def over_seeds(per_seed: list[dict], seeds) -> dict:
     per_seed: `trdr.verdicts.verdicts` output per seed (the main runs' first).
     seeds: the seeds, in the same order.
   Returns:
-    artefact -> {"seeds", "verdicts", "mean", "std" (ddof 1; NaN for one seed)}, for the
-    artefacts every seed has; numbers are the scalar (not boolean) measured values.
+    artefact -> {"seeds", "verdicts", "mean", "std" (ddof 1; NaN for one seed), "lists"},
+    for the artefacts every seed has; numbers are the scalar (not boolean) measured
+    values, "lists" each list-valued one per seed (e.g. Fig. 6's quiz ranks).
   """
   out = {}
   for name, first in per_seed[0].items():
@@ -161,7 +162,9 @@ def over_seeds(per_seed: list[dict], seeds) -> dict:
                  "verdicts": [p[name]["verdict"] for p in per_seed],
                  "mean": {k: float(np.mean(v)) for k, v in values.items()},
                  "std": {k: float(np.std(v, ddof=1)) if v.size > 1 else float("nan")
-                         for k, v in values.items()}}
+                         for k, v in values.items()},
+                 "lists": {k: [p[name]["measured"][k] for p in per_seed]
+                           for k, x in first["measured"].items() if isinstance(x, list)}}
   return out
 
 
@@ -208,7 +211,9 @@ def _section(title: str, v: dict, images: list[str], extra: list[str] = ()) -> l
     s = v["seeds"]
     lines.append(f"- **Over seeds** {_fmt(s['seeds'])}: verdicts {', '.join(s['verdicts'])}; "
                  "mean ± std: " + "; ".join(f"{k} = {_fmt(m)} ± {_fmt(s['std'][k])}"
-                                            for k, m in s["mean"].items()))
+                                            for k, m in s["mean"].items())
+                 + "".join(f"; {k} per seed: " + " | ".join(map(_fmt, per))
+                           for k, per in s.get("lists", {}).items()))
   if "baseline" in v:
     b = v["baseline"]
     lines += ["- **Baseline** (the same rule on the start images): " + _pairs(b["measured"]),
