@@ -124,20 +124,35 @@ def test_a_full_disk_leaves_no_partial_file_and_the_old_file_intact(tmp_path, mo
   assert glob.glob(str(tmp_path / "*.tmp*")) == []
 
 
-def test_a_run_that_hit_a_full_disk_resumes_bitwise_once_space_is_freed(tmp_path, monkeypatch):
-  """The disk fills while the checkpoint of step 4 is written: the run stops with the
-  OSError, keeps the checkpoint of step 2 and leaves no temporary file; rerun, it resumes
-  from step 2 and ends bitwise equal to a run that was never interrupted."""
+@pytest.mark.parametrize("log_every, checkpoint_every, saved", [
+    (2, 0, [2, 4, 6]),  # a checkpoint after every chunk
+    (1, 3, [3, 6, 7]),  # chunks of one step, a checkpoint every 3 steps and after the last
+])
+def test_a_run_that_hit_a_full_disk_resumes_bitwise_once_space_is_freed(
+    tmp_path, monkeypatch, log_every, checkpoint_every, saved):
+  """The checkpoints are written after the steps ``saved``, each followed by the metrics
+  lines of its chunks. The disk fills while the second one is written: the run stops with
+  the OSError, keeps the first checkpoint and its chunks' lines and leaves no temporary
+  file; rerun, it resumes from the first checkpoint and ends bitwise equal to a run that
+  was never interrupted, with one line per chunk."""
   states = (jax.random.uniform(jax.random.key(0), (2, 1, 2, 2, 1)), jnp.zeros(2, jnp.int32),
             jnp.array([False, False]))
-  kwargs = dict(steps=6, log_every=2, grid_batch_size=2, stop_on_divergence=True)
+  steps = saved[-1]
+  kwargs = dict(steps=steps, log_every=log_every, grid_batch_size=2, stop_on_divergence=True,
+                checkpoint_every=checkpoint_every)
+  saved_steps = []
+  save = io.save_checkpoint
+  monkeypatch.setattr(io, "save_checkpoint", lambda workdir, tree, *a: saved_steps.append(
+      loop.history_steps(tree["history"])) or save(workdir, tree, *a))
   reference, ref_history, _ = loop.run(_toy_attack(99), states, workdir=str(tmp_path),
                                        resume=False, **kwargs)
+  monkeypatch.undo()
+  assert saved_steps == saved
   run = tmp_path / "run"
   os.makedirs(run)
   written = []
 
-  def full(path):  # the second checkpoint write: the one of step 4
+  def full(path):  # the second checkpoint write
     written.append(path)
     return sum(io.CHECKPOINT_FILE in p for p in written) == 2 and io.CHECKPOINT_FILE in path
 
@@ -146,52 +161,15 @@ def test_a_run_that_hit_a_full_disk_resumes_bitwise_once_space_is_freed(tmp_path
     loop.run(_toy_attack(99), states, workdir=str(run), resume=False, **kwargs)
   monkeypatch.undo()
   assert glob.glob(str(run / "*.tmp*")) == []
-  assert [r["step"] for r in io.read_metrics(str(run))] == [2]
-  assert np.asarray(io.load_checkpoint(str(run))["history"]["objective"]).shape == (2, 2)
+  assert [r["step"] for r in io.read_metrics(str(run))] == list(
+      range(log_every, saved[0] + 1, log_every))
+  assert np.asarray(io.load_checkpoint(str(run))["history"]["objective"]).shape == (2, saved[0])
   resumed, history, _ = loop.run(_toy_attack(99), states, workdir=str(run), resume=True,
                                  **kwargs)
   jax.tree.map(np.testing.assert_array_equal, resumed, reference)
   np.testing.assert_array_equal(history["objective"], ref_history["objective"])
-  assert [r["step"] for r in io.read_metrics(str(run))] == [2, 4, 6]
-
-
-def test_checkpoints_every_few_chunks_and_a_failed_one_resumes_bitwise(tmp_path, monkeypatch):
-  """checkpoint_every = 3 with chunks of one step: checkpoints after steps 3, 6 and the
-  last, 7, each followed by the metrics lines of its chunks. The write of step 6 fails
-  (full disk): the run keeps step 3's checkpoint and lines 1-3, and the rerun resumes
-  from step 3 to the uninterrupted run's bits and lines 1-7."""
-  states = (jax.random.uniform(jax.random.key(1), (2, 1, 2, 2, 1)), jnp.zeros(2, jnp.int32),
-            jnp.array([False, False]))
-  kwargs = dict(steps=7, log_every=1, grid_batch_size=2, checkpoint_every=3)
-  saved_steps = []
-  save = io.save_checkpoint
-  monkeypatch.setattr(io, "save_checkpoint", lambda workdir, tree, *a: saved_steps.append(
-      loop.history_steps(tree["history"])) or save(workdir, tree, *a))
-  reference, ref_history, _ = loop.run(_toy_attack(99), states, workdir=str(tmp_path),
-                                       resume=False, **kwargs)
-  assert saved_steps == [3, 6, 7]
-  assert [r["step"] for r in io.read_metrics(str(tmp_path))] == list(range(1, 8))
-  monkeypatch.undo()
-
-  run = tmp_path / "run"
-  os.makedirs(run)
-  written = []
-
-  def full(path):  # the second checkpoint write: the one of step 6
-    written.append(path)
-    return sum(io.CHECKPOINT_FILE in p for p in written) == 2 and io.CHECKPOINT_FILE in path
-
-  _fill_disk(monkeypatch, full)
-  with pytest.raises(OSError, match="No space left"):
-    loop.run(_toy_attack(99), states, workdir=str(run), resume=False, **kwargs)
-  monkeypatch.undo()
-  assert [r["step"] for r in io.read_metrics(str(run))] == [1, 2, 3]
-  assert np.asarray(io.load_checkpoint(str(run))["history"]["objective"]).shape == (2, 3)
-  resumed, history, _ = loop.run(_toy_attack(99), states, workdir=str(run), resume=True,
-                                 **kwargs)
-  jax.tree.map(np.testing.assert_array_equal, resumed, reference)
-  np.testing.assert_array_equal(history["objective"], ref_history["objective"])
-  assert [r["step"] for r in io.read_metrics(str(run))] == list(range(1, 8))
+  assert [r["step"] for r in io.read_metrics(str(run))] == list(range(log_every, steps + 1,
+                                                                     log_every))
   with pytest.raises(ValueError, match="checkpoint_every >= 0"):
     loop.run(_toy_attack(99), states, workdir=str(run), resume=False,
              **{**kwargs, "checkpoint_every": -1})
