@@ -161,6 +161,7 @@ def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
     fig = plt.figure(figsize=(width, width * canvas.shape[0] / canvas.shape[1]))
   ax = fig.add_axes((0, 0, 1, 1))
   ax.axis("off")
+  ax.set_anchor("N")  # under the title; a taller panel leaves its space below
   for k, (left, right, label) in enumerate(pairs):
     r, c = divmod(k, per_row)
     top, x = r * (_LABEL + cell_h) + _LABEL, c * (pair_w + _GAP)
@@ -262,7 +263,9 @@ def stacked(panels, title: str, draw, n_show: int = 32) -> plt.Figure:
     title: the header line.
     n_show: pairs per panel (8 per row), which sets the panel height.
   """
-  heights = [0.5] + [int(np.ceil(n_show / 8)) * 1.05 + 0.6] * len(panels)
+  # A mosaic row of 8 pairs is 1.0 in high at this width; 0.4 in below it for the next
+  # panel's title.
+  heights = [0.5] + [int(np.ceil(n_show / 8)) * 1.0 + 0.4] * len(panels)
   fig = plt.figure(figsize=(14.4, sum(heights)))
   header, *subfigs = fig.subfigures(len(panels) + 1, 1, height_ratios=heights)
   header.text(0.5, 0.5, title, ha="center", va="center", fontsize=12)
