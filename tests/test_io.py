@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -302,7 +303,7 @@ def test_json_is_written_without_nan_and_read_back_with_it(tmp_path):
   record = {"loss": float("nan"), "ok": 1.5, "per_point": np.array([1.0, np.inf, -np.inf]),
             "nested": [{"std": np.float32("nan")}], "converged": None}
   io.write_json(tmp_path / "r.json", record)
-  io.append_metrics(str(tmp_path), record)
+  io.append_metrics(str(tmp_path), [record])
   for path in (tmp_path / "r.json", tmp_path / io.METRICS_FILE):
     strict = json.loads(path.read_text(), parse_constant=lambda token: pytest.fail(
         f"a JSON file holds {token}"))
@@ -404,7 +405,7 @@ def test_an_overwrite_that_fails_mid_run_leaves_the_finished_run_intact(tmp_path
   assert sorted(os.listdir(tmp_path)) == ["run"]
 
 
-def test_config_change_names_the_keys_that_differ():
+def test_config_change_names_the_keys_that_differ(tmp_path):
   old = _victim_config()
   assert io.config_change(old, old.copy_and_resolve_references()) == ""
   new = old.copy_and_resolve_references()
@@ -426,6 +427,14 @@ def test_config_change_names_the_keys_that_differ():
     section, name = key.split(".")
     assert io.config_change({section: {"lr": 1}}, {section: {"lr": 1, name: 100}}) == ""
     assert io.config_change({section: {name: 0}}, {section: {name: 100}}) == ""
+    # A checkpointed run started again with another value resumes (its config.json, whose
+    # SHA-256 the checkpoint carries, is kept).
+    workdir = str(tmp_path / name)
+    before, after = (ml_collections.ConfigDict({section: {name: v}}) for v in (0, 100))
+    assert not io.prepare_workdir(workdir, before, "done.json")
+    io.save_checkpoint(workdir, {"x": np.ones(2)})
+    assert io.prepare_workdir(workdir, after, "done.json")
+    np.testing.assert_array_equal(io.load_checkpoint(workdir)["x"], np.ones(2))
 
 
 def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp_path):

@@ -380,8 +380,8 @@ def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, smoke_report_di
   finished, _ = gaussian_run
   calls = []
 
-  def crash(workdir, record):
-    calls.append(record)
+  def crash(workdir, records):
+    calls.append(records)
     raise KeyboardInterrupt("simulated kill after the first checkpoint")
 
   monkeypatch.setattr(io, "append_metrics", crash)

@@ -106,7 +106,7 @@ def test_metrics_file_survives_a_kill_mid_append(tmp_path):
     f.write('{"step": 3, "upper_lo')
   assert io.read_metrics(tmp_path) == [{"step": 1}, {"step": 2}]
   io.write_metrics(tmp_path, io.read_metrics(tmp_path))
-  io.append_metrics(tmp_path, {"step": 3})
+  io.append_metrics(tmp_path, [{"step": 3}])
   assert [r["step"] for r in io.read_metrics(tmp_path)] == [1, 2, 3]
   (tmp_path / io.METRICS_FILE).write_text('{"step": 1}\n{"ste\n{"step": 3}\n')
   with pytest.raises(ValueError):

@@ -57,8 +57,7 @@ def to_jsonable(obj: Any) -> Any:
     out = {}
     for k, v in obj.items():
       out[str(k)] = to_jsonable(v)
-      lost = dict(_non_finite(v))
-      if lost:
+      if lost := dict(_non_finite(v)):
         out[str(k) + NOT_FINITE] = lost.get("", lost)
     return out
   if isinstance(obj, (list, tuple)):
@@ -144,15 +143,13 @@ def locked(workdir: str):
       holder = f.read().strip() or "unknown"
       raise RuntimeError(f"{workdir} is in use by another run (process {holder}); wait for "
                          "it to end or use another --workdir") from None
-    f.seek(0)
-    f.truncate()
+    f.truncate(0)  # "a+": every write appends, at 0 after this
     f.write(str(os.getpid()))
     f.flush()
     try:
       yield
     finally:
-      f.seek(0)
-      f.truncate()
+      f.truncate(0)
       fcntl.flock(f, fcntl.LOCK_UN)
 
 
@@ -179,8 +176,6 @@ def replace_dir(staging: str, workdir: str) -> None:
   shutil.rmtree(old, ignore_errors=True)
 
 
-# Config keys that change how a run is executed but none of its results: a run is the
-# same run whatever their values (a finished one is reused, a checkpoint resumed).
 EXECUTION_KEYS = frozenset({"attack.checkpoint_every"})
 
 
@@ -188,7 +183,7 @@ def config_change(old: Any, new: Any, shown: int = 4) -> str:
   """How config ``new`` differs from ``old`` (each as `to_jsonable` makes it): the first
   ``shown`` differing dotted keys in key order, as "key: old -> new" (absent where a
   config lacks the key), and how many more; "" when the two are equal. `EXECUTION_KEYS`
-  are not compared."""
+  (how a run is executed, not its results) are not compared: the same run either way."""
   absent = type("Absent", (), {"__repr__": lambda _: "absent"})()  # equal only to itself
   def walk(a, b, key):
     if key[1:] in EXECUTION_KEYS:
@@ -230,7 +225,8 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_fi
     raise FileExistsError(f"{workdir} holds a run with a different config ({config_path}: "
                           f"{change}); use another --workdir or pass --overwrite")
   resume = os.path.exists(os.path.join(workdir, CHECKPOINT_FILE))
-  write_json(config_path, new_config)
+  if not os.path.exists(config_path):  # else kept: its checkpoint carries its SHA-256
+    write_json(config_path, new_config)
   return resume
 
 
@@ -238,11 +234,8 @@ SUMS_FILE = "SHA256SUMS"
 
 
 def _sha256_file(path: str) -> str:
-  h = hashlib.sha256()
   with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      h.update(block)
-  return h.hexdigest()
+    return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def finish(workdir: str, marker: str, obj: Any) -> None:
@@ -292,18 +285,17 @@ def _metrics_line(record: dict) -> str:  # one metrics.jsonl line
   return dumps_json(record, sort_keys=True) + "\n"
 
 
-def append_metrics(workdir: str, record: dict) -> None:
-  """Appends one JSON object as a line to metrics.jsonl; not atomic: a process killed
-  while appending may leave a truncated last line, which `read_metrics` skips and a
+def append_metrics(workdir: str, records: list[dict]) -> None:
+  """Appends JSON objects as lines to metrics.jsonl in one write; not atomic: a process
+  killed while appending may leave a truncated last line, which `read_metrics` skips and a
   resumed run replaces (`write_metrics`)."""
   with open(os.path.join(workdir, METRICS_FILE), "a") as f:
-    f.write(_metrics_line(record))
+    f.write("".join(map(_metrics_line, records)))
 
 
 def write_metrics(workdir: str, records: list[dict]) -> None:
   """Replaces metrics.jsonl by ``records``, one JSON object per line, atomically."""
-  atomic_write(os.path.join(workdir, METRICS_FILE),
-                "".join(_metrics_line(r) for r in records).encode())
+  atomic_write(os.path.join(workdir, METRICS_FILE), "".join(map(_metrics_line, records)).encode())
 
 
 def read_metrics(workdir: str) -> list[dict]:

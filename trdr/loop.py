@@ -292,8 +292,7 @@ def _save(workdir: str, tree: dict, lines: list[dict]) -> None:
     if os.path.exists(latest):
       os.replace(latest, os.path.join(workdir, PREVIOUS_FILE))
   io.save_checkpoint(workdir, tree)
-  for record in lines:
-    io.append_metrics(workdir, record)
+  io.append_metrics(workdir, lines)
 
 
 def _restore(workdir: str, resume: bool, size: int, rows: slice) -> dict | None:
