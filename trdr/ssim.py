@@ -127,7 +127,8 @@ def ssim(a: Any, b: Any, *, max_val: float = 1.0, filter_size: int = FILTER_SIZE
   leading batch dimensions of ``a`` and ``b`` are broadcast against each other
   (NumPy rules); the pairs are then passed to ``dm_pix.ssim`` as one batch, with its
   Gaussian window given as `_blur` (``filter_fn``): the same filter, its sums in another
-  order (equal to dm_pix's own to ~1e-16 in float64; tests/test_metrics.py).
+  order (equal to dm_pix's own within the summation-order bound, 1.6e-11 in float64;
+  tests/test_metrics.py).
 
   Args:
     a: float[..., H, W, C] images with values in [0, max_val]; H, W >= filter_size.

@@ -45,7 +45,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.steps = 300
   config.attack.log_every = 25     # steps per chunk: one metrics line each
   # Steps between checkpoints (0: after every chunk). The checkpoint of the 21 distinct
-  # grid points is ~390 MB, ~1.5 s of the 2 cores to write; a kill loses ≤ 100 steps.
+  # grid points is ~390 MB, ~1.6 s of the 2 cores to write; a kill loses ≤ 100 steps.
   config.attack.checkpoint_every = 100
   config.attack.optimizer = "adam"  # "sgd" is eq. 7's plain step x ← x − η∇x l
   config.attack.lr = 1e-2
