@@ -55,14 +55,13 @@ def flops(m: int, d: int, widths) -> dict[str, float]:
     {"autodiff": FLOPs, "fused": FLOPs, "reference": FLOPs} (the reference:
     `TORCH_FIRST`, `TORCH_LATER`).
   """
-  gram = lambda n: 2 * kkt_mlp.gram_multiply_adds(m, n)
   sizes = (d, *widths)
   later = sum(2 * m * a * b for a, b in itertools.pairwise(widths))
   fused = 0
   for k, ((a, b), use_gram) in enumerate(zip(itertools.pairwise(sizes),
                                              kkt_mlp.gram_layers(m, sizes))):
     fused += (2 if k == 0 else 4) * 2 * m * a * b
-    fused += (gram(a) + gram(b) + 2 * m * m * (a + b)) if use_gram else 3 * 2 * m * a * b
+    fused += 2 * kkt_mlp.residual_multiply_adds(m, a, b, use_gram)
   return {"autodiff": 5 * 2 * m * d * widths[0] + 7 * later, "fused": fused,
           "reference": TORCH_FIRST * 2 * m * d * widths[0] + TORCH_LATER * later}
 

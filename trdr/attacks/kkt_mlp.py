@@ -159,6 +159,15 @@ def gram_multiply_adds(m: int, n: int) -> int:
   return (m * half + (m - half) ** 2) * n
 
 
+def residual_multiply_adds(m: int, a: int, b: int, gram: bool) -> int:
+  """Multiply-adds of a layer's products with its residual R_k (w_{k−1} = a, w_k = b):
+  the direct form's G_k, H_{k−1} R_k, Y_k R_kᵀ (3 m a b) or the Gram form's Γ_k, M_k
+  (`gram_multiply_adds`), Γ_k Y_k and M_k H_{k−1} (m² (a + b))."""
+  if gram:
+    return gram_multiply_adds(m, a) + gram_multiply_adds(m, b) + m * m * (a + b)
+  return 3 * m * a * b
+
+
 def gram_layers(m: int, widths: Sequence[int]) -> tuple[bool, ...]:
   """Per hidden layer, whether `value_and_grad` uses the Gram form (module docstring).
 
@@ -175,8 +184,7 @@ def gram_layers(m: int, widths: Sequence[int]) -> tuple[bool, ...]:
   """
   if m < 1 or len(widths) < 2:
     raise ValueError(f"need m ≥ 1 and widths (D, w_0, …), got m = {m}, widths = {widths}")
-  gram = lambda n: gram_multiply_adds(m, n)
-  return tuple(gram(a) + gram(b) + m * m * (a + b) < 3 * m * a * b
+  return tuple(residual_multiply_adds(m, a, b, True) < residual_multiply_adds(m, a, b, False)
                for a, b in zip(widths[:-1], widths[1:]))
 
 
