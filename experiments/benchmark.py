@@ -6,7 +6,8 @@ Sections (--sections, default grid,lower_level,solvers,decoreco; one module each
 experiments/benchmarks/):
 
   grid      the eq. 10 grid attacked as one vmapped computation, in vmapped batches and
-            in a Python loop over initialisations: times, ratios, differences (`grid`).
+            in Python loops over initialisations (trdr's: one per CPU device at once;
+            and on one device): times, ratios, differences (`grid`).
   lower_level  the grid with the branch-free Newton–CG lower level vs L-BFGS, each in a
             loop over the grid points and Newton–CG as one vmap (`lower_level`).
   solvers   the hypergradient solves CG, quasi-Newton and Neumann on the affine (--config)
@@ -35,6 +36,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from benchmarks import decoreco, evaluation, grid, lower_level, solvers, sweep, table1
+from trdr import sharding
 
 SECTIONS = ("grid", "lower_level", "solvers", "decoreco", "evaluation", "table1", "sweep")
 
@@ -46,6 +48,8 @@ _STEPS = flags.DEFINE_integer("steps", 3,
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (median reported).")
 _GRID_VMAP = flags.DEFINE_bool("grid_vmap", True, "grid: also the whole-grid vmap (~50x the "
                                "loop on CPU; --nogrid_vmap --steps=25: the main job's chunks).")
+_CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 0, "JAX CPU devices (0: one per core), as "
+                                    "the experiment scripts' --cpu_devices.")
 _SECTIONS = flags.DEFINE_list("sections", ["grid", "lower_level", "solvers", "decoreco"],
                               f"Which of {list(SECTIONS)} to run (in that order).")
 _DECORECO_REPEATS = flags.DEFINE_integer(
@@ -65,6 +69,7 @@ _ONE_HIDDEN_CONFIG = config_flags.DEFINE_config_file(
 
 def main(argv):
   del argv
+  sharding.set_cpu_devices(_CPU_DEVICES.value)
   unknown = set(_SECTIONS.value) - set(SECTIONS)
   if unknown:
     raise app.UsageError(f"unknown --sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")

@@ -110,8 +110,9 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
 
   The 8 CPU devices are emulated with XLA_FLAGS in a subprocess (the flag only acts
   before JAX is imported). With one point per batch every point runs the same program
-  as on one device, so the results must be bitwise equal; the toy grid_map runs batch
-  sizes 1, 3, 4 (a device's whole shard) and 100.
+  as on one device, so the results must be bitwise equal, as must `loop.run`'s loop
+  that runs start i on CPU device i mod 8; the toy grid_map runs batch sizes 1, 3, 4
+  (a device's whole shard) and 100.
   """
   path = tmp_path / "sharded.npz"
   env = {**os.environ, "XLA_FLAGS": (  # kept: .ci/run pins the ISA (--xla_cpu_max_isa)
@@ -130,3 +131,22 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
   for name, value in sharded.items():
     assert value.dtype == single[name].dtype, name
     np.testing.assert_array_equal(value, single[name], err_msg=name)
+
+
+def test_set_cpu_devices_gives_one_per_core_unless_told_forced_or_distributed(monkeypatch):
+  """The scripts' --cpu_devices (`sharding.set_cpu_devices`): 0 asks JAX for one CPU
+  device per core this process may use, a positive count for that many, and nothing is
+  asked across processes or when XLA_FLAGS already forces a count. (JAX's own update is
+  recorded, not made: this process's backend has started.)"""
+  asked = []
+  monkeypatch.setattr(sharding.jax.config, "update", lambda *a: asked.append(a))
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
+  cores = len(os.sched_getaffinity(0))
+  assert sharding.set_cpu_devices(0) == cores
+  assert sharding.set_cpu_devices(3) == 3
+  assert sharding.set_cpu_devices(3, across_processes=True) is None
+  monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+  assert sharding.set_cpu_devices(0) is None
+  assert asked == [("jax_num_cpu_devices", cores), ("jax_num_cpu_devices", 3)]
+  with pytest.raises(ValueError, match="cpu_devices must be >= 0"):
+    sharding.set_cpu_devices(-1)

@@ -3,8 +3,9 @@
 Each script is `app.run(cli.<main>)`. Importing this module defines the flags
 --config (an ml_collections config file, locked: a typo in --config.x.y=... is an
 error), --workdir (``~`` and $VARS expanded), --overwrite, the flags of a run across processes
-(--distributed, --coordinator_address, --num_processes, --process_id; `trdr.distributed`)
-and for the artefact scripts --artefacts.
+(--distributed, --coordinator_address, --num_processes, --process_id; `trdr.distributed`),
+--cpu_devices (JAX CPU devices: one per core by default) and for the artefact scripts
+--artefacts.
 """
 
 import os
@@ -14,6 +15,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from trdr import distributed, experiment, io, membership, paper, plotting, report, report_figures
+from trdr import sharding
 from trdr import verdicts
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
@@ -31,12 +33,21 @@ _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index, 0 
 _DISTRIBUTED = flags.DEFINE_bool(
     "distributed", False, "Join the processes of one run (jax.distributed.initialize); "
     "without --coordinator_address JAX finds them itself (TPU pod slices, SLURM).")
+_CPU_DEVICES = flags.DEFINE_integer(
+    "cpu_devices", 0, "JAX CPU devices of this process (jax_num_cpu_devices); 0: one per "
+    "CPU core it may use, so that a grid attacked one start at a time runs one start per "
+    "core (trdr.loop). Not changed across processes or when XLA_FLAGS sets "
+    "--xla_force_host_platform_device_count.")
 flags.mark_flags_as_required(["config"])
 
 
 def run(main) -> None:
-  """`absl.app.run` of ``main`` with `parse_flags`."""
-  app.run(main, flags_parser=parse_flags)
+  """`absl.app.run` of ``main`` with `parse_flags`, after `trdr.sharding.set_cpu_devices`."""
+  def with_devices(argv):
+    sharding.set_cpu_devices(_CPU_DEVICES.value,
+                             _DISTRIBUTED.value or bool(_COORDINATOR.value))
+    return main(argv)
+  app.run(with_devices, flags_parser=parse_flags)
 
 
 def parse_flags(argv: list[str]) -> list[str]:

@@ -4,7 +4,8 @@ Every experiment (a single attack, the eq. 10 landscape, a hyperparameter sweep)
 every attack (`trdr.attacks.ATTACKS`) runs through `run`: the attack's ``step`` under
 `lax.scan`, mapped over the leading grid axis G of the states and sharded over all local
 devices (`trdr.sharding.grid_map`, in vmapped batches of `batch_size` per device; one
-start at a time on one device is a loop of jitted calls instead, see `_chunk`).
+start at a time on CPU is a loop of jitted calls instead, one start per CPU device at
+once, see `_chunk`).
 
 Checkpoint-first protocol: the attack runs in chunks of ``log_every`` steps, and after a
 chunk (every ``checkpoint_every`` steps, and after the last) the checkpoint (the states,
@@ -82,20 +83,42 @@ def run_grid(step_fn, states: Any, num_steps: int, batch: int, devices=None):
 def _chunk(step_fn, batch: int, devices):
   """``chunk(states, n)``: `run_grid`'s (states, metrics) after ``n`` steps of every start.
 
-  One jitted computation, except one start at a time on one device (the bilevel attack on
-  CPU): there a Python loop calls one jitted `run_steps` per start. It gives the same bits
-  as `lax.map` of that program in 0.90-0.94x its time on the main job's chunks, measured
-  side by side (README *Performance*; the cause inside XLA's nested loops is not known).
+  One jitted computation, except one start at a time on this process's CPU devices (the
+  bilevel attack on CPU): there a Python loop calls one jitted `run_steps` per start, and
+  start i runs on device i mod k. It gives the same bits as `lax.map` of that program:
+  on one device in 0.90-0.94x its time, and XLA runs k CPU devices' calls concurrently,
+  one per core (README *Performance*; the cause of lax.map's loss inside XLA's nested
+  loops is not known). The result is gathered in host memory (numpy arrays: committed to
+  no device, as the next chunk and the evaluation, sharded or not, need them). `run`
+  gives a vmapped batch on CPU the first device alone: its matrix products already use
+  every core, and splitting the grid would change the batches' sizes and so their
+  rounding with the core count.
   """
-  if batch > 1 or len(devices) > 1:
+  if batch > 1 or not _cpu_threads(devices):
     return jax.jit(lambda s, n: run_grid(step_fn, s, n, batch, devices), static_argnums=1)
   point = jax.jit(lambda s, n: run_steps(step_fn, s, n), static_argnums=1)
 
   def chunk(states, n):
-    outs = [point(jax.tree.map(operator.itemgetter(i), states), n)
+    # Sliced in host memory (a slice taken on a device would queue behind that device's
+    # previous start), then dispatched asynchronously: the devices' calls overlap.
+    states = jax.device_get(states)
+    outs = [point(jax.device_put(jax.tree.map(operator.itemgetter(i), states),
+                                 devices[i % len(devices)]), n)
             for i in range(sharding.grid_size(states))]
-    return jax.tree.map(lambda *xs: jax.numpy.stack(xs), *outs)
+    # Gathered start by start as each finishes: the copies overlap the later starts.
+    leaves, tree = jax.tree.flatten(outs[0])
+    stacked = [np.empty((len(outs),) + leaf.shape, leaf.dtype) for leaf in leaves]
+    for i, out in enumerate(outs):
+      for rows, leaf in zip(stacked, jax.tree.leaves(out)):
+        rows[i] = np.asarray(leaf)
+    return jax.tree.unflatten(tree, stacked)
   return chunk
+
+
+def _cpu_threads(devices) -> bool:
+  """Whether ``devices`` are this process's CPU devices (threads of one host), which
+  `_chunk` feeds one start at a time; across processes the grid is one sharded program."""
+  return all(d.platform == "cpu" for d in devices) and not distributed.active()
 
 
 def _record(history: dict, done: int, n: int, seconds: float) -> dict:
@@ -167,7 +190,13 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   local = (lambda s: jitted_images(jax.tree.map(np.asarray, s))
            ) if distributed.active() else jitted_images
   images = lambda s: spread_out(np.asarray(local(s)))  # every grid point's, for the trace
+  batch = batch_size(grid_batch_size, size, attack.batches_well)
   devices = distributed.grid_devices()
+  looped = batch == 1 and _cpu_threads(devices)
+  if batch > 1 and _cpu_threads(devices):
+    # A vmapped batch's products already use every core; a smaller batch per device
+    # would change its rounding with the machine's core count (`_chunk`).
+    devices = devices[:1]
   # Across processes each one checkpoints only its rows of the padded grid.
   padded = sharding.shard_size(size, devices) * len(devices)
   rows = distributed.rows(padded, devices) if distributed.active() else slice(0, size)
@@ -194,14 +223,14 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   elif trace:
     traced = _traced({}, 0, trace(images(states)))
   io.write_metrics(workdir, records)  # no line for a chunk that is not in the checkpoint
-  batch = batch_size(grid_batch_size, size, attack.batches_well)
   logging.info("%s, %d images per start%s: %s", attack.name,
                attack.images(jax.tree.map(lambda x: x[0], states)).shape[0],
                f" ({size} distinct of {grid})" if size < grid else "",
-               sharding.describe(size, batch, devices))
+               f"grid of {size} points, one start at a time, start i on CPU device i mod "
+               f"{len(devices)}" if looped else sharding.describe(size, batch, devices))
   chunk = _chunk(attack.step, batch, devices)
-  # As chunk returns them: one compilation, not two.
-  states = sharding.replicate(states, devices)
+  if not looped:  # as chunk returns them: one compilation, not two
+    states = sharding.replicate(states, devices)
   done = saved_step = history_steps(history)  # saved_step: the last checkpoint's
   # A chunk's checkpoint (and then its metrics line) is written by a second thread while
   # the next chunk computes: one write in flight, awaited before the next one and before

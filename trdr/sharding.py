@@ -15,10 +15,15 @@ to the batching of its own shard (which the solvers' tolerances may feel in floa
 README, *Performance*). On CPU, ``XLA_FLAGS=--xla_force_host_platform_device_count=8``
 (set before JAX is imported) emulates 8 devices; tests/test_sharding.py checks the
 sharded grid against the single-device one that way.
+
+The scripts give JAX one CPU device per core (`set_cpu_devices`, --cpu_devices): on CPU,
+`trdr.loop` runs a grid attacked one start at a time as one start per device at once,
+and a vmapped batch on the first device (README, *Performance*).
 """
 
 import hashlib
 import math
+import os
 from typing import Any, Callable, Sequence
 
 import jax
@@ -198,3 +203,30 @@ def describe(size: int, batch_size: int, devices: Sequence[jax.Device] | None = 
   pad = f", padded to {per_device * k}" if per_device * k > size else ""
   return (f"grid of {size} points over {k} {platform} device(s)"
           f"{pad}: {per_device} per device, {how}")
+
+
+def set_cpu_devices(requested: int, across_processes: bool = False) -> int | None:
+  """Sets JAX's number of CPU devices before its backend starts; returns it (None: left).
+
+  The scripts call it first (`trdr.cli`, --cpu_devices): a grid attacked one start at a
+  time then runs one start per device, i.e. per core, at once (`trdr.loop`).
+
+  ``requested`` 0 means one per CPU core this process may use (`os.sched_getaffinity`).
+  Left unchanged across processes (each joins with JAX's default) and when XLA_FLAGS
+  already forces a count.
+
+  Args:
+    requested: CPU devices wanted, >= 0.
+    across_processes: this process joins a run across processes (`trdr.distributed`).
+  Raises:
+    ValueError: ``requested`` < 0.
+    RuntimeError: JAX's backend has already started (from JAX's config).
+  """
+  if requested < 0:
+    raise ValueError(f"cpu_devices must be >= 0 (0: one per core), got {requested}")
+  if across_processes or "xla_force_host_platform_device_count" in os.environ.get(
+      "XLA_FLAGS", ""):
+    return None
+  count = requested or len(os.sched_getaffinity(0))
+  jax.config.update("jax_num_cpu_devices", count)
+  return count
