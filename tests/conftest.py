@@ -88,7 +88,12 @@ def _subprocess_env() -> dict[str, str]:
           "JAX_COMPILATION_CACHE_DIR": os.path.join(session, "xla_cache"),
           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
-          "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 << 30)}
+          "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 << 30),
+          # One CPU device, not one per core (`trdr.sharding.set_cpu_devices`): the
+          # subprocesses run beside the two workers, so a second device would only add a
+          # compilation of each one-at-a-time attack (tests/test_sharding.py runs that
+          # loop on 2 emulated devices, bitwise against one).
+          "JAX_NUM_CPU_DEVICES": "1"}
 
 
 @pytest.fixture(scope="session")

@@ -111,7 +111,7 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
   The 8 CPU devices are emulated with XLA_FLAGS in a subprocess (the flag only acts
   before JAX is imported). With one point per batch every point runs the same program
   as on one device, so the results must be bitwise equal, as must `loop.run`'s loop
-  that runs start i on CPU device i mod 8; the toy grid_map runs batch sizes 1, 3, 4
+  that runs start i on CPU device i mod 2; the toy grid_map runs batch sizes 1, 3, 4
   (a device's whole shard) and 100.
   """
   path = tmp_path / "sharded.npz"
@@ -135,18 +135,24 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
 
 def test_set_cpu_devices_gives_one_per_core_unless_told_forced_or_distributed(monkeypatch):
   """The scripts' --cpu_devices (`sharding.set_cpu_devices`): 0 asks JAX for one CPU
-  device per core this process may use, a positive count for that many, and nothing is
-  asked across processes or when XLA_FLAGS already forces a count. (JAX's own update is
+  device per core this process may use (unless JAX_NUM_CPU_DEVICES is set), a positive
+  count for that many, and nothing is asked across processes or when XLA_FLAGS already
+  forces a count. (JAX's own update is
   recorded, not made: this process's backend has started.)"""
   asked = []
   monkeypatch.setattr(sharding.jax.config, "update", lambda *a: asked.append(a))
   monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")
+  monkeypatch.delenv("JAX_NUM_CPU_DEVICES", raising=False)
   cores = len(os.sched_getaffinity(0))
   assert sharding.set_cpu_devices(0) == cores
   assert sharding.set_cpu_devices(3) == 3
   assert sharding.set_cpu_devices(3, across_processes=True) is None
+  monkeypatch.setenv("JAX_NUM_CPU_DEVICES", "1")  # JAX's own count stands against 0 only
+  assert sharding.set_cpu_devices(0) is None
+  assert sharding.set_cpu_devices(2) == 2
   monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
   assert sharding.set_cpu_devices(0) is None
-  assert asked == [("jax_num_cpu_devices", cores), ("jax_num_cpu_devices", 3)]
+  assert asked == [("jax_num_cpu_devices", cores), ("jax_num_cpu_devices", 3),
+                   ("jax_num_cpu_devices", 2)]
   with pytest.raises(ValueError, match="cpu_devices must be >= 0"):
     sharding.set_cpu_devices(-1)

@@ -208,7 +208,8 @@ def per_class_counts(results: dict, labels, thresholds) -> dict[str, dict]:
 
 
 def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int,
-                    memory_size: int, batch: int, theta_init=None) -> np.ndarray:
+                    memory_size: int, batch: int, theta_init=None, devices=None
+                    ) -> np.ndarray:
   """||θ* − θ(x)||² per grid point, θ(x) = argmin E(x, y; θ) re-solved by L-BFGS to
   ||∇θE|| < ``tol`` (Table 1's number, independent of the attack's warm starts).
 
@@ -225,6 +226,8 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
     theta_init: the re-solves' start θ0 (like θ*); None: θ* itself. Runkel et al. start
       from θ0 ~ U(0, 1) (`trdr.models.uniform_params`; Table 1: "for a random
       initialisation of θ").
+    devices: the devices the grid is sharded over (None: all local ones; a run passes
+      `trdr.loop.grid_layout`'s).
   Returns:
     float[G] for a float ``tol``, float[G, T] for a sequence.
   """
@@ -242,7 +245,7 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
         energy, start, lambda theta: bilevel.param_distance(theta_star, theta),
         tols=tol, max_iter=max_iter, memory_size=memory_size)
 
-  return np.asarray(jax.jit(lambda xs: sharding.grid_map(fn, xs, batch))(images))
+  return np.asarray(jax.jit(lambda xs: sharding.grid_map(fn, xs, batch, devices))(images))
 
 
 def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(),

@@ -273,7 +273,9 @@ def _param_distances(config, attack, target, images, x0, labels, batch, uniform_
   grid = x0.shape[0]
   both = jnp.concatenate([jnp.asarray(images), jnp.asarray(x0)])
   settings = dict(max_iter=config.eval.lower_level_max_iter,
-                  memory_size=config.victim.memory_size, batch=batch)
+                  memory_size=config.victim.memory_size, batch=batch,
+                  # as the attack's grid; across processes process 0 evaluates alone
+                  devices=None if distributed.active() else loop.grid_layout(batch)[0])
   distances = {"param_distance": evaluate.param_distances(
       attack.parts["energy"], target.params, both, labels, tol=config.eval.lower_level_tol,
       **settings)}

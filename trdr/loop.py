@@ -89,10 +89,7 @@ def _chunk(step_fn, batch: int, devices):
   on one device in 0.90-0.94x its time, and XLA runs k CPU devices' calls concurrently,
   one per core (README *Performance*; the cause of lax.map's loss inside XLA's nested
   loops is not known). The result is gathered in host memory (numpy arrays: committed to
-  no device, as the next chunk and the evaluation, sharded or not, need them). `run`
-  gives a vmapped batch on CPU the first device alone: its matrix products already use
-  every core, and splitting the grid would change the batches' sizes and so their
-  rounding with the core count.
+  no device, as the next chunk and the evaluation, sharded or not, need them).
   """
   if batch > 1 or not _cpu_threads(devices):
     return jax.jit(lambda s, n: run_grid(step_fn, s, n, batch, devices), static_argnums=1)
@@ -113,6 +110,20 @@ def _chunk(step_fn, batch: int, devices):
         rows[i] = np.asarray(leaf)
     return jax.tree.unflatten(tree, stacked)
   return chunk
+
+
+def grid_layout(batch: int) -> tuple[list[jax.Device], bool]:
+  """(devices, looped): where `run` attacks a grid in vmapped batches of ``batch``.
+
+  On this process's CPU devices, one start at a time is `_chunk`'s loop over all of them
+  (``looped``), and a vmapped batch runs on the first alone: its products already use
+  every core, and a smaller batch per device would change its rounding with the core
+  count. Otherwise (GPU/TPU, across processes) the grid is sharded over every device.
+  """
+  devices = distributed.grid_devices()
+  if not _cpu_threads(devices):
+    return devices, False
+  return (devices, True) if batch == 1 else (devices[:1], False)
 
 
 def _cpu_threads(devices) -> bool:
@@ -191,12 +202,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
            ) if distributed.active() else jitted_images
   images = lambda s: spread_out(np.asarray(local(s)))  # every grid point's, for the trace
   batch = batch_size(grid_batch_size, size, attack.batches_well)
-  devices = distributed.grid_devices()
-  looped = batch == 1 and _cpu_threads(devices)
-  if batch > 1 and _cpu_threads(devices):
-    # A vmapped batch's products already use every core; a smaller batch per device
-    # would change its rounding with the machine's core count (`_chunk`).
-    devices = devices[:1]
+  devices, looped = grid_layout(batch)
   # Across processes each one checkpoints only its rows of the padded grid.
   padded = sharding.shard_size(size, devices) * len(devices)
   rows = distributed.rows(padded, devices) if distributed.active() else slice(0, size)

@@ -211,9 +211,9 @@ def set_cpu_devices(requested: int, across_processes: bool = False) -> int | Non
   The scripts call it first (`trdr.cli`, --cpu_devices): a grid attacked one start at a
   time then runs one start per device, i.e. per core, at once (`trdr.loop`).
 
-  ``requested`` 0 means one per CPU core this process may use (`os.sched_getaffinity`).
-  Left unchanged across processes (each joins with JAX's default) and when XLA_FLAGS
-  already forces a count.
+  ``requested`` 0 means one per CPU core this process may use (`os.sched_getaffinity`),
+  unless JAX's own JAX_NUM_CPU_DEVICES is set (then JAX's count stands). Left unchanged
+  across processes (each joins with JAX's default) and when XLA_FLAGS forces a count.
 
   Args:
     requested: CPU devices wanted, >= 0.
@@ -226,6 +226,8 @@ def set_cpu_devices(requested: int, across_processes: bool = False) -> int | Non
     raise ValueError(f"cpu_devices must be >= 0 (0: one per core), got {requested}")
   if across_processes or "xla_force_host_platform_device_count" in os.environ.get(
       "XLA_FLAGS", ""):
+    return None
+  if not requested and os.environ.get("JAX_NUM_CPU_DEVICES"):
     return None
   count = requested or len(os.sched_getaffinity(0))
   jax.config.update("jax_num_cpu_devices", count)

@@ -38,7 +38,8 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int) -> None:
       single = jax.jit(lambda x, a=attack: loop.run_steps(a.step, a.init(x, key), steps))
       calls[(name, "loop")] = lambda f=single: [f(x0[i]) for i in range(g)]
       if name != "L-BFGS":
-        vmapped = jax.jit(lambda s, a=attack: loop.run_grid(a.step, s, steps, g))
+        vmapped = jax.jit(lambda s, a=attack: loop.run_grid(  # laid out as a run would
+            a.step, s, steps, g, loop.grid_layout(g)[0]))
         calls[(name, "vmap")] = lambda f=vmapped, s=states: f(s)
     times = common.timed_alternately(calls, repeats)
     reference = calls[("L-BFGS", "loop")]()

@@ -17,7 +17,7 @@ import ml_collections
 import numpy as np
 
 from benchmarks import common
-from trdr import models, sharding, starts as start_images, victim
+from trdr import loop as trdr_loop, models, sharding, starts as start_images, victim
 from trdr.attacks import decoreco
 
 
@@ -41,8 +41,9 @@ def run(config: ml_collections.ConfigDict, num_settings: int, steps: int, repeat
                                  loss_and_grad=loss_and_grad,
                                  lambda_lr=config.attack.lambda_lr,
                                  momentum=config.attack.momentum)
+    devices, _ = trdr_loop.grid_layout(num_settings)  # as a sweep run lays it out
     vmapped = jax.jit(lambda s, h: sharding.grid_map(lambda sh: steps_of(sh[0], sh[1]), (s, h),
-                                                     num_settings))
+                                                     num_settings, devices))
     one = jax.jit(steps_of)
     pick = lambda tree, i: jax.tree.map(lambda t: t[i], tree)
     loop = lambda: [one(pick(starts, i), pick(settings, i)) for i in range(num_settings)]
