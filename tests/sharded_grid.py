@@ -59,8 +59,8 @@ def config():
 def compute() -> dict[str, np.ndarray]:
   """The toy `grid_map` for several batch sizes, `loop.run_grid` over the 25-point grid
   for `BATCH_SIZES`, the same grid through `loop.run`'s chunk of one start at a time
-  (start i on CPU device i mod 2) and the evaluation of its result (`evaluate.param_distances` and
-  `evaluate.reconstructions`), as numpy arrays.
+  (start i on CPU device i mod 2) and the evaluation of its result
+  (`evaluate.param_distances` and `evaluate.reconstructions`), as numpy arrays.
 
   Needs ``jax_enable_x64`` on.
   """

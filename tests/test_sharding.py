@@ -137,8 +137,8 @@ def test_set_cpu_devices_gives_one_per_core_unless_told_forced_or_distributed(mo
   """The scripts' --cpu_devices (`sharding.set_cpu_devices`): 0 asks JAX for one CPU
   device per core this process may use (unless JAX_NUM_CPU_DEVICES is set), a positive
   count for that many, and nothing is asked across processes or when XLA_FLAGS already
-  forces a count. (JAX's own update is
-  recorded, not made: this process's backend has started.)"""
+  forces a count. (JAX's own update is recorded, not made: this process's backend has
+  started.)"""
   asked = []
   monkeypatch.setattr(sharding.jax.config, "update", lambda *a: asked.append(a))
   monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=AVX2")

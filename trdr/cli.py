@@ -36,9 +36,8 @@ _DISTRIBUTED = flags.DEFINE_bool(
 _CPU_DEVICES = flags.DEFINE_integer(
     "cpu_devices", 0, "JAX CPU devices of this process (jax_num_cpu_devices); 0: one per "
     "CPU core it may use (JAX_NUM_CPU_DEVICES, if set, stands), so that a grid attacked "
-    "one start at a time runs one start per "
-    "core (trdr.loop). Not changed across processes or when XLA_FLAGS sets "
-    "--xla_force_host_platform_device_count.")
+    "one start at a time runs one start per core (trdr.loop). Not changed across "
+    "processes or when XLA_FLAGS sets --xla_force_host_platform_device_count.")
 flags.mark_flags_as_required(["config"])
 
 
