@@ -187,7 +187,7 @@ def test_identical_starts_are_attacked_once(tmp_path, monkeypatch):
 
   def counted(*args):
     chunk = chunk_of(*args)
-    return lambda s, n: attacked.append(len(s[1])) or chunk(s, n)
+    return lambda s, n, *then: attacked.append(len(s[1])) or chunk(s, n, *then)
 
   monkeypatch.setattr(loop, "_chunk", counted)
   kwargs = dict(steps=4, log_every=2, grid_batch_size=1, resume=False)

@@ -180,6 +180,24 @@ def test_one_start_at_a_time_gives_the_bits_of_the_mapped_grid(x64):
   jax.tree.map(np.testing.assert_array_equal, looped, mapped)
 
 
+def test_the_next_chunk_is_queued_before_this_one_is_gathered(x64, monkeypatch):
+  """`loop._chunk` given ``then`` queues each start's next chunk on its device before it
+  gathers this one, and the next call given the returned states takes those calls (no
+  start is copied to a device again): the bits of a call that starts from the states."""
+  _, x0, attack, _ = _grid_problem()
+  chunk = loop._chunk(attack.step, 1, jax.local_devices()[:1])
+  first, _ = chunk(jax.vmap(attack.init)(x0), 1, 1)
+  copies = []
+  device_put = jax.device_put
+  monkeypatch.setattr(jax, "device_put", lambda *a: copies.append(a) or device_put(*a))
+  queued = chunk(first, 1)
+  assert not copies  # the queued calls, not new ones
+  fresh = loop._chunk(attack.step, 1, jax.local_devices()[:1])(first, 1)
+  assert len(copies) == x0.shape[0]  # one copy per start: the path the queue skips
+  assert float(jnp.max(jnp.abs(queued[0].images - first.images))) > 0  # the attack moved
+  jax.tree.map(np.testing.assert_array_equal, queued, fresh)
+
+
 @pytest.mark.parametrize("batch_size", [9, 4, 1])
 def test_vmapped_grid_equals_one_by_one(x64, batch_size):
   """The eq. 10 grid as one computation, vmapped whole (9) or in batches (4 leaves a

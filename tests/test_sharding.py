@@ -111,8 +111,9 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
   The 8 CPU devices are emulated with XLA_FLAGS in a subprocess (the flag only acts
   before JAX is imported). With one point per batch every point runs the same program
   as on one device, so the results must be bitwise equal, as must `loop.run`'s loop
-  that runs start i on CPU device i mod 2; the toy grid_map runs batch sizes 1, 3, 4
-  (a device's whole shard) and 100.
+  that runs start i on CPU device i mod 2, in two chunks (the second queued behind the
+  first), to the grid in one program; the toy grid_map runs batch sizes 1, 3, 4 (a
+  device's whole shard) and 100.
   """
   path = tmp_path / "sharded.npz"
   env = {**os.environ, "XLA_FLAGS": (  # kept: .ci/run pins the ISA (--xla_cpu_max_isa)
@@ -131,6 +132,9 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
   for name, value in sharded.items():
     assert value.dtype == single[name].dtype, name
     np.testing.assert_array_equal(value, single[name], err_msg=name)
+  # loop.run's two chunks, the second queued behind the first: the bits of one program.
+  np.testing.assert_array_equal(single["images_loop"], single["images_b1"])
+  np.testing.assert_array_equal(single["upper_loss_loop"], single["upper_loss_b1"])
 
 
 def test_set_cpu_devices_gives_one_per_core_unless_told_forced_or_distributed(monkeypatch):

@@ -81,36 +81,45 @@ def run_grid(step_fn, states: Any, num_steps: int, batch: int, devices=None):
 
 
 def _chunk(step_fn, batch: int, devices):
-  """``chunk(states, n)``: `run_grid`'s (states, metrics) after ``n`` steps of every start.
+  """``chunk(states, n, then=0)``: `run_grid`'s (states, metrics) after ``n`` steps of
+  every start; ``then``: the steps of the chunk the next call will ask for (0: none).
 
   One jitted computation, except one start at a time on this process's CPU devices (the
   bilevel attack on CPU): there a Python loop calls one jitted `run_steps` per start, and
-  start i runs on device i mod k, the devices' calls at once. It gives the same bits as
-  `lax.map` of that program, on one device in 0.90-0.94x its time (the cause of
-  lax.map's loss inside XLA's nested loops is not known); on the 2-core machine with two
-  devices the main job's attack took 75.0 s against 98.4 s with one (README
-  *Performance*). The result is gathered in host memory (numpy arrays: committed to
-  no device, as the next chunk and the evaluation, sharded or not, need them).
+  start i runs on device i mod k, the devices at once: the same bits as `lax.map` of that
+  program, on one device in 0.90-0.94x its time; the main job's attack took 75.0 s on two
+  devices against 98.4 s on one (README *Performance*). Its result is gathered in host
+  memory (numpy arrays, committed to no device), and the next chunk (``then`` steps) is
+  queued behind each start's on its device first, so that a device done with its starts
+  does not wait for the others; the next call, given the states this one returned,
+  takes those calls.
   """
   if batch > 1 or not _cpu_threads(devices):
-    return jax.jit(lambda s, n: run_grid(step_fn, s, n, batch, devices), static_argnums=1)
+    grid = jax.jit(lambda s, n: run_grid(step_fn, s, n, batch, devices), static_argnums=1)
+    return lambda states, n, then=0: grid(states, n)
   point = jax.jit(lambda s, n: run_steps(step_fn, s, n), static_argnums=1)
+  ahead = []  # [(the states returned last, steps, the next chunk's calls)]: one at most
 
-  def chunk(states, n):
-    # Sliced in host memory, then dispatched asynchronously: the devices' calls overlap.
-    # (Slices taken on the first device, in its queue, held the others back: measured
-    # 1.14x the one-device loop against 1.19x, 25 starts x 25 steps.)
-    states = jax.device_get(states)
-    outs = [point(jax.device_put(jax.tree.map(operator.itemgetter(i), states),
-                                 devices[i % len(devices)]), n)
-            for i in range(sharding.grid_size(states))]
+  def chunk(states, n, then=0):
+    returned, steps, calls = ahead.pop() if ahead else (None, 0, None)
+    if returned is not states or steps != n:
+      # Sliced in host memory (on the first device its slices held the others back: 1.14x
+      # the one-device loop's speed against 1.19x), dispatched at once: the devices overlap.
+      states = jax.device_get(states)
+      calls = [point(jax.device_put(jax.tree.map(operator.itemgetter(i), states),
+                                    devices[i % len(devices)]), n)
+               for i in range(sharding.grid_size(states))]
+    # Queued on each start's device behind this chunk: the same program on the same bits.
+    following = [point(state, then) for state, _ in calls] if then else None
     # Gathered start by start as each finishes: the copies overlap the later starts.
-    leaves, tree = jax.tree.flatten(outs[0])
-    stacked = [np.empty((len(outs),) + leaf.shape, leaf.dtype) for leaf in leaves]
-    for i, out in enumerate(outs):
+    leaves, tree = jax.tree.flatten(calls[0])
+    stacked = [np.empty((len(calls),) + leaf.shape, leaf.dtype) for leaf in leaves]
+    for i, out in enumerate(calls):
       for rows, leaf in zip(stacked, jax.tree.leaves(out)):
         rows[i] = np.asarray(leaf)
-    return jax.tree.unflatten(tree, stacked)
+    out = jax.tree.unflatten(tree, stacked)
+    ahead.extend([(out[0], then, following)] if then else [])
+    return out
   return chunk
 
 
@@ -129,8 +138,7 @@ def grid_layout(batch: int) -> tuple[list[jax.Device], bool]:
 
 
 def _cpu_threads(devices) -> bool:
-  """Whether ``devices`` are this process's CPU devices (threads of one host), which
-  `_chunk` feeds one start at a time; across processes the grid is one sharded program."""
+  """Whether ``devices`` are this process's CPU devices, which `_chunk` can feed apart."""
   return all(d.platform == "cpu" for d in devices) and not distributed.active()
 
 
@@ -173,9 +181,8 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     checkpoint_every: steps between checkpoints (≥ 0; 0: after every chunk). A chunk
       is checkpointed once this many steps have passed since the last checkpoint, and
       the last chunk always is; the chunks' metrics lines follow their checkpoint. A
-      landscape's checkpoint is ~400 MB, whose writing (serialisation, checksum, copy)
-      took ~1.6 s of the main job's 2 cores each (its attack: 104.1 s with 12, 86.5 s
-      with 1). A kill loses at most the steps since the last checkpoint.
+      landscape's checkpoint is ~400 MB, whose writing took ~1.6 s of the main job's 2
+      cores each. A kill loses at most the steps since the last checkpoint.
   Returns:
     (final states [G, ...], history: metric name -> float[G, steps], the value of each
     step's metric, e.g. the objective before the step, trace: {"step": int[K], name:
@@ -252,7 +259,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     while done < steps:
       n = min(log_every, steps - done)
       start = time.time()
-      states, step_metrics = chunk(states, n)
+      states, step_metrics = chunk(states, n, min(log_every, steps - done - n))
       jax.block_until_ready(states)
       seconds = (time.time() - start) / n
       history = {k: np.concatenate([history[k], np.asarray(getattr(step_metrics, k))],

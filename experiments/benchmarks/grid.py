@@ -7,7 +7,9 @@ The bilevel attack (`trdr.attacks.ATTACKS`) from every (λ1, λ2) start of the c
 the grid in vmapped batches of the config's size and sharded over the k local devices
 (`trdr.loop.run_grid`, batch `trdr.loop.batch_size`); trdr's loop (`trdr.loop._chunk`,
 what `loop.run` uses on CPU: one jitted call per start, start i on device i mod k, the
-k devices at once); and a Python loop over the grid points on one device. On CPU, k is
+k devices at once), also in chunks as `loop.run` calls it, each chunk's next queued before
+it is gathered against waiting at each chunk's end; and a Python loop over the grid
+points on one device. On CPU, k is
 the number of cores (--cpu_devices; `trdr.sharding.set_cpu_devices`). Printed: the
 times, their ratios to trdr's loop and to the one-device loop, and the largest
 difference of the final images and of l from the one-device loop's (in float32 they
@@ -43,9 +45,19 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, vmap: bool 
     single = jax.jit(lambda s: loop.run_steps(attack.step, s, steps))
     point = [jax.tree.map(lambda leaf, i=i: leaf[i], states) for i in range(g)]
     looped = lambda: [single(p) for p in point]
+    every = max(1, steps // 3)  # loop.run's chunks (config.attack.log_every steps)
+
+    def in_chunks(s, queued):
+      parts = []
+      for done in range(0, steps, every):
+        n = min(every, steps - done)
+        s, m = chunk(s, n, min(every, steps - done - n) if queued else 0)
+        parts.append(m)
+      return s, jax.tree.map(lambda *x: np.concatenate(x, axis=1), *parts)
     # Alternating rounds: load from elsewhere (steal on a shared VM) hits each way alike.
     calls = {"vmap": lambda: vmapped(states), "map": lambda: mapped(states),
-             "loop_k": lambda: chunk(states, steps), "loop": looped}
+             "loop_k": lambda: chunk(states, steps), "queued": lambda: in_chunks(states, True),
+             "waiting": lambda: in_chunks(states, False), "loop": looped}
     if not vmap:
       del calls["vmap"]
     times = common.timed_alternately(calls, repeats)
@@ -65,6 +77,9 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, vmap: bool 
         (f"trdr's loop: one start per device, {k} at once" if looped_k else
          f"trdr's layout at batch 1: one computation on {k}", "loop_k",
          lambda s: chunk(s, steps)),
+        (f"  the same in chunks of {every} steps, the next queued", "queued",
+         lambda s: in_chunks(s, True)),
+        ("  the same, waiting at each chunk's end", "waiting", lambda s: in_chunks(s, False)),
         ("Python loop over grid points on one device", "loop", None)):
       if key in t:
         delta = "(reference)" if grid_fn is None else difference(grid_fn(states), reference)
