@@ -59,7 +59,7 @@ def config():
 def compute() -> dict[str, np.ndarray]:
   """The toy `grid_map` for several batch sizes, `loop.run_grid` over the 25-point grid
   for `BATCH_SIZES`, the same grid through `loop.run`'s chunk of one start at a time
-  (start i on CPU device i mod 2) and the evaluation of its result
+  (one start per device on 2 CPU devices) and the evaluation of its result
   (`evaluate.param_distances` and `evaluate.reconstructions`), as numpy arrays.
 
   Needs ``jax_enable_x64`` on.
@@ -94,7 +94,7 @@ def compute() -> dict[str, np.ndarray]:
     out[f"step_b{batch}"] = np.asarray(state.step)
     for name in step_metrics._fields:
       out[f"{name}_b{batch}"] = np.asarray(getattr(step_metrics, name))
-  # trdr.loop.run's chunks on CPU: one jitted call per start, start i on device i mod k
+  # trdr.loop.run's chunks on CPU: one jitted call per start, one per device at once
   # (k = 2 of the 8: each device compiles the attack once; 2 show the crossing), the
   # second chunk queued behind the first.
   chunk = loop._chunk(attack.step, 1, jax.local_devices()[:2])

@@ -180,10 +180,11 @@ def test_one_start_at_a_time_gives_the_bits_of_the_mapped_grid(x64):
   jax.tree.map(np.testing.assert_array_equal, looped, mapped)
 
 
-def test_the_next_chunk_is_queued_before_this_one_is_gathered(x64, monkeypatch):
-  """`loop._chunk` given ``then`` queues each start's next chunk on its device before it
-  gathers this one, and the next call given the returned states takes those calls (no
-  start is copied to a device again): the bits of a call that starts from the states."""
+def test_the_next_chunk_goes_on_from_the_states_on_their_devices(x64, monkeypatch):
+  """`loop._chunk` given ``then`` keeps each start's state on its device (and queues its
+  next chunk there, on every device but the first), and the next call given the returned
+  states goes on from them (no start is copied to a device again): the bits of a call
+  that starts from the states. (Two devices: tests/sharded_grid.py.)"""
   _, x0, attack, _ = _grid_problem()
   chunk = loop._chunk(attack.step, 1, jax.local_devices()[:1])
   first, _ = chunk(jax.vmap(attack.init)(x0), 1, 1)

@@ -111,8 +111,8 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
   The 8 CPU devices are emulated with XLA_FLAGS in a subprocess (the flag only acts
   before JAX is imported). With one point per batch every point runs the same program
   as on one device, so the results must be bitwise equal, as must `loop.run`'s loop
-  that runs start i on CPU device i mod 2, in two chunks (the second queued behind the
-  first), to the grid in one program; the toy grid_map runs batch sizes 1, 3, 4 (a
+  that runs one start per CPU device on 2 devices, in two chunks (the second queued
+  behind the first on one of them), to the grid in one program; the toy grid_map runs batch sizes 1, 3, 4 (a
   device's whole shard) and 100.
   """
   path = tmp_path / "sharded.npz"

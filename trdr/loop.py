@@ -4,8 +4,7 @@ Every experiment (a single attack, the eq. 10 landscape, a hyperparameter sweep)
 every attack (`trdr.attacks.ATTACKS`) runs through `run`: the attack's ``step`` under
 `lax.scan`, mapped over the leading grid axis G of the states and sharded over all local
 devices (`trdr.sharding.grid_map`, in vmapped batches of `batch_size` per device; one
-start at a time on CPU is a loop of jitted calls instead, one start per CPU device at
-once, see `_chunk`).
+start at a time on CPU is a loop of jitted calls, one start per CPU device at once).
 
 Checkpoint-first protocol: the attack runs in chunks of ``log_every`` steps, and after a
 chunk (every ``checkpoint_every`` steps, and after the last) the checkpoint (the states,
@@ -16,8 +15,7 @@ from the records in it, so a run killed at any moment (even between the two writ
 half-way through the append) ends with one line per chunk and with the uninterrupted
 run's numbers: the chunks are the same jitted computations on the same inputs. The
 checkpoint is written by a second thread while the next chunk computes (one write in
-flight; `run` returns or raises only after it).
-Grid points with bit-identical start states are attacked once.
+flight; `run` returns or raises only after it). Bit-identical starts are attacked once.
 
 Across processes (`trdr.distributed`) the grid is sharded over every process's devices,
 each process checkpoints its own block of grid points in its own directory (keeping the
@@ -44,12 +42,10 @@ PREVIOUS_FILE = "checkpoint.previous.msgpack"
 def batch_size(requested: int, grid_size: int, batches_well: bool) -> int:
   """Grid points per vmapped batch on each device: the one policy for every attack.
 
-  ``requested`` > 0 is used as given (capped at the grid size). 0 chooses: the whole
-  share of a device in one vmap when the attack ``batches_well`` (no data-dependent
-  loops, e.g. DecoReco) or the backend is a GPU/TPU; one point at a time on CPU
-  otherwise, where a vmapped bilevel lower level (its L-BFGS line search runs every
-  member's branches, and the grid's data leaves the cache) is slower than a sequential
-  map — experiments/benchmark.py measures the ratio.
+  ``requested`` > 0 is used as given (capped at the grid size). 0 chooses the whole share
+  of a device in one vmap when the attack ``batches_well`` (e.g. DecoReco) or on a
+  GPU/TPU, and one point at a time on CPU otherwise, where a vmapped bilevel lower level
+  runs every member's L-BFGS branches (experiments/benchmark.py measures it).
 
   Raises:
     ValueError: ``requested`` < 0.
@@ -85,32 +81,32 @@ def _chunk(step_fn, batch: int, devices):
   every start; ``then``: the steps of the chunk the next call will ask for (0: none).
 
   One jitted computation, except one start at a time on this process's CPU devices (the
-  bilevel attack on CPU): there a Python loop calls one jitted `run_steps` per start, and
-  start i runs on device i mod k, the devices at once: the same bits as `lax.map` of that
-  program, on one device in 0.90-0.94x its time; the main job's attack took 75.0 s on two
-  devices against 98.4 s on one (README *Performance*). Its result is gathered in host
-  memory (numpy arrays, committed to no device), and the next chunk (``then`` steps) is
-  queued behind each start's on its device first, so that a device done with its starts
-  does not wait for the others; the next call, given the states this one returned,
-  takes those calls.
+  bilevel attack on CPU): one jitted `run_steps` per start, start i on `_device` i, the
+  devices at once: the same bits as `lax.map` of that program (README *Performance*). The
+  result is gathered in host memory (numpy arrays, committed to no device). The next
+  chunk is first queued behind each start's on its device, so that a device done with its
+  starts goes on, but not on the first device: the caller's JAX work between the calls (a
+  trace) runs there, the default device. The next call, given the states this one
+  returned, dispatches the first device's starts and takes the rest.
   """
   if batch > 1 or not _cpu_threads(devices):
     grid = jax.jit(lambda s, n: run_grid(step_fn, s, n, batch, devices), static_argnums=1)
     return lambda states, n, then=0: grid(states, n)
   point = jax.jit(lambda s, n: run_steps(step_fn, s, n), static_argnums=1)
-  ahead = []  # [(the states returned last, steps, the next chunk's calls)]: one at most
+  ahead = []  # [(the states returned last, steps, [(its next call or None, state)])]
 
   def chunk(states, n, then=0):
-    returned, steps, calls = ahead.pop() if ahead else (None, 0, None)
+    returned, steps, queued = ahead.pop() if ahead else (None, 0, None)
     if returned is not states or steps != n:
-      # Sliced in host memory (on the first device its slices held the others back: 1.14x
-      # the one-device loop's speed against 1.19x), dispatched at once: the devices overlap.
+      # Sliced in host memory (slices taken on the first device held the others back).
       states = jax.device_get(states)
       calls = [point(jax.device_put(jax.tree.map(operator.itemgetter(i), states),
-                                    devices[i % len(devices)]), n)
+                                    _device(devices, i)), n)
                for i in range(sharding.grid_size(states))]
-    # Queued on each start's device behind this chunk: the same program on the same bits.
-    following = [point(state, then) for state, _ in calls] if then else None
+    else:  # the same program on the same inputs: the same bits
+      calls = [point(state, n) if call is None else call for call, state in queued]
+    queued = [(None if _device(devices, i) == devices[0] else point(state, then), state)
+              for i, (state, _) in enumerate(calls)] if then else None
     # Gathered start by start as each finishes: the copies overlap the later starts.
     leaves, tree = jax.tree.flatten(calls[0])
     stacked = [np.empty((len(calls),) + leaf.shape, leaf.dtype) for leaf in leaves]
@@ -118,9 +114,15 @@ def _chunk(step_fn, batch: int, devices):
       for rows, leaf in zip(stacked, jax.tree.leaves(out)):
         rows[i] = np.asarray(leaf)
     out = jax.tree.unflatten(tree, stacked)
-    ahead.extend([(out[0], then, following)] if then else [])
+    ahead.extend([(out[0], then, queued)] if then else [])
     return out
   return chunk
+
+
+def _device(devices, i: int):
+  """Start i's device in `_chunk`: the k devices in turn from the last, so that the first
+  (the caller's JAX work runs there) has the fewest starts: 21 on 2, 10 and 11."""
+  return devices[-1 - i % len(devices)]
 
 
 def grid_layout(batch: int) -> tuple[list[jax.Device], bool]:
@@ -174,8 +176,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     workdir: where checkpoint.msgpack and metrics.jsonl are written.
     resume: continue from the checkpoint in ``workdir``.
     trace: optional images float[G, m, H, W, C] -> {name: float[G]}, evaluated on the
-      attack's images at the start and after every chunk (and checkpointed with them):
-      e.g. the distances of Runkel et al.'s images to the training set along the attack.
+      attack's images at the start and after every chunk (and checkpointed with them).
     stop_on_divergence: raise when a chunk ends with a non-finite objective at any grid
       point, before its checkpoint is written (a sweep instead records divergence).
     checkpoint_every: steps between checkpoints (≥ 0; 0: after every chunk). A chunk
@@ -241,8 +242,8 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   logging.info("%s, %d images per start%s: %s", attack.name,
                attack.images(jax.tree.map(lambda x: x[0], states)).shape[0],
                f" ({size} distinct of {grid})" if size < grid else "",
-               f"grid of {size} points, one start at a time, start i on CPU device i mod "
-               f"{len(devices)}" if looped else sharding.describe(size, batch, devices))
+               f"grid of {size} points, one start at a time on each of the {len(devices)} "
+               "CPU devices" if looped else sharding.describe(size, batch, devices))
   chunk = _chunk(attack.step, batch, devices)
   if not looped:  # as chunk returns them: one compilation, not two
     states = sharding.replicate(states, devices)
@@ -253,8 +254,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   # processes each write is awaited at once: `_restore` keeps one previous checkpoint,
   # enough only while no process is more than one checkpoint ahead of another.
   writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
-  pending = None
-  objective = next(iter(history))
+  pending, objective = None, next(iter(history))
   try:
     while done < steps:
       n = min(log_every, steps - done)
