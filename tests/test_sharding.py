@@ -112,8 +112,8 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
   before JAX is imported). With one point per batch every point runs the same program
   as on one device, so the results must be bitwise equal, as must `loop.run`'s loop
   that runs one start per CPU device on 2 devices, in two chunks (the second queued
-  behind the first on one of them), to the grid in one program; the toy grid_map runs batch sizes 1, 3, 4 (a
-  device's whole shard) and 100.
+  behind the first on one of them), to the grid in one program; the toy grid_map runs
+  batch sizes 1, 3, 4 (a device's whole shard) and 100.
   """
   path = tmp_path / "sharded.npz"
   env = {**os.environ, "XLA_FLAGS": (  # kept: .ci/run pins the ISA (--xla_cpu_max_isa)
