@@ -192,7 +192,7 @@ def test_the_next_chunk_goes_on_from_the_states_on_their_devices(x64, monkeypatc
   device_put = jax.device_put
   monkeypatch.setattr(jax, "device_put", lambda *a: copies.append(a) or device_put(*a))
   queued = chunk(first, 1)
-  assert not copies  # the queued calls, not new ones
+  assert not copies  # from the states on their device, not copied there again
   fresh = loop._chunk(attack.step, 1, jax.local_devices()[:1])(first, 1)
   assert len(copies) == x0.shape[0]  # one copy per start: the path the queue skips
   assert float(jnp.max(jnp.abs(queued[0].images - first.images))) > 0  # the attack moved

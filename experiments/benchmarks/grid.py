@@ -45,7 +45,7 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, vmap: bool 
     single = jax.jit(lambda s: loop.run_steps(attack.step, s, steps))
     point = [jax.tree.map(lambda leaf, i=i: leaf[i], states) for i in range(g)]
     looped = lambda: [single(p) for p in point]
-    every = max(1, steps // 3)  # loop.run's chunks (config.attack.log_every steps)
+    every = max(1, steps // 3)  # 3-4 chunks (loop.run's: config.attack.log_every steps)
 
     def in_chunks(s, queued):
       parts = []
