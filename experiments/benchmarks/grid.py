@@ -71,18 +71,16 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, vmap: bool 
     print(f"{'':50s} {'median s':>9s} {'min–max s':>13s} {'trdr loop / this':>17s} "
           f"{'1-device loop / this':>21s} {'max |Δ images| / rel. |Δ l| vs loop':>36s}")
     how = "unbatched lax.map" if batch == 1 else f"vmapped batches of {batch}"
-    for name, key, grid_fn in (
-        (f"jax.vmap over all {g} grid points", "vmap", vmapped),
-        (f"one computation on {k} device(s), {how}", "map", lambda s: mapped(s)),
+    for name, key in (
+        (f"jax.vmap over all {g} grid points", "vmap"),
+        (f"one computation on {k} device(s), {how}", "map"),
         (f"trdr's loop: one start per device, {k} at once" if looped_k else
-         f"trdr's layout at batch 1: one computation on {k}", "loop_k",
-         lambda s: chunk(s, steps)),
-        (f"  the same in chunks of {every} steps, the next queued", "queued",
-         lambda s: in_chunks(s, True)),
-        ("  the same, waiting at each chunk's end", "waiting", lambda s: in_chunks(s, False)),
-        ("Python loop over grid points on one device", "loop", None)):
-      if key in t:
-        delta = "(reference)" if grid_fn is None else difference(grid_fn(states), reference)
+         f"trdr's layout at batch 1: one computation on {k}", "loop_k"),
+        (f"  the same in chunks of {every} steps, the next queued", "queued"),
+        ("  the same, waiting at each chunk's end", "waiting"),
+        ("Python loop over grid points on one device", "loop")):
+      if key in t:  # each way's result once more (the same call), against the reference
+        delta = "(reference)" if key == "loop" else difference(calls[key](), reference)
         print(f"{name:50s} {t[key]:9.3f} {spread[key]:>13s} {t['loop_k'] / t[key]:16.2f}x "
               f"{t['loop'] / t[key]:20.2f}x {delta:>36s}")
     print(f"(median of {repeats} alternating rounds; a ratio ≥ 1: not slower than that loop)")
