@@ -26,16 +26,18 @@ def test_the_reference_transcription_gives_trdrs_loss_in_float64(x64):
   images, lambdas, labels = common.decoreco_candidates(jax.random.key(1), 8, (4, 4, 3), 0.3,
                                                        jnp.float64)
   gate = decoreco_section.TRANSCRIPTION_RTOL     # its error argument is beside it
-  expected = float(decoreco.stationarity_loss(params, images, lambdas, labels,
-                                              apply_fn=apply_fn))
-  fused = float(kkt_mlp.value_and_grad(params, images, lambdas, labels,
-                                       alpha=paper_size.ALPHA)[0])
+  # One compiled program each (called eagerly, every op would compile on its own).
+  loss = jax.jit(lambda x: decoreco.stationarity_loss(params, x, lambdas, labels,
+                                                      apply_fn=apply_fn))
+  expected = float(loss(images))
+  fused = float(jax.jit(lambda x: kkt_mlp.value_and_grad(params, x, lambdas, labels,
+                                                         alpha=paper_size.ALPHA)[0])(images))
   first = torch_reference.iteration(params, images, lambdas, labels)()
   assert abs(first - expected) <= gate * abs(expected)
   assert abs(fused - expected) <= gate * abs(expected)
   # Candidates outside the pixel box [−1, 1]: the prior terms count in both, alike.
   moved = images + 1.0
-  wrong = float(decoreco.stationarity_loss(params, moved, lambdas, labels, apply_fn=apply_fn))
+  wrong = float(loss(moved))
   assert abs(torch_reference.iteration(params, moved, lambdas, labels)() - wrong) <= (
       gate * abs(wrong))
   # The gate tells those two losses apart (it is not wider than the difference it guards).
