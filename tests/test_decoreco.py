@@ -91,8 +91,8 @@ def test_loss_and_gradients_match_per_sample_reference(x64, form):
 
 def test_weight_decay_form_differs_from_binary_only_by_the_scale_of_theta(x64):
   params, images, lambdas, labels, apply_fn = _small_problem("binary", "softplus")
-  res = functools.partial(decoreco.stationarity_residual, params, images, lambdas, labels,
-                          apply_fn=apply_fn)
+  res = jax.jit(functools.partial(decoreco.stationarity_residual, params, images, lambdas,
+                                  labels, apply_fn=apply_fn), static_argnames="form")
   assert float(res(form="weight_decay", weight_decay=1.0)) == pytest.approx(
       float(res(form="binary")), rel=1e-12)
   assert abs(float(res(form="weight_decay", weight_decay=0.1)) - float(res(form="binary"))) > 1e-3
@@ -101,12 +101,13 @@ def test_weight_decay_form_differs_from_binary_only_by_the_scale_of_theta(x64):
 def test_gradient_wrt_images_matches_finite_differences(x64):
   """With a smooth activation the autodiff gradient is the true one: central differences."""
   params, images, lambdas, labels, apply_fn = _small_problem("weight_decay", "softplus")
-  loss = functools.partial(decoreco.stationarity_loss, params, lambdas=lambdas, labels=labels,
-                           apply_fn=apply_fn, form="weight_decay", weight_decay=0.3, **PRIOR)
+  loss = jax.jit(functools.partial(
+      decoreco.stationarity_loss, params, lambdas=lambdas, labels=labels, apply_fn=apply_fn,
+      form="weight_decay", weight_decay=0.3, **PRIOR))
   direction = jnp.asarray(np.random.default_rng(1).normal(size=images.shape))
   eps = 1e-6
   fd = (loss(images + eps * direction) - loss(images - eps * direction)) / (2 * eps)
-  ad = jnp.vdot(jax.grad(loss)(images), direction)
+  ad = jnp.vdot(jax.jit(jax.grad(loss))(images), direction)
   assert abs(float(fd - ad)) < 1e-7 * abs(float(ad))
 
 
