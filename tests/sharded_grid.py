@@ -57,7 +57,8 @@ def config():
 
 
 def compute() -> dict[str, np.ndarray]:
-  """The toy `grid_map` for several batch sizes, `loop.run_grid` over the 25-point grid
+  """The toy `grid_map` for several batch sizes (and at batch 1 left sharded, gathered
+  to the host: `grid_map`'s ``replicate=False``), `loop.run_grid` over the 25-point grid
   for `BATCH_SIZES`, the same grid through `loop.run`'s chunk of one start at a time
   (one start per device on 2 CPU devices) and the evaluation of its result
   (`evaluate.param_distances` and `evaluate.reconstructions`), as numpy arrays.
@@ -72,6 +73,11 @@ def compute() -> dict[str, np.ndarray]:
     tree = jax.jit(lambda x: sharding.grid_map(toy, x, batch))(xs)  # noqa: B023
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
       out[f"toy_b{batch}{jax.tree_util.keystr(path)}"] = np.asarray(leaf)
+  # Left sharded (padded to 32 on 8 devices), then gathered to the host.
+  split = jax.jit(lambda x: sharding.grid_map(toy, x, 1, replicate=False))(xs)
+  for path, leaf in jax.tree_util.tree_flatten_with_path(
+      sharding.gather(split, TOY_GRID))[0]:
+    out[f"toy_split{jax.tree_util.keystr(path)}"] = leaf
 
   cfg = config()
   task = data.make_binary_task(cfg.data)

@@ -65,6 +65,10 @@ def test_batches_of_one_keep_the_branches_of_fn():
       fn, x, b, devices=jax.local_devices()[:1]))(xs)) for b in (1, 2)]
   assert "cond[" in branches[0] and "select_n" not in branches[0]
   assert "select_n" in branches[1]
+  # A grid of one point (or one point per device) too: batch 1 ≥ G is not a vmap.
+  one = str(jax.make_jaxpr(lambda x: sharding.grid_map(
+      fn, x, 1, devices=jax.local_devices()[:1]))(_points(1)))
+  assert "cond[" in one and "select_n" not in one
   np.testing.assert_array_equal(
       sharding.grid_map(fn, xs, 1, devices=jax.local_devices()[:1]), jax.vmap(fn)(xs))
 
@@ -132,6 +136,11 @@ def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
   for name, value in sharded.items():
     assert value.dtype == single[name].dtype, name
     np.testing.assert_array_equal(value, single[name], err_msg=name)
+  # Left sharded over the 8 devices and gathered: the replicated grid's bits.
+  toy_split = [name for name in sharded if name.startswith("toy_split")]
+  assert toy_split
+  for name in toy_split:
+    np.testing.assert_array_equal(sharded[name], sharded[name.replace("split", "b1")])
   # loop.run's two chunks, the second queued behind the first: the bits of one program.
   np.testing.assert_array_equal(single["images_loop"], single["images_b1"])
   np.testing.assert_array_equal(single["upper_loss_loop"], single["upper_loss_b1"])

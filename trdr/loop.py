@@ -63,17 +63,16 @@ def run_steps(step_fn, state: Any, num_steps: int):
   return jax.lax.scan(lambda s, _: step_fn(s), state, None, length=num_steps)
 
 
-def run_grid(step_fn, states: Any, num_steps: int, batch: int, devices=None):
+def run_grid(step_fn, states: Any, num_steps: int, batch: int, devices=None,
+             replicate: bool = True):
   """`run_steps` for every start of ``states`` (leading axis G) as ONE computation,
   sharded over ``devices`` (default all local ones) and vmapped in batches of ``batch``.
   Starts are independent, so results do not depend on the sharding, and on the batching
-  only through the attack's solver tolerances.
-
-  Returns:
-    (states [G, ...], metrics NamedTuple of float[G, num_steps]).
-  """
+  only through the attack's solver tolerances. Returns (states [G, ...], metrics
+  NamedTuple of float[G, num_steps]); with ``replicate`` False, on k > 1 devices, left
+  sharded and padded (`trdr.sharding.grid_map`)."""
   return sharding.grid_map(lambda s: run_steps(step_fn, s, num_steps), states, batch,
-                           devices)
+                           devices, replicate=replicate)
 
 
 def _chunk(step_fn, batch: int, devices):

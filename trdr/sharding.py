@@ -69,9 +69,9 @@ def local_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int) -> Py
   Args:
     fn: maps one slice (each leaf [...]) to a pytree of arrays.
     xs: pytree, each leaf [G, ...].
-    batch_size: ≥ 1. ``batch_size >= G``: one `jax.vmap` over the whole axis; 1:
-      `jax.lax.map` of ``fn`` itself, unbatched; otherwise `jax.lax.map` over vmapped
-      batches of ``batch_size`` (a remainder is its own batch).
+    batch_size: ≥ 1. 1: `jax.lax.map` of ``fn`` itself, unbatched (also when G = 1);
+      ``batch_size >= G``: one `jax.vmap` over the whole axis; otherwise `jax.lax.map`
+      over vmapped batches of ``batch_size`` (a remainder is its own batch).
   Returns:
     The outputs of ``fn`` stacked along a new leading axis, each leaf [G, ...].
   Raises:
@@ -79,12 +79,13 @@ def local_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int) -> Py
   """
   if batch_size < 1:
     raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+  if batch_size == 1:
+    # Not lax.map(batch_size=1) nor a vmap of a one-point grid, which vmap fn over a batch
+    # of one: under vmap every lax.cond (the L-BFGS zoom line search's) runs both
+    # branches and selects.
+    return jax.lax.map(fn, xs)
   if batch_size >= grid_size(xs):
     return jax.vmap(fn)(xs)
-  if batch_size == 1:
-    # Not lax.map(batch_size=1), which vmaps fn over a batch of one: under vmap every
-    # lax.cond (the L-BFGS zoom line search's) runs both branches and selects.
-    return jax.lax.map(fn, xs)
   return jax.lax.map(fn, xs, batch_size=batch_size)
 
 
@@ -144,7 +145,8 @@ def distinct_points(xs: PyTree) -> tuple[np.ndarray, np.ndarray]:
 
 
 def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
-             devices: Sequence[jax.Device] | None = None) -> PyTree:
+             devices: Sequence[jax.Device] | None = None, *, replicate: bool = True
+             ) -> PyTree:
   """``fn`` applied to every slice along the leading axis of ``xs``, sharded over devices.
 
   One jittable computation (call it inside `jax.jit` or not). With a single device it is
@@ -162,11 +164,17 @@ def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
       points per device, ⌈G/k⌉, vmaps a device's whole shard at once.
     devices: the devices to shard over; default all local devices (`jax.local_devices`).
       One device: no sharding, no padding.
+    replicate: on k > 1 devices, whether the computation ends by copying every shard's
+      results onto every device (an all-gather) and dropping the padding. False leaves
+      each shard on the device that computed it (`gather` brings them to the host): on
+      2 CPU devices the default grid's 25 starts (450 MB of attack states) then took
+      1–3 s less per call, a cost per call, not per step (README, *Performance*).
   Returns:
     Pytree of ``fn``'s output structure, each leaf [G, ...]; on k > 1 devices every
     device holds a full copy (`replicated`), so that the result is as usable as a
     single-device array (padding cannot be dropped from a sharded axis of G points);
-    see `replicate` for loops that feed it back in.
+    see `replicate` for loops that feed it back in. With ``replicate=False`` on k > 1
+    devices: each leaf [P, ...], sharded over the mesh along P, rows G… the padding.
   Raises:
     ValueError: ``batch_size`` < 1, an empty ``devices``, or leaves of ``xs`` without a
       common leading dimension.
@@ -189,8 +197,16 @@ def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
   sharded = jax.shard_map(lambda shard: local_map(fn, shard, batch_size), mesh=mesh,
                           in_specs=spec, out_specs=spec, check_vma=False)
   out = sharded(pad(xs, size, padded) if padded > size else xs)
+  if not replicate:
+    return out
   full = NamedSharding(mesh, PartitionSpec())
   return jax.tree.map(lambda leaf: jax.lax.with_sharding_constraint(leaf[:size], full), out)
+
+
+def gather(tree: PyTree, size: int) -> PyTree:
+  """`grid_map`'s outputs of a grid of ``size`` points (replicated or not) as host arrays,
+  each leaf [size, ...]: the padding dropped, every shard copied from its device."""
+  return jax.tree.map(lambda leaf: np.asarray(leaf)[:size], tree)
 
 
 def describe(size: int, batch_size: int, devices: Sequence[jax.Device] | None = None) -> str:

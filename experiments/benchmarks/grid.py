@@ -5,16 +5,17 @@ The bilevel attack (`trdr.attacks.ATTACKS`) from every (λ1, λ2) start of the c
 ``steps`` outer steps, each way jitted once and timed in ``repeats`` alternating rounds
 (median and min–max): one `jax.vmap` over all grid points; one computation mapped over
 the grid in vmapped batches of the config's size and sharded over the k local devices
-(`trdr.loop.run_grid`, batch `trdr.loop.batch_size`); trdr's loop (`trdr.loop._chunk`,
-what `loop.run` uses on CPU: one jitted call per start, the k devices in turn, at
-once), also in chunks as `loop.run` calls it, each start's next chunk queued before the
-chunk is gathered (`loop._chunk`: on every device but the first) against waiting at each
-chunk's end; and a Python loop over the grid points on one device. On CPU, k is the
-number of cores (--cpu_devices; `trdr.sharding.set_cpu_devices`). Printed: the
-times, their ratios to trdr's loop and to the one-device loop, and the largest
-difference of the final images and of l from the one-device loop's (in float32 they
-agree to the lower-level tolerance; tests/test_landscape.py checks equality in float64
-at tight tolerances).
+(`trdr.loop.run_grid`, batch `trdr.loop.batch_size`), its results copied onto every
+device inside it (an all-gather) or left sharded and gathered to the host; trdr's loop
+(`trdr.loop._chunk`, what `loop.run` uses on CPU: one jitted call per start, the k
+devices in turn, at once), also in chunks as `loop.run` calls it, each start's next chunk
+queued before the chunk is gathered (on every device but the first) against waiting at
+each chunk's end; and a Python loop over the grid points on one device. On CPU, k is the
+number of cores (--cpu_devices; `trdr.sharding.set_cpu_devices`). Printed: the times,
+their ratios to trdr's loop and to the one-device loop, and the largest difference of
+the final images and of l from the one-device loop's (in float32 they agree to the
+lower-level tolerance; tests/test_landscape.py checks equality in float64 at tight
+tolerances).
 """
 
 import jax
@@ -23,7 +24,7 @@ import ml_collections
 import numpy as np
 
 from benchmarks import common
-from trdr import loop
+from trdr import loop, sharding
 
 
 def run(config: ml_collections.ConfigDict, steps: int, repeats: int, vmap: bool = True
@@ -39,6 +40,7 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, vmap: bool 
     devices, looped_k = loop.grid_layout(1)  # where loop.run puts one start at a time
     vmapped = jax.jit(lambda s: loop.run_grid(attack.step, s, steps, g))
     mapped = jax.jit(lambda s: loop.run_grid(attack.step, s, steps, batch))
+    split = jax.jit(lambda s: loop.run_grid(attack.step, s, steps, batch, replicate=False))
     chunk = loop._chunk(attack.step, 1, devices)
     # From the same start states as the other ways (an init compiled into the program
     # can round its first step differently: 6e-8 on the float32 smoke grid).
@@ -56,24 +58,24 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, vmap: bool 
       return s, jax.tree.map(lambda *x: np.concatenate(x, axis=1), *parts)
     # Alternating rounds: load from elsewhere (steal on a shared VM) hits each way alike.
     calls = {"vmap": lambda: vmapped(states), "map": lambda: mapped(states),
+             "split": lambda: sharding.gather(split(states), g),
              "loop_k": lambda: chunk(states, steps), "queued": lambda: in_chunks(states, True),
              "waiting": lambda: in_chunks(states, False), "loop": looped}
-    if not vmap:
-      del calls["vmap"]
-    times = common.timed_alternately(calls, repeats)
+    times = common.timed_alternately({k: f for k, f in calls.items() if vmap or k != "vmap"},
+                                     repeats)
     t = {k: float(np.median(v)) for k, v in times.items()}
     spread = {k: f"{min(v):.2f}–{max(v):.2f}" for k, v in times.items()}
     reference = looped()
     k = len(devices)
-    print(f"\n== eq. 10 grid: {g} initialisations x {n} images, {steps} outer steps "
-          f"(solve={config.attack.hypergradient.solve}, {k} {jax.default_backend()} "
-          f"device(s)) ==")
+    print(f"\n== eq. 10 grid: {g} initialisations x {n} images, {steps} outer steps (solve="
+          f"{config.attack.hypergradient.solve}, {k} {jax.default_backend()} device(s)) ==")
     print(f"{'':50s} {'median s':>9s} {'min–max s':>13s} {'trdr loop / this':>17s} "
           f"{'1-device loop / this':>21s} {'max |Δ images| / rel. |Δ l| vs loop':>36s}")
     how = "unbatched lax.map" if batch == 1 else f"vmapped batches of {batch}"
     for name, key in (
         (f"jax.vmap over all {g} grid points", "vmap"),
         (f"one computation on {k} device(s), {how}", "map"),
+        ("  the same, no all-gather: shards to the host", "split"),
         (f"trdr's loop: one start per device, {k} at once" if looped_k else
          f"trdr's layout at batch 1: one computation on {k}", "loop_k"),
         (f"  the same in chunks of {every} steps, the next queued", "queued"),
