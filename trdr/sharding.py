@@ -205,8 +205,18 @@ def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
 
 def gather(tree: PyTree, size: int) -> PyTree:
   """`grid_map`'s outputs of a grid of ``size`` points (replicated or not) as host arrays,
-  each leaf [size, ...]: the padding dropped, every shard copied from its device."""
-  return jax.tree.map(lambda leaf: np.asarray(leaf)[:size], tree)
+  each leaf [size, ...]: the padding dropped, every shard copied from its device.
+
+  Raises:
+    ValueError: a leaf has shards on other processes' devices (a run across processes,
+      `trdr.distributed`, whose outputs `grid_map` replicates by default).
+  """
+  def host(leaf):
+    if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
+      raise ValueError("gather copies this process's shards only; a grid sharded across "
+                       "processes needs grid_map's replicated outputs (replicate=True)")
+    return np.asarray(leaf)[:size]
+  return jax.tree.map(host, tree)
 
 
 def describe(size: int, batch_size: int, devices: Sequence[jax.Device] | None = None) -> str:
