@@ -4,11 +4,13 @@ The energy-landscape grid (and any sweep over initialisations or hyperparameters
 function applied to every slice of a leading "grid" axis. `grid_map` does it as ONE
 jittable computation:
 
-  * on one device, `jax.vmap` over the whole grid when ``batch_size >= G``, else
-    `jax.lax.map` in vmapped batches of ``batch_size``;
+  * on one device, `jax.lax.map` of the function itself at ``batch_size`` 1, else
+    `jax.vmap` over the whole grid when ``batch_size >= G``, else `jax.lax.map` in
+    vmapped batches of ``batch_size``;
   * on k > 1 devices, the grid is padded to a multiple of k (the last point repeated),
     split into k equal shards over a 1-D mesh of the devices (`jax.shard_map`), each
-    shard mapped as on one device with the same ``batch_size``, and the padding dropped.
+    shard mapped as on one device with the same ``batch_size``, and the padding dropped
+    (or, with ``replicate=False``, the shards left where they were computed).
 
 The grid points do not communicate, so every point's result is the single-device one up
 to the batching of its own shard (which the solvers' tolerances may feel in float32; see
