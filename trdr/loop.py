@@ -113,7 +113,8 @@ def _chunk(step_fn, batch: int, devices):
       for rows, leaf in zip(stacked, jax.tree.leaves(out)):
         rows[i] = np.asarray(leaf)
     out = jax.tree.unflatten(tree, stacked)
-    ahead.extend([(out[0], then, queued)] if then else [])
+    if then:
+      ahead.append((out[0], then, queued))
     return out
   return chunk
 
