@@ -17,7 +17,8 @@ experiments/benchmarks/):
             fused `trdr.attacks.kkt_mlp`, float64 and float32 (~3 minutes on 2 cores;
             `decoreco`).
   evaluation  the landscape's nearest-neighbour search, one search per set vs trdr's
-            evaluation (one search for all sets, distinct grid points once; `evaluation`).
+            evaluation (one search for all sets, distinct grid points once), and its
+            floor: the search's pair products at this CPU's float32 matmul rate (`evaluation`).
   table1    Table 1's tolerance sweep of ||θ* − θ||² from θ0 ~ U(0, 1) on the affine
             (--config) and one-hidden (--one_hidden_config) victims: re-solves vmapped
             over the tolerances vs one re-solve read at each (`table1`).

@@ -8,6 +8,11 @@ per set over every grid point (the evaluation before 2026-11-22), and "now",
 point once. Timed in ``repeats`` alternating rounds (median, min–max), with the largest
 difference of the two results (indices and L2 equal; SSIM, recomputed by dm_pix in
 another program, to float32 rounding).
+
+Then the floor of this search on this CPU, measured in the same run: its pair products
+(2·C·k²·H'W' multiply-adds and adds per query–candidate pair, `trdr.ssim`) divided by the
+rate of a 2048³ float32 matmul timed here, against the time "now" took. The main job
+evaluates its reconstructions and these starts, twice the distinct points.
 """
 
 import jax
@@ -51,3 +56,19 @@ def run(config: ml_collections.ConfigDict, repeats: int) -> None:
                                     - new[f"{s}_{field}"]))) for s in sets)
     print(f"max |Δ {field}| over the sets: {worst:.1e}")
   print(f"(median of {repeats} alternating rounds)")
+  _floor(shown, sum(len(c) for c in sets.values()), distinct, float(np.median(times["now"])),
+         repeats)
+
+
+def _floor(shown: np.ndarray, candidates: int, distinct: int, seconds: float,
+           repeats: int) -> None:
+  """Prints the search's pair products at this CPU's float32 matmul rate, beside ``seconds``."""
+  h, w, c = shown.shape[-3:]
+  k = metrics.FILTER_SIZE
+  flop = 2.0 * c * k * k * (h - k + 1) * (w - k + 1) * distinct * shown.shape[1] * candidates
+  a = jax.random.normal(jax.random.key(0), (2048, 2048), jnp.float32)
+  peak = 2.0 * 2048**3 / common.median_time(lambda: jnp.dot(a, a), max(repeats, 5))
+  print(f"its pair products: {flop / 1e12:.2f} TFLOP; this CPU's float32 matmul (2048³): "
+        f"{peak / 1e9:.0f} GFLOP/s -> at least {flop / peak:.1f} s (\"now\" took "
+        f"{seconds / (flop / peak):.2f}x that); the main job's evaluation, reconstructions "
+        f"and starts: at least {2 * flop / peak:.0f} s")
