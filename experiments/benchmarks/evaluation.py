@@ -68,7 +68,7 @@ def _floor(shown: np.ndarray, candidates: int, distinct: int, seconds: float,
   flop = 2.0 * c * k * k * (h - k + 1) * (w - k + 1) * distinct * shown.shape[1] * candidates
   a = jax.random.normal(jax.random.key(0), (2048, 2048), jnp.float32)
   peak = 2.0 * 2048**3 / common.median_time(lambda: jnp.dot(a, a), max(repeats, 5))
-  print(f"its pair products: {flop / 1e12:.2f} TFLOP; this CPU's float32 matmul (2048³): "
+  print(f"its pair products: {flop / 1e9:.0f} GFLOP; this CPU's float32 matmul (2048³): "
         f"{peak / 1e9:.0f} GFLOP/s -> at least {flop / peak:.1f} s (\"now\" took "
         f"{seconds / (flop / peak):.2f}x that); the main job's evaluation, reconstructions "
-        f"and starts: at least {2 * flop / peak:.0f} s")
+        f"and starts: at least {2 * flop / peak:.1f} s")
