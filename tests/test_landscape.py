@@ -76,6 +76,11 @@ def test_writes_every_artefact(smoke_run):
   gt = _point(records, 1.0, 1.0)   # the ground-truth start is the training set itself
   assert gt["start_l2_to_train"] == 0.0 and gt["start_ssim_to_train"] > 0.999
   assert _logged_steps(workdir) == [10, 20, 30]
+  summary = io.read_json(os.path.join(workdir, "summary.json"))  # where the time went
+  seconds = summary["phase_seconds"]
+  assert list(seconds) == ["victim", "attack", "evaluation"]
+  assert seconds["attack"] == summary["attack_seconds"]
+  assert all(np.isfinite(v) and v >= 0 for v in seconds.values())
 
 
 def test_ground_truth_initialisation_returns_the_training_images(smoke_run):

@@ -10,8 +10,9 @@ error), --workdir (``~`` and $VARS expanded), --overwrite, the flags of a run ac
 
 import os
 import sys
+import time
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from trdr import distributed, experiment, io, membership, paper, plotting, report, report_figures
@@ -96,7 +97,9 @@ def experiment_main(mode: str):
         "_sweep" if mode == "sweep" else ""))
     experiment.run(_CONFIG.value, workdir, mode, overwrite=_OVERWRITE.value)
     if distributed.is_main():
+      began = time.time()
       plotting.run_figures(workdir)
+      logging.info("Seconds: figures %.1f", time.time() - began)
   return main
 
 

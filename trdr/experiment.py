@@ -167,8 +167,10 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
   logging.info("Task: %d training, %d partition, %d test images of shape %s",
                len(task.train_images), len(task.partition_images), len(task.test_images),
                task.train_images.shape[1:])
+  began = time.time()
   target = pretrained.keep(loaded, workdir) if loaded else victim.load_or_train(
       config, task, config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
+  victim_seconds = time.time() - began
   if distributed.active():  # every process attacks process 0's θ*
     target = target._replace(params=distributed.broadcast(target.params))
   attack = ATTACKS[a.name](target, a, labels, key=build_key, box=box)
@@ -196,12 +198,15 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
     return None
   images = attack.images(states)
   summary = {"victim": target.metadata["report"], "attack": attack.name,
-             "attack_seconds": seconds}
+             "attack_seconds": seconds,
+             # This process's wall time per phase (a resumed run: since its resume).
+             "phase_seconds": {"victim": victim_seconds, "attack": seconds}}
+  evaluated = time.time()
   if "hyperparameters" in attack.parts:
     summary["hyperparameters"] = dict(zip(HPARAM_NAMES, map(float, attack.parts[
         "hyperparameters"])))
   if mode == "sweep":
-    return _finish_sweep(config, workdir, task, images, history, settings, summary)
+    return _finish_sweep(config, workdir, task, images, history, settings, summary, evaluated)
   thresholds = tuple(config.eval.get("ssim_thresholds", ()))
   batch = loop.batch_size(a.grid_batch_size, x0.shape[0], attack.batches_well)
 
@@ -232,15 +237,18 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
              **{f"history_{k}": v for k, v in history.items()},
              **{f"trace_{k}": v for k, v in trajectory.items()}, **evaluation}
   if mode == "attack":
-    return _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary)
+    return _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary,
+                          evaluated)
   if mode == "membership":
     io.save_npz(os.path.join(workdir, RESULTS_FILE), **results)
+    _phase_done(summary, "evaluation", evaluated)
     summary.update(kinds=list(config.init.kinds), seeds=[int(s) for s in config.init.seeds])
     io.finish(workdir, MEMBERSHIP_FILE, summary)
     return summary
   records = evaluate.grid_records(extra["lambda1"], extra["lambda2"], history, evaluation,
                                   thresholds, uniform_tols)
   io.save_npz(os.path.join(workdir, RESULTS_FILE), **results)
+  _phase_done(summary, "evaluation", evaluated)
   if "lower_level" in a:
     summary.update(lower_level_start=a.lower_level.start, hypergradient=a.hypergradient,
                    lower_level=evaluate.lower_level_summary(history, a.lower_level.tol))
@@ -290,7 +298,16 @@ def _param_distances(config, attack, target, images, x0, labels, batch, uniform_
           **{evaluate.START + k: v[grid:] for k, v in distances.items()}}
 
 
-def _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary) -> dict:
+def _phase_done(summary: dict, phase: str, began: float) -> None:
+  """Records the seconds since ``began`` as ``summary["phase_seconds"][phase]`` and logs every
+  phase's seconds so far."""
+  summary["phase_seconds"][phase] = time.time() - began
+  logging.info("Seconds: %s", ", ".join(f"{k} {v:.1f}" for k, v in
+                                          summary["phase_seconds"].items()))
+
+
+def _finish_attack(config, workdir, task, target, dtype, results, thresholds, summary,
+                   evaluated: float) -> dict:
   """results.npz and summary.json of one attack (grid axis G = 1 dropped)."""
   per_point = ("best_ssim_per_train", "best_index_per_train", "count_ssim_ge",
                "best_buddy_ssim_per_train", "count_best_buddies_ssim_ge",
@@ -325,12 +342,14 @@ def _finish_attack(config, workdir, task, target, dtype, results, thresholds, su
     summary.update(ssim_window=config.eval.get("ssim_window", evaluate.SSIM_WINDOW),
                    mean_best_ssim=float(np.mean(best)),
                    **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})
+  _phase_done(summary, "evaluation", evaluated)
   io.finish(workdir, SUMMARY_FILE, summary)
   logging.info("Attack: %s", summary.get("reconstructed"))
   return summary
 
 
-def _finish_sweep(config, workdir, task, images, history, settings, summary) -> dict:
+def _finish_sweep(config, workdir, task, images, history, settings, summary,
+                  evaluated: float) -> dict:
   """sweep.json (every setting, ranked by the in-run score), best.json, summary.json."""
   scores = np.asarray(evaluate.in_run_score(images, task.train_images, config.eval.score_k))
   sets = {"train": evaluate.comparison_sets(task)["train"]}
@@ -349,6 +368,7 @@ def _finish_sweep(config, workdir, task, images, history, settings, summary) -> 
   summary.update(num_settings=config.sweep.num_settings, steps=config.sweep.steps,
                  seconds=summary.pop("attack_seconds"), best=rows[0],
                  diverged=int(np.sum(~np.isfinite(scores))))
+  _phase_done(summary, "evaluation", evaluated)
   io.finish(workdir, SUMMARY_FILE, summary)
   logging.info("Best setting: %s", rows[0])
   return summary
