@@ -78,7 +78,7 @@ def test_writes_every_artefact(smoke_run):
   assert _logged_steps(workdir) == [10, 20, 30]
   summary = io.read_json(os.path.join(workdir, "summary.json"))  # where the time went
   seconds = summary["phase_seconds"]
-  assert list(seconds) == ["victim", "attack", "evaluation"]
+  assert set(seconds) == {"victim", "attack", "evaluation"}  # (JSON keys are sorted)
   assert seconds["attack"] == summary["attack_seconds"]
   assert all(np.isfinite(v) and v >= 0 for v in seconds.values())
 
