@@ -327,13 +327,20 @@ def test_mean_subtraction():
   task = data.make_binary_task(_config(n_per_class=30, subtract_mean=True))
   plain = data.make_binary_task(_config(n_per_class=30))
   assert task.mean.shape == (32, 32, 3) and task.mean.dtype == np.float32
-  np.testing.assert_allclose(task.mean, plain.train_images.mean(0), atol=1e-6)
-  np.testing.assert_allclose(task.train_images.mean(0), 0.0, atol=1e-6)
+  # Means in float64 (a float32 mean of 60 values could be off by ~60u, u = 2^-24): the
+  # stored float32 mean, in [0, 1], is the float64 one rounded: <= 2^-25. The mean of the
+  # rounded differences: <= 2^-25 (their rounding) + 2^-25 (the stored mean's) = 2^-24.
+  # A mean of other images (e.g. the partition) is off by ~1e-2.
+  mean64 = plain.train_images.mean(0, dtype=np.float64)
+  np.testing.assert_allclose(task.mean, mean64, rtol=0, atol=2.0**-25)
+  np.testing.assert_allclose(task.train_images.mean(0, dtype=np.float64), 0.0, atol=2.0**-24)
+  # fl(fl(x - m) + m): two roundings, of a value in (-1, 1) (<= 2^-25) and of one < 2
+  # (<= 2^-24): <= 2^-23 in all.
   for name in ("train_images", "partition_images", "test_images"):
     np.testing.assert_allclose(task.to_pixels(getattr(task, name)),
-                               getattr(plain, name), atol=1e-6)
+                               getattr(plain, name), rtol=0, atol=2.0**-23)
     np.testing.assert_allclose(data.to_pixels(getattr(task, name), task.mean),
-                               getattr(plain, name), atol=1e-6)
+                               getattr(plain, name), rtol=0, atol=2.0**-23)
   assert data.to_pixels(plain.train_images, None) is plain.train_images
 
 

@@ -16,6 +16,11 @@ from trdr.attacks import decoreco, gradient_norm
 
 ALPHA = 20.0
 PRIOR = dict(x_min=-1.0, x_max=1.0, lambda_min=0.05, lambda_weight=5.0)
+# float64, one formula against another: the same products of a network with ≤ 32 inputs and
+# widths ≤ 6, summed in other orders (one VJP vs per-sample gradients), ~√N·ε ≈ 1e-15
+# relative (ε = 2^-52; the residual is not near 0, so no cancellation magnifies it). 1e-10
+# leaves 1e5 of margin; a wrong or missing term is an O(0.1–1) relative error.
+RTOL_F64 = 1e-10
 
 
 def _rel_err(a, b):
@@ -81,18 +86,20 @@ def test_loss_and_gradients_match_per_sample_reference(x64, form):
   value, (gx, gl) = ours(params, images, lambdas, labels)
   expected, (rx, rl) = reference(params, images, lambdas, static_labels)
   assert value.dtype == jnp.float64
-  assert abs(float(value - expected)) < 1e-10 * abs(float(expected))
+  assert abs(float(value - expected)) < RTOL_F64 * abs(float(expected))
   # Both prior terms are active, so their gradients are checked too.
   assert float(decoreco.prior_penalty(images, lambdas, **PRIOR)) > 0
   assert jnp.any(jnp.abs(images) > 1) and jnp.any(lambdas < 0.05)
-  assert _rel_err(gx, rx) < 1e-10
-  assert _rel_err(gl, rl) < 1e-10
+  assert _rel_err(gx, rx) < RTOL_F64
+  assert _rel_err(gl, rl) < RTOL_F64
 
 
 def test_weight_decay_form_differs_from_binary_only_by_the_scale_of_theta(x64):
   params, images, lambdas, labels, apply_fn = _small_problem("binary", "softplus")
   res = jax.jit(functools.partial(decoreco.stationarity_residual, params, images, lambdas,
                                   labels, apply_fn=apply_fn), static_argnames="form")
+  # wd = 1 multiplies θ by 1.0 (exact); only the order of the same float64 sums may differ
+  # (~1e-15, `RTOL_F64`'s argument): 1e-12 leaves 1e3 of margin.
   assert float(res(form="weight_decay", weight_decay=1.0)) == pytest.approx(
       float(res(form="binary")), rel=1e-12)
   assert abs(float(res(form="weight_decay", weight_decay=0.1)) - float(res(form="binary"))) > 1e-3
@@ -108,6 +115,10 @@ def test_gradient_wrt_images_matches_finite_differences(x64):
   eps = 1e-6
   fd = (loss(images + eps * direction) - loss(images - eps * direction)) / (2 * eps)
   ad = jnp.vdot(jax.jit(jax.grad(loss))(images), direction)
+  # Central differences in float64: rounding ε|f|/eps ≈ 2e-16·12/1e-6 ≈ 3e-9 (f ≈ 12 here),
+  # truncation eps²|f'''|/6 ≈ 2e-13 (|f'''| ≈ 1 along this direction), against |ad| ≈ 2:
+  # ≲ 2e-9 relative. The prior's kinks (|x| = 1, where f''' does not exist) are ≥ 5e-3·|d|
+  # from every pixel, beyond eps. 1e-7 leaves a margin of 50; a wrong gradient is O(1) off.
   assert abs(float(fd - ad)) < 1e-7 * abs(float(ad))
 
 
@@ -115,6 +126,9 @@ def test_relu_sigmoid_backward_forward_is_relu_and_derivative_is_sigmoid(x64):
   f = decoreco.relu_sigmoid_backward(ALPHA)
   z = jnp.linspace(-0.5, 0.5, 101)
   np.testing.assert_array_equal(f(z), jax.nn.relu(z))
+  # Each side evaluates sigmoid(αz) (and s(1 − s)) once in float64, maybe fused differently:
+  # a few ulps (ε = 2.2e-16), inside 1e-14 (1e-12 for the product of three roundings and
+  # α); a wrong surrogate (ReLU's step, another α) differs by O(1) near the kink.
   np.testing.assert_allclose(jax.vmap(jax.grad(f))(z), jax.nn.sigmoid(ALPHA * z), rtol=1e-14)
   _, tangent = jax.jvp(f, (z,), (2.0 * jnp.ones_like(z),))
   np.testing.assert_allclose(tangent, 2.0 * jax.nn.sigmoid(ALPHA * z), rtol=1e-14)
@@ -135,7 +149,8 @@ def test_gradient_norm_loss_is_weight_decay_residual_at_sigmoid_multipliers(x64)
   kkt = decoreco.stationarity_residual(params, images, lambdas, labels, apply_fn=apply_fn,
                                        form="weight_decay", weight_decay=wd)
   assert float(eq3) > 1e-6
-  assert abs(float(eq3 - kkt)) < 1e-10 * float(eq3)
+  # Two float64 formulas of the same norm (`RTOL_F64`), not near 0: ||∇θE||² > 1e-6.
+  assert abs(float(eq3 - kkt)) < RTOL_F64 * float(eq3)
 
 
 def test_bad_inputs_raise(x64):
@@ -156,7 +171,9 @@ def test_haim_mlp_structure_init_and_registry():
   assert shapes == {"dense_0": {"kernel": (192, 7), "bias": (7,)},
                     "dense_1": {"kernel": (7, 5)}, "output": {"kernel": (5, 1)}}
   first = np.concatenate([np.ravel(params["dense_0"]["kernel"]), params["dense_0"]["bias"]])
-  assert 0.7e-4 < first.std() < 1.3e-4            # N(0, 1)·1e-4
+  # N(0, 1)·1e-4 over 192·7 + 7 = 1351 draws: the sample std's own std is
+  # 1e-4/√(2·1351) ≈ 2e-6, so ±3e-5 is 15 of those; another scale is off by a factor.
+  assert 0.7e-4 < first.std() < 1.3e-4
   assert np.asarray(params["dense_1"]["kernel"]).std() > 0.1   # default init
   assert model.apply({"params": params}, jnp.ones((4, 8, 8, 3))).shape == (4,)
 

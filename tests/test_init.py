@@ -12,11 +12,14 @@ from trdr.attacks import init as inits
 def test_mixture_endpoints_and_midpoint():
   keys = jax.random.split(jax.random.key(0), 3)
   gt, part, rnd = (jax.random.uniform(k, (2, 4, 4, 3)) for k in keys)
-  np.testing.assert_allclose(inits.mixture(gt, part, rnd, 1.0, 1.0), gt)
-  np.testing.assert_allclose(inits.mixture(gt, part, rnd, 0.0, 1.0), part)
-  np.testing.assert_allclose(inits.mixture(gt, part, rnd, 0.3, 0.0), rnd)
+  # Exact: products with 1 and 0 and sums with 0 round nothing (with or without an FMA).
+  np.testing.assert_array_equal(inits.mixture(gt, part, rnd, 1.0, 1.0), gt)
+  np.testing.assert_array_equal(inits.mixture(gt, part, rnd, 0.0, 1.0), part)
+  np.testing.assert_array_equal(inits.mixture(gt, part, rnd, 0.3, 0.0), rnd)
+  # Scalings by 0.5 and 0.25 are exact; each side rounds two sums of values >= 0, <= 2u
+  # relative (u = 2^-24). A wrong weight moves the result by >~1e-2 relative.
   np.testing.assert_allclose(inits.mixture(gt, part, rnd, 0.5, 0.5),
-                             0.25 * gt + 0.25 * part + 0.5 * rnd, rtol=1e-6)
+                             0.25 * gt + 0.25 * part + 0.5 * rnd, rtol=4 * 2.0**-24)
 
 
 def test_grid_order_and_batched_images():
@@ -27,7 +30,8 @@ def test_grid_order_and_batched_images():
   images = inits.grid_images(grid, gt, part, rnd)
   assert images.shape == (25, 3, 2, 2, 1)
   g = grid.index(0.75, 0.5)
-  np.testing.assert_allclose(images[g], inits.mixture(gt, part, rnd, 0.75, 0.5))
+  # Exact: every operand and result (1, 0, 0.5 scaled by 0.75, 0.25, 0.5) is a multiple of 2^-4.
+  np.testing.assert_array_equal(images[g], inits.mixture(gt, part, rnd, 0.75, 0.5))
   with pytest.raises(ValueError, match="not on the grid"):
     grid.index(0.3, 1.0)
 
@@ -36,8 +40,10 @@ def test_uniform_noise_range_and_mean_shift():
   x = inits.uniform(jax.random.key(0), (100, 4, 4, 3))
   assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0 and abs(float(x.mean()) - 0.5) < 0.02
   mean = np.full((4, 4, 3), 0.4, np.float32)
+  # Both sides round x - float32(0.4) in (-0.4, 0.6) once: <= 2^-25 each, so 2^-24 between
+  # them; not subtracting the mean is off by 0.4.
   np.testing.assert_allclose(inits.uniform(jax.random.key(0), (100, 4, 4, 3), mean), x - 0.4,
-                             atol=1e-6)
+                             rtol=0, atol=2.0**-24)
 
 
 @pytest.mark.parametrize("l1, l2", [((), (0.0,)), ((0.0, 1.5), (1.0,)), ((0.5,), (-0.1,))])
@@ -54,7 +60,9 @@ def test_gaussian_candidates_half_per_class():
   images, labels = inits.candidates("gaussian", jax.random.key(0), task, jnp.float32,
                                     init_scale=0.1, m_per_image=2)
   assert images.shape == (400, 32, 32, 3) and labels.shape == (400,)
-  assert float(images.std()) == pytest.approx(0.1, rel=0.05)
+  # Sampling: the std of n = 400 · 3072 normal draws has relative s.e. 1/sqrt(2n) = 6.4e-4;
+  # 5e-3 is ~8 s.e. (taken in float64: a float32 sum of 1.2M terms may round by ~n u).
+  assert float(np.std(np.asarray(images, np.float64))) == pytest.approx(0.1, rel=5e-3)
   np.testing.assert_array_equal(labels, np.repeat([-1.0, 1.0], 200))
   with pytest.raises(ValueError, match="even"):
     inits.class_labels(3)
@@ -74,8 +82,10 @@ def test_image_starts_are_the_task_images_with_their_labels():
     np.testing.assert_array_equal(labels, task.train_labels)
   mixed, _ = inits.candidates("mixture", key, task, jnp.float32, lambda1=0.5, lambda2=0.5)
   noise = inits.uniform(key, task.train_images.shape, task.mean)
-  np.testing.assert_allclose(mixed, inits.mixture(task.train_images, task.partition_images,
-                                                  noise, 0.5, 0.5), rtol=1e-6)
+  # The same noise (same key) and the same eq. 10 on both sides; the 0.5 scalings are exact,
+  # so each side is fl(fl(0.25 gt + 0.25 part) + 0.5 noise) with or without an FMA: equal.
+  np.testing.assert_array_equal(mixed, inits.mixture(task.train_images, task.partition_images,
+                                                     noise, 0.5, 0.5))
 
 
 def test_pure_index_finds_each_pure_start_in_records():

@@ -14,6 +14,13 @@ from trdr.attacks import decoreco, kkt_mlp
 ALPHA = 20.0
 WEIGHT_DECAY = 0.3
 SHAPE = (6, 6, 3)
+# float64, fused against autodiff: both sum the same products of a network with 108 inputs
+# and widths ≤ 7 (a few hundred terms per entry) in different orders, ~√N·ε ≈ 1e-15
+# relative (ε = 2^-52). The Gram form's loss is a difference of terms up to ~10× ||R||² here
+# (R is of the size of cθ: the candidates are far from a KKT point), so ≲ 1e-13 for it; 1e-10
+# leaves > 1e3 of margin, while a wrong or missing term is an O(1) relative error (another α
+# alone moves the gradients by > 1e-4: test_gradients_are_sensitive_to_alpha_and_the_residual).
+RTOL_F64 = 1e-10
 
 
 def _rel_err(a, b):
@@ -54,28 +61,25 @@ def test_value_and_grad_match_autodiff(x64, widths, all_biases, form):
   ref_value, (ref_x, ref_lambdas) = _autodiff(model, form)(params, images, lambdas, labels)
   assert value.dtype == grad_x.dtype == grad_lambdas.dtype == jnp.float64
   assert grad_x.shape == images.shape and grad_lambdas.shape == lambdas.shape
-  assert abs(float(value - ref_value)) < 1e-10 * abs(float(ref_value))
-  assert _rel_err(grad_x, ref_x) < 1e-10
-  assert _rel_err(grad_lambdas, ref_lambdas) < 1e-10
+  assert abs(float(value - ref_value)) < RTOL_F64 * abs(float(ref_value))
+  assert _rel_err(grad_x, ref_x) < RTOL_F64
+  assert _rel_err(grad_lambdas, ref_lambdas) < RTOL_F64
 
 
 @pytest.mark.parametrize("gram", [(False, False, False), (True, True, True)])
 def test_direct_and_gram_forms_match_autodiff(x64, gram):
   """Every layer in each form (the default picks per layer by FLOPs, `gram_layers`).
 
-  Tolerance: float64 sums of a few hundred products in different orders round to ~1e-15
-  relative (√N·ε). The Gram form's loss is a difference c²||K||² − 2c(…) + Σ Γ∘M, whose
-  error is ε times its largest term over ||R||²; here R is of the size of cθ (the
-  candidates are far from a KKT point), so that factor is O(1–10), and 1e-10 leaves
-  > 1e4 of margin, while a wrong or missing term is an O(1) relative error."""
+  Tolerance: `RTOL_F64`. The Gram form's loss is a difference c²||K||² − 2c(…) + Σ Γ∘M,
+  whose error is ε times its largest term over ||R||², a factor O(1–10) here."""
   model, params, images, lambdas, labels = _problem((7, 5, 4), True)
   fused = jax.jit(functools.partial(kkt_mlp.value_and_grad, alpha=ALPHA, scale=WEIGHT_DECAY,
                                     gram=gram))
   value, (grad_x, grad_lambdas) = fused(params, images, lambdas, labels)
   ref_value, (ref_x, ref_lambdas) = _autodiff(model, "weight_decay")(
       params, images, lambdas, labels)
-  assert abs(float(value - ref_value)) < 1e-10 * abs(float(ref_value))
-  assert _rel_err(grad_x, ref_x) < 1e-10 and _rel_err(grad_lambdas, ref_lambdas) < 1e-10
+  assert abs(float(value - ref_value)) < RTOL_F64 * abs(float(ref_value))
+  assert _rel_err(grad_x, ref_x) < RTOL_F64 and _rel_err(grad_lambdas, ref_lambdas) < RTOL_F64
 
 
 def test_gram_form_where_it_is_cheaper():
@@ -96,8 +100,8 @@ def test_odd_number_of_candidates(x64):
   value, (grad_x, grad_lambdas) = jax.jit(functools.partial(
       kkt_mlp.value_and_grad, alpha=ALPHA))(params, images, lambdas, labels)
   ref_value, (ref_x, ref_lambdas) = _autodiff(model, "binary")(params, images, lambdas, labels)
-  assert abs(float(value - ref_value)) < 1e-10 * abs(float(ref_value))
-  assert _rel_err(grad_x, ref_x) < 1e-10 and _rel_err(grad_lambdas, ref_lambdas) < 1e-10
+  assert abs(float(value - ref_value)) < RTOL_F64 * abs(float(ref_value))
+  assert _rel_err(grad_x, ref_x) < RTOL_F64 and _rel_err(grad_lambdas, ref_lambdas) < RTOL_F64
 
 
 def test_gradients_are_sensitive_to_alpha_and_the_residual(x64):
@@ -113,6 +117,15 @@ def test_gradients_are_sensitive_to_alpha_and_the_residual(x64):
 
 
 def test_float32(x64):
+  """The fused form in float32 (its inputs rounded to float32) against autodiff in float64.
+
+  Tolerance: rounding the inputs to float32 and the float32 sums (108 terms per
+  pre-activation) move each pre-activation z by ~√108·u·|z| ≈ 6e-7·|z| (u = 2^-24,
+  random-signed roundings); s(αz) = sigmoid(αz) moves by at most α/4 = 5 times that, so by
+  ≲ 5e-5 at the largest |z| ≈ 14 of this problem, and every other factor is a product of
+  O(1) numbers rounded at u. So 1e-4 relative bounds the float32 error, while a wrong or
+  missing term is an O(0.1–1) relative error.
+  """
   model, params, images, lambdas, labels = _problem((7, 5), False)
   to32 = lambda t: jax.tree.map(lambda a: a.astype(jnp.float32), t)
   value, (grad_x, grad_lambdas) = jax.jit(functools.partial(

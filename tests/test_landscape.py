@@ -74,6 +74,8 @@ def test_writes_every_artefact(smoke_run):
             and k != "upper_loss"} <= set(record)
     assert all(np.isfinite(v) for v in record.values())
   gt = _point(records, 1.0, 1.0)   # the ground-truth start is the training set itself
+  # SSIM(x, x) = 1 up to the engine's float32 error (≤ ~5e-6, trdr.ssim); another image's
+  # SSIM is far below (every other start and reconstruction of this grid scores ≤ 0.56).
   assert gt["start_l2_to_train"] == 0.0 and gt["start_ssim_to_train"] > 0.999
   assert _logged_steps(workdir) == [10, 20, 30]
   summary = io.read_json(os.path.join(workdir, "summary.json"))  # where the time went
@@ -86,14 +88,20 @@ def test_writes_every_artefact(smoke_run):
 def test_ground_truth_initialisation_returns_the_training_images(smoke_run):
   workdir, records = smoke_run
   gt = _point(records, 1.0, 1.0)
-  assert gt["l2_to_train"] < 1e-2          # mean Euclidean distance over all pixels in [0,1]
-  # l ≈ 0: θ* itself is only converged to ||∇E|| < victim.tol, so the re-solve at x_true
-  # may move it by up to tol / wd: ||θ* − θ||² ≤ (1e-5 / 1e-2)² = 1e-6.
+  # Mean Euclidean distance over all pixels in [0, 1]. θ* meets the lower level's tol at
+  # x_true, so the attack takes no step (0 exactly; test_bilevel's fixed-point test); one
+  # Adam step moves every pixel by ~lr = 1e-2 wherever |∇x l| ≫ ε = 1e-8: L2 ~ lr·√3072 ≈ 0.5.
+  assert gt["l2_to_train"] < 1e-2
+  # l ≈ 0: θ* is only converged to ||∇E|| < victim.tol and the evaluation's re-solve at
+  # x_true to eval.lower_level_tol, each within its tol / wd of the minimiser (E is
+  # wd-strongly convex): ||θ* − θ||² ≤ ((1e-5 + 1e-6) / 1e-2)² ≈ 1.2e-6.
   config = smoke_config()
-  assert gt["param_distance"] < (config.victim.tol / config.victim.weight_decay) ** 2
+  assert gt["param_distance"] < ((config.victim.tol + config.eval.lower_level_tol)
+                                 / config.victim.weight_decay) ** 2
+  # The other points start at l ≥ 2 and stay O(0.1) after 30 steps: 1e-3 of them ≫ 1.2e-6.
   others = [r["param_distance"] for r in records if (r["lambda1"], r["lambda2"]) != (1.0, 1.0)]
   assert gt["param_distance"] < 1e-3 * min(others)
-  assert gt["ssim_to_train"] > 0.999
+  assert gt["ssim_to_train"] > 0.999  # SSIM(x, x) = 1 up to float32 rounding, as above
   results = np.load(os.path.join(workdir, "results.npz"))
   g = list(zip(results["lambda1"], results["lambda2"])).index((1.0, 1.0))
   np.testing.assert_array_equal(results["train_index"][g], np.arange(40))
@@ -137,8 +145,14 @@ def test_the_partition_start_is_traced_along_the_attack(smoke_run):
 def test_attack_reduces_the_upper_loss(smoke_run):
   workdir, _ = smoke_run
   loss = np.load(os.path.join(workdir, "results.npz"))["history_upper_loss"]
-  moving = loss[:, 0] > 1e-8                      # every point but the ground truth
+  # Every point but the ground truth, whose l at step 0 is 0, or at most ((victim.tol +
+  # lower_level.tol) / wd)² = 4e-6 were the lower level to re-solve; the others start at l ≥ 2.
+  config = smoke_config()
+  moving = loss[:, 0] > ((config.victim.tol + config.attack.lower_level.tol)
+                         / config.victim.weight_decay) ** 2
   assert moving.sum() == 8
+  # Not a rounding tolerance: the attack must make progress. Doing nothing keeps the ratio
+  # at 1, a wrong-sign hypergradient raises it; measured ≤ 0.17, far from 0.7.
   assert np.all(loss[moving, -1] < 0.7 * loss[moving, 0])
 
 
@@ -361,7 +375,7 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
   results = np.load(workdir / "results.npz")
   assert results["final_images"].shape == (9, 40, 28, 28, 1)
   gt = _point(io.read_json(workdir / "landscape.json"), 1.0, 1.0)
-  assert gt["l2_to_train"] < 1e-2
+  assert gt["l2_to_train"] < 1e-2  # no step at x_true (test_ground_truth_initialisation_...)
 
 
 def test_attack_converges_with_the_quasi_newton_hypergradient():
@@ -379,7 +393,10 @@ def test_attack_converges_with_the_quasi_newton_hypergradient():
       jax.vmap(attack.init)(starts))
   loss = np.asarray(step_metrics.upper_loss)
   # Measured: noise 8.0 -> 1.9, partition 5.9 -> 0.84 (CG reaches lower, see the benchmark).
-  assert np.all(loss[:, -1] < 0.3 * loss[:, 0]), loss[:, [0, -1]]
+  # Not a rounding tolerance: what is tested is that l falls (doing nothing keeps the ratio at
+  # 1, a wrong-sign hypergradient raises it), not by how much; 0.5 leaves ×2 over the
+  # measured 0.24 to a 40-step float32 trajectory whose L-BFGS pairs shift with rounding.
+  assert np.all(loss[:, -1] < 0.5 * loss[:, 0]), loss[:, [0, -1]]
   assert np.all(np.diff(loss, axis=1).mean(axis=1) < 0)
 
 
@@ -394,6 +411,6 @@ def test_float64_switch_runs_the_whole_path_in_float64(x64, tmp_path):
   results = np.load(tmp_path / "results.npz")
   assert results["final_images"].dtype == np.float64
   assert results["history_upper_loss"].dtype == np.float64
-  assert _point(records, 1.0, 1.0)["l2_to_train"] < 1e-2
+  assert _point(records, 1.0, 1.0)["l2_to_train"] < 1e-2  # no step at x_true (see above)
   part = _point(records, 0.0, 1.0)
   assert part["l2_to_partition"] < part["l2_to_train"]

@@ -17,6 +17,95 @@ _ASSET = Path(trdr.__file__).parent / "assets" / "cifar10_sample.npz"
 
 # float32 unit roundoff: the rounding error bound of one float32 operation.
 _U32 = 2.0**-24
+_U64 = 2.0**-53
+
+
+def _blur64(z, k):
+  """dm_pix's k x k Gaussian window (sigma 1.5, 'valid') applied in float64 to z[..., H, W, C]."""
+  f = np.exp(-0.5 * ((np.arange(k) - k // 2) / 1.5) ** 2)
+  f /= f.sum()
+  z = np.lib.stride_tricks.sliding_window_view(z, k, axis=-2) @ f
+  return np.lib.stride_tricks.sliding_window_view(z, k, axis=-3) @ f
+
+
+def _ssim_bound(x, y, k=11, *, engine, max_val=1.0, u=_U32):
+  """Bound on |computed - exact| SSIM of the pairs (x, y) (broadcast over the leading dims),
+  for dm_pix's formula evaluated with unit roundoff u by `engine`: "pairwise" (trdr's fast
+  all-pairs form: channel-centred images, the pair term one k²-term dot) or "dm_pix" (the
+  uncentred form of dm_pix.ssim and trdr.metrics.ssim: every blur two passes of k terms).
+
+  First order in u, from the images' own float64 statistics. Counts of roundings, relative
+  to the magnitudes they multiply: each float tap is within `taps` u of the exact Gaussian
+  (its exponent f_i <= f_max rounded 3u, so exp moves by 1.5 f_max u; exp itself <= 2u; the
+  normalising sum and division k u); a blur is two k-term dots with those taps, so a blurred
+  value is within n_mu u of the exact blur of |values|. With B = blur(x²) (uncentred) or
+  blur((|x - mean| + d)²) (centred, d bounding the float32 mean's own error HW u), the
+  (co)variances s_xx, s_xy carry <= n_var u B_x and n_cov u sqrt(B_x B_y) (blur of the
+  squares or of the k² products, minus the rounded product of two blurred means, minus: the
+  counts below). SSIM = L C with |L|, |C| <= 1; L = (2 mu_x mu_y + c1) / (mu_x² + mu_y² + c1)
+  moves by <= (4 n_mu + 6) u; C = (2 s_xy + c2) / (s_xx + s_yy + c2) by
+  (2 e_xy + e_xx + e_yy) / (s_xx + s_yy + c2 - e_xx - e_yy), where e_xy also covers the clip
+  of s_xy to +-sqrt(s_xx s_yy) (the excess of |s_xy| over the clip's lower bound); the map's
+  own products, sums and division add 8u; the mean of n = H'W'C map values, summed in any
+  order, adds n u mean|S| + u. x1.01 covers the second-order terms (< 1e-3 of the bound)."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  h, w, ch = x.shape[-3:]
+  taps = 1.5 * (k // 2 / 1.5) ** 2 + k + 2
+  n_mu = 2 * (k + taps)
+  c1, c2 = (0.01 * max_val) ** 2, (0.03 * max_val) ** 2
+  mu_x, mu_y = _blur64(x, k), _blur64(y, k)
+  xc = x - x.mean(axis=(-3, -2), keepdims=True)
+  yc = y - y.mean(axis=(-3, -2), keepdims=True)
+  mxc, myc = _blur64(xc, k), _blur64(yc, k)
+  s_xx, s_yy = _blur64(xc * xc, k) - mxc**2, _blur64(yc * yc, k) - myc**2
+  s_xy = _blur64(xc * yc, k) - mxc * myc
+  if engine == "pairwise":
+    d = h * w * u * max_val
+    b_x, b_y = _blur64((np.abs(xc) + d) ** 2, k), _blur64((np.abs(yc) + d) ** 2, k)
+    # var: blur(xc²) 3u + n_mu, mean² 2 n_mu + 3, minus 1; cov: the k²-term dot of taps²
+    # x centred values (k² + 2 taps + 4), the product of the centred means (2 n_mu + 3), minus 1.
+    n_var, n_cov = 3 * n_mu + 7, k * k + 2 * taps + 2 * n_mu + 8
+  else:
+    b_x, b_y = _blur64(x * x, k), _blur64(y * y, k)
+    # blur of a rounded product (n_mu + 1), a rounded product of blurs (2 n_mu + 1), minus 1.
+    n_var = n_cov = 3 * n_mu + 3
+  eps2 = float(np.finfo(np.float32).eps) ** 2  # dm_pix's floor on the variances
+  e_xx, e_yy = n_var * u * b_x + eps2, n_var * u * b_y + eps2
+  r_lo = np.sqrt(np.maximum(s_xx - e_xx, 0) * np.maximum(s_yy - e_yy, 0))
+  e_xy = n_cov * u * np.sqrt(b_x * b_y) + np.maximum(np.abs(s_xy) - r_lo, 0)
+  e_c = (2 * e_xy + e_xx + e_yy) / (s_xx + s_yy + c2 - e_xx - e_yy)
+  e_l = (4 * n_mu + 6) * u
+  per = e_l + (1 + e_l) * e_c + 8 * u
+  s = ((2 * mu_x * mu_y + c1) / (mu_x**2 + mu_y**2 + c1)
+       * (2 * s_xy + c2) / (s_xx + s_yy + c2))
+  n = s.shape[-3] * s.shape[-2] * ch
+  axes = (-3, -2, -1)
+  return 1.01 * (per.mean(axes) + n * u * (np.abs(s) + per).mean(axes) + u)
+
+
+def _all_pairs_bound(q, c, k=11, **kw):
+  """`_ssim_bound` of every (query, candidate) pair: float[..., M]."""
+  return _ssim_bound(np.asarray(q)[..., None, :, :, :], c, k, **kw)
+
+
+def _assert_clear_leader(vals, margin):
+  """Each row's (last axis) largest value leads every other by more than the two values'
+  margins: then every evaluation within `margin` of these values has the same argmax."""
+  vals = np.asarray(vals, np.float64)
+  margin = np.broadcast_to(margin, vals.shape)
+  top = np.argmax(vals, -1)[..., None]
+  lead = (np.take_along_axis(vals, top, -1) - vals
+          - np.take_along_axis(margin, top, -1) - margin)
+  np.put_along_axis(lead, top, np.inf, -1)
+  assert np.all(lead > 0), f"smallest lead beyond the margins: {lead.min():.3g}"
+
+
+def _assert_within(actual, desired, bound):
+  """|actual - desired| <= bound elementwise (bound: an array of per-pair error bounds)."""
+  err = np.abs(np.asarray(actual, np.float64) - np.asarray(desired, np.float64))
+  assert np.all(err <= bound), (
+      f"max error {err.max():.3g}, max error/bound {np.max(err / bound):.3g} at "
+      f"{np.unravel_index(np.argmax(err / bound), err.shape)}")
 
 
 def _l2_rtol(d):
@@ -65,9 +154,10 @@ def _dm_pix_all_pairs_jit(q, c):
   return jax.vmap(jax.vmap(dm_pix.ssim, (None, 0)), (0, None))(q, c)
 
 
-def _dm_pix_all_pairs(q, c):
-  """Reference: dm_pix.ssim(q[i], c[j]) for every pair, as float[N, M]."""
-  return np.asarray(_dm_pix_all_pairs_jit(jnp.asarray(q), jnp.asarray(c)))
+def _dm_pix_all_pairs(q, c, dtype=None):
+  """Reference: dm_pix.ssim(q[i], c[j]) for every pair, as float[N, M] (in ``dtype``, e.g.
+  jnp.float64 under the x64 fixture)."""
+  return np.asarray(_dm_pix_all_pairs_jit(jnp.asarray(q, dtype), jnp.asarray(c, dtype)))
 
 
 # ----------------------------------------------------------------------------- ssim
@@ -75,30 +165,27 @@ def _dm_pix_all_pairs(q, c):
 
 def test_ssim_identity_is_one():
   rng = np.random.default_rng(0)
+  # With a is b, dm_pix's mu_x = mu_y and s_xx = s_yy = s_xy bitwise (the same float32 ops on
+  # the same values; sqrt(s * s) = s exactly), so numer / denom is 1 up to an FMA that the
+  # compiler may fuse into mu_x² + mu_y² only: <= 3u. Their mean over n = H'W'C values,
+  # summed in any order, adds <= n u: (n + 3)u, 8.7e-5 for 32x32x3 (n = 22² · 3).
   for x in (_rand(rng, (4, 32, 32, 3)), _smooth(rng, 4), _real_images(4, rng)):
-    np.testing.assert_allclose(metrics.ssim(x, x), np.ones(4), atol=1e-6)
+    np.testing.assert_allclose(metrics.ssim(x, x), np.ones(4), rtol=0,
+                               atol=(22 * 22 * 3 + 3) * _U32)
   x1 = _rand(rng, (28, 28, 1))
-  np.testing.assert_allclose(metrics.ssim(x1, x1), 1.0, atol=1e-6)
-
-
-# Two float32 evaluations of dm_pix's SSIM formula whose blurs sum the same products in
-# another order (trdr's banded-matrix filter, dm_pix's `jnp.convolve`). Each blurred
-# moment (a convex combination of k² products of values in [0, 1]) is then off by at most
-# 2k u (two passes of k-term sums, u = 2^-24); an SSIM map value moves by at most
-# 2/c2 per unit of error in the covariance and by the same order through the two
-# variances, hence <= 3 · 2 · 2k u / c2 per position and for the mean over them
-# (c2 = 0.03²). With k = 11: 8.7e-3. A wrong window or padding moves SSIM by ~1e-1.
-def _ssim_orders_atol(k=11, u=2.0**-24):
-  return 3 * 2 * 2 * k * u / 0.03**2
+  np.testing.assert_allclose(metrics.ssim(x1, x1), 1.0, rtol=0, atol=(18 * 18 + 3) * _U32)
 
 
 def test_ssim_symmetric_and_matches_dm_pix():
   rng = np.random.default_rng(1)
   a, b = _smooth(rng, 5), _rand(rng, (5, 32, 32, 3))
   s_ab, s_ba = metrics.ssim(a, b), metrics.ssim(b, a)
-  np.testing.assert_allclose(s_ab, s_ba, atol=_ssim_orders_atol())
-  np.testing.assert_allclose(s_ab, dm_pix.ssim(jnp.asarray(a), jnp.asarray(b)),
-                             atol=_ssim_orders_atol())
+  # Two float32 evaluations of dm_pix's formula (blurs summed in other orders), each within
+  # `_ssim_bound` (~2e-4 here) of the exact SSIM: they differ by at most twice that. A wrong
+  # window or padding moves SSIM by ~1e-1; the float64 test below checks the window tightly.
+  bound = 2 * _ssim_bound(a, b, engine="dm_pix")
+  _assert_within(s_ab, s_ba, bound)
+  _assert_within(s_ab, dm_pix.ssim(jnp.asarray(a), jnp.asarray(b)), bound)
   assert s_ab.shape == (5,)
   assert np.all(np.asarray(s_ab) < 1.0) and np.all(np.asarray(s_ab) > -1.0)
 
@@ -107,8 +194,8 @@ def test_ssim_symmetric_and_matches_dm_pix():
 def test_ssim_filter_is_dm_pixs_own_in_float64(x64, filter_size):
   """trdr's `ssim` passes dm_pix its Gaussian window as banded-matrix products
   (`filter_fn`); in float64 it equals `dm_pix.ssim` with its own `jnp.convolve` filter to
-  the summation-order bound above with u = 2^-53 (1.6e-11 for k = 11): the same window,
-  padding and weights, not merely a close one."""
+  twice `_ssim_bound` with u = 2^-53 (each within it of the exact SSIM; ~1e-11): the same
+  window, padding and weights, not merely a close one (another window moves SSIM by ~1e-1)."""
   rng = np.random.default_rng(14)
   for shape in ((32, 32, 3), (13, 17, 2)):
     a = rng.random((4,) + shape)
@@ -117,8 +204,7 @@ def test_ssim_filter_is_dm_pixs_own_in_float64(x64, filter_size):
     assert ours.dtype == np.float64
     ref = np.asarray(jax.jit(dm_pix.ssim, static_argnames="filter_size")(
         jnp.asarray(a), jnp.asarray(b), filter_size=filter_size))
-    np.testing.assert_allclose(ours, ref, rtol=0,
-                               atol=_ssim_orders_atol(filter_size, 2.0**-53))
+    _assert_within(ours, ref, 2 * _ssim_bound(a, b, filter_size, engine="dm_pix", u=_U64))
 
 
 def test_ssim_broadcasts_batch_dims():
@@ -127,18 +213,23 @@ def test_ssim_broadcasts_batch_dims():
   b = _rand(rng, (3, 16, 16, 1))
   out = metrics.ssim(a, b)
   assert out.shape == (2, 3)
+  # Two float32 evaluations, each within `_ssim_bound` of the exact SSIM.
+  bound = 2 * _ssim_bound(a, b, engine="dm_pix")
   for i in range(2):
     for j in range(3):
-      np.testing.assert_allclose(out[i, j], dm_pix.ssim(a[i, j], b[j]),
-                                 atol=_ssim_orders_atol())
+      _assert_within(out[i, j], dm_pix.ssim(a[i, j], b[j]), bound[i, j])
   assert metrics.ssim(a[0, 0], b[0]).shape == ()
 
 
 def test_ssim_max_val():
   rng = np.random.default_rng(3)
   a, b = _smooth(rng, 2), _smooth(rng, 2)
-  np.testing.assert_allclose(
-      metrics.ssim(255 * a, 255 * b, max_val=255.0), metrics.ssim(a, b), atol=1e-5
+  # Exact: scaling the images by 2^8 scales every float32 value of the computation (means
+  # by 2^8, (co)variances and c1 = (k1 max_val)², c2 by 2^16) and every rounding with it,
+  # so the ratios are bitwise equal (the variances here, > 1e-4, never meet dm_pix's 1.4e-14
+  # floor). Ignoring max_val, or scaling c1, c2 otherwise than by max_val², changes SSIM.
+  np.testing.assert_array_equal(
+      metrics.ssim(256 * a, 256 * b, max_val=256.0), metrics.ssim(a, b)
   )
 
 
@@ -146,7 +237,7 @@ def test_ssim_max_val():
 
 
 @pytest.mark.parametrize("shape", [(32, 32, 3), (28, 28, 1), (11, 11, 2), (13, 17, 3)])
-def test_pairwise_ssim_equals_dm_pix_on_every_pair(shape):
+def test_pairwise_ssim_equals_dm_pix_on_every_pair(x64, shape):
   rng = np.random.default_rng(4)
   q = _rand(rng, (7,) + shape)
   c = _rand(rng, (9,) + shape)
@@ -154,26 +245,33 @@ def test_pairwise_ssim_equals_dm_pix_on_every_pair(shape):
   # chunk_size=3 exercises the padded last chunk (7 = 3 + 3 + 1).
   out = metrics.pairwise_ssim(q, c, chunk_size=3)
   assert out.shape == (7, 9) and out.dtype == jnp.float32
-  np.testing.assert_allclose(out, _dm_pix_all_pairs(q, c), atol=1e-5, rtol=0)
-  np.testing.assert_allclose(out[2, 4], 1.0, atol=1e-6)
+  # Against dm_pix in float64: the float32 engine's `_ssim_bound` (~1e-4 here) plus the
+  # reference's own (u = 2^-53). A wrong window, padding or constant moves SSIM by >~1e-2.
+  bound = (_all_pairs_bound(q, c, engine="pairwise")
+           + _all_pairs_bound(q, c, engine="dm_pix", u=_U64))
+  _assert_within(out, _dm_pix_all_pairs(q, c, jnp.float64), bound)
+  _assert_within(out[2, 4], 1.0, bound[2, 4])  # the exact SSIM of an identical pair is 1
 
 
-def test_pairwise_ssim_real_images_and_chunking():
+def test_pairwise_ssim_real_images_and_chunking(x64):
   rng = np.random.default_rng(5)
   imgs = _real_images(24, rng)
   q = np.clip(imgs[:10] + 0.05 * rng.standard_normal(imgs[:10].shape), 0, 1)
   q = q.astype(np.float32)
   c = imgs[8:]
-  ref = _dm_pix_all_pairs(q, c)
-  # dm_pix itself is only accurate to ~5e-6 on real images (float32 cancellation
-  # in G*(xy) - mu_x mu_y); the fast form is more accurate, so they agree to ~1e-5.
+  # Against dm_pix in float64 (float32 dm_pix is itself off by up to ~1e-3 by its worst-case
+  # bound on real images: its uncentred G*(xy) - mu_x mu_y cancels): every chunking's
+  # float32 result within the engine's `_ssim_bound` (<~5e-4 here) plus the reference's.
+  ref = _dm_pix_all_pairs(q, c, jnp.float64)
+  bound = (_all_pairs_bound(q, c, engine="pairwise")
+           + _all_pairs_bound(q, c, engine="dm_pix", u=_U64))
   for chunk in (1, 4, 256):
     out = metrics.pairwise_ssim(q, c, chunk_size=chunk)
-    np.testing.assert_allclose(out, ref, atol=2e-5, rtol=0)
+    _assert_within(out, ref, bound)
   # Leading batch dims of the queries.
   out = metrics.pairwise_ssim(q.reshape(2, 5, 32, 32, 3), c)
   assert out.shape == (2, 5, 16)
-  np.testing.assert_allclose(out.reshape(10, 16), ref, atol=2e-5, rtol=0)
+  _assert_within(out.reshape(10, 16), ref, bound)
 
 
 @pytest.mark.parametrize("filter_size", [3, 11])
@@ -181,14 +279,12 @@ def test_pairwise_ssim_window_equals_dm_pix_float64(x64, filter_size):
   """The selectable window (3: Haim et al.'s counts; 11: dm_pix's default) against
   dm_pix.ssim with the same filter_size evaluated in float64 on every pair.
 
-  Error argument for the tolerance: pairwise_ssim works in float32 on images in [0, 1]
-  centred per channel, so every blurred (co)variance term (a convex combination of
-  products of values in [-1, 1], then one subtraction) carries an absolute error
-  <= 4u = 2.4e-7 (u = 2^-24). An SSIM map value numer/denom moves by at most
-  2δ/(s_xx + s_yy + c2) per error δ in s_xy and by the same order through the variances
-  in the denominator, so per position <= 3 · 2 · 4u / c2 with c2 = (0.03)² = 9e-4:
-  1.6e-3. The mean over positions and channels is bounded by the same. A wrong window or
-  padding changes these SSIMs by ~1e-1.
+  Error argument for the tolerance: `_ssim_bound` of the float32 engine (its rounding
+  counts: the covariance's k²-term dot, two k-term blur passes, the float32 taps; the
+  sensitivity 1/(s_xx + s_yy + c2) of the map; the mean's summation), from these images'
+  statistics: <~5e-4 here; plus the float64 reference's own bound (u = 2^-53). (A flat
+  4u per (co)variance, as once written here, ignores that a k²-term float32 sum can round
+  k² times.) A wrong window or padding changes these SSIMs by ~1e-1.
   """
   rng = np.random.default_rng(13)
   imgs = _real_images(12, rng)
@@ -198,21 +294,32 @@ def test_pairwise_ssim_window_equals_dm_pix_float64(x64, filter_size):
   ref = np.asarray(jax.jit(jax.vmap(jax.vmap(
       lambda x, y: dm_pix.ssim(x, y, filter_size=filter_size), (None, 0)), (0, None)))(
           jnp.asarray(q, jnp.float64), jnp.asarray(c, jnp.float64)))
-  np.testing.assert_allclose(out, ref, atol=3 * 2 * 4 * 2.0**-24 / 0.03**2, rtol=0)
+  bound = (_all_pairs_bound(q, c, filter_size, engine="pairwise")
+           + _all_pairs_bound(q, c, filter_size, engine="dm_pix", u=_U64))
+  _assert_within(out, ref, bound)
   nn = metrics.nearest_neighbours(q, c, filter_size=filter_size)
+  # The same float32 SSIMs from a program of another chunk size: each within its bound of
+  # the exact value, so the argmax is the same where the exact leader's margin is larger
+  # than the two bounds (checked).
+  _assert_clear_leader(ref, bound)
   np.testing.assert_array_equal(nn.index, np.argmax(out, axis=1))
   # The two windows are different scales: a window size that is ignored fails here.
   other = np.asarray(metrics.pairwise_ssim(q, c, filter_size=14 - filter_size))
   assert np.max(np.abs(other - out)) > 1e-2
 
 
-def test_pairwise_ssim_max_val():
+def test_pairwise_ssim_max_val(x64):
   rng = np.random.default_rng(6)
   q, c = 255 * _smooth(rng, 3), 255 * _smooth(rng, 4)
   out = metrics.pairwise_ssim(q, c, max_val=255.0)
   f = jax.jit(jax.vmap(jax.vmap(lambda x, y: dm_pix.ssim(x, y, max_val=255.0), (None, 0)),
                        (0, None)))
-  np.testing.assert_allclose(out, f(jnp.asarray(q), jnp.asarray(c)), atol=1e-5)
+  # Against dm_pix in float64 on the same (rounded) float32 inputs: `_ssim_bound` scales
+  # with max_val (relative errors, c1 and c2 ∝ max_val²). c1, c2 not scaled by max_val²
+  # would change these SSIMs by far more.
+  bound = (_all_pairs_bound(q, c, engine="pairwise", max_val=255.0)
+           + _all_pairs_bound(q, c, engine="dm_pix", max_val=255.0, u=_U64))
+  _assert_within(out, f(jnp.asarray(q, jnp.float64), jnp.asarray(c, jnp.float64)), bound)
 
 
 def test_pairwise_ssim_empty():
@@ -278,11 +385,16 @@ def test_nearest_neighbours_planted():
   assert nn.index.dtype == jnp.int32
   assert nn.ssim.dtype == jnp.float32 and nn.l2.dtype == jnp.float32
   direct = dm_pix.ssim(jnp.asarray(q), jnp.asarray(c[perm]))
-  np.testing.assert_allclose(nn.ssim, direct, atol=1e-6)
+  # Two float32 evaluations of dm_pix's formula, each within `_ssim_bound` of the exact.
+  _assert_within(nn.ssim, direct, 2 * _ssim_bound(q, c[perm], engine="dm_pix"))
   np.testing.assert_allclose(nn.l2, _l2_float64(q, c[perm]), rtol=_l2_rtol(32 * 32 * 3),
                              atol=0)
-  # The index is the argmax of the dm_pix SSIM row.
-  np.testing.assert_array_equal(nn.index, np.argmax(_dm_pix_all_pairs(q, c), axis=1))
+  # The index is the argmax of the dm_pix SSIM row: float32 dm_pix and the float32 engine
+  # are each within their bounds of the exact SSIM, and each row's leader clears both.
+  ref = _dm_pix_all_pairs(q, c)
+  _assert_clear_leader(ref, _all_pairs_bound(q, c, engine="dm_pix")
+                       + _all_pairs_bound(q, c, engine="pairwise"))
+  np.testing.assert_array_equal(nn.index, np.argmax(ref, axis=1))
 
 
 def test_nearest_neighbours_ranks_by_ssim_not_l2():
@@ -300,7 +412,8 @@ def test_nearest_neighbours_ranks_by_ssim_not_l2():
   assert np.argmin(l2) == 1 and np.argmax(s) == 0  # the two criteria disagree
   nn = metrics.nearest_neighbours(q, c)
   assert int(nn.index[0]) == 0
-  np.testing.assert_allclose(nn.ssim[0], dm_pix.ssim(q[0], c[0]), atol=1e-6)
+  _assert_within(nn.ssim[0], dm_pix.ssim(q[0], c[0]),  # two float32 evaluations
+                 2 * _ssim_bound(q[0], c[0], engine="dm_pix"))
   np.testing.assert_allclose(nn.l2[0], _l2_float64(q[0], c[0]), rtol=_l2_rtol(32 * 32 * 3),
                              atol=0)
 
@@ -315,8 +428,14 @@ def test_nearest_neighbours_leading_batch_dims():
   assert nn.index.shape == nn.ssim.shape == nn.l2.shape == (2, 3, 4)
   np.testing.assert_array_equal(nn.index, idx)
   flat = metrics.nearest_neighbours(q.reshape(24, 28, 28, 1), c)
+  # Programs of other shapes: each SSIM within its bound of the exact value, so the argmax
+  # agrees where the leader clears twice the bounds (checked on this float32 evaluation).
+  q24 = q.reshape(24, 28, 28, 1)
+  _assert_clear_leader(metrics.pairwise_ssim(q24, c),
+                       2 * _all_pairs_bound(q24, c, engine="pairwise"))
   np.testing.assert_array_equal(nn.index.reshape(-1), flat.index)
-  np.testing.assert_allclose(nn.ssim.reshape(-1), flat.ssim, atol=1e-6)
+  _assert_within(nn.ssim.reshape(-1), flat.ssim,
+                 2 * _ssim_bound(q24, c[idx.reshape(-1)], engine="dm_pix"))
   single = metrics.nearest_neighbours(q[1, 2, 3], c)
   assert single.index.shape == () and int(single.index) == idx[1, 2, 3]
 
@@ -324,12 +443,12 @@ def test_nearest_neighbours_leading_batch_dims():
 def test_nearest_neighbours_per_set_equals_one_search_per_set():
   """One search against several sets (`nearest_neighbours_per_set`, the evaluation's) finds
   what a search per set finds. Error argument: the same pairs' SSIM enter the argmax,
-  computed in a program of another shape, so they may differ in float32 rounding (the
-  engine's error is <= ~5e-6, trdr.ssim's docstring); every query's best candidate leads
-  the second by more than twice that (checked below), so the indices are equal. L2 and the
-  reported SSIM are recomputed on the same matched pair: two evaluations, each within its
-  bound of the exact value, differ by at most twice the bound (`_l2_rtol`; dm_pix's ~5e-6
-  in float32, hence 1e-5)."""
+  computed in a program of another shape, so they may differ in float32 rounding, each
+  within the engine's `_ssim_bound` of the exact value; every query's best candidate leads
+  the others by more than twice the bounds (checked below), so the indices are equal. L2
+  and the reported SSIM are recomputed on the same matched pair: two evaluations, each
+  within its bound of the exact value, differ by at most twice the bound (`_l2_rtol`;
+  `_ssim_bound` of dm_pix's float32 form)."""
   rng = np.random.default_rng(13)
   sets = {"train": _smooth(rng, 9), "partition": _smooth(rng, 6),
           "noise": _rand(rng, (4, 32, 32, 3))}
@@ -340,12 +459,13 @@ def test_nearest_neighbours_per_set_equals_one_search_per_set():
   assert list(found) == list(sets)
   np.testing.assert_array_equal(found["train"].index, planted)
   for name, candidates in sets.items():
-    top2 = np.sort(np.asarray(metrics.pairwise_ssim(q, candidates)), axis=-1)[..., -2:]
-    assert np.min(top2[..., 1] - top2[..., 0]) > 1e-5  # the premise of equal indices
+    _assert_clear_leader(metrics.pairwise_ssim(q, candidates),  # the premise
+                         2 * _all_pairs_bound(q, candidates, engine="pairwise"))
     alone = metrics.nearest_neighbours(q, candidates, chunk_size=4)
     np.testing.assert_array_equal(found[name].index, alone.index)
     np.testing.assert_allclose(found[name].l2, alone.l2, rtol=2 * _l2_rtol(32 * 32 * 3))
-    np.testing.assert_allclose(found[name].ssim, alone.ssim, rtol=0, atol=1e-5)
+    _assert_within(found[name].ssim, alone.ssim, 2 * _ssim_bound(
+        q, candidates[np.asarray(alone.index)], engine="dm_pix"))
   with pytest.raises(ValueError, match="candidates 'noise' must contain at least one"):
     metrics.nearest_neighbours_per_set(q, {**sets, "noise": sets["noise"][:0]})
 

@@ -39,6 +39,9 @@ def test_the_ground_truth_is_a_fixed_point_the_paper_lower_level_only_approximat
   config, workdir, _, _ = smoke
   records = io.read_json(os.path.join(paper.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
   gt = records[inits.pure_index(records, "ground_truth")]
+  # The start images are x_GT: re-solved from θ* their θ is within ((victim.tol + δ) / wd)²
+  # ≈ ((1e-5 + 1e-6) / 1e-2)² ≈ 1.2e-6 of θ* (the bound below), and each is its own nearest
+  # training image (SSIM 1 up to float32 rounding, ~1e-6).
   assert gt["start_param_distance"] < 1e-5 and gt["start_ssim_to_train"] > 0.999
   c = config.paper[victim]
   # The paper's U(0, 1) start; the one-hidden victim is warm-started at :smoke and :cpu.
@@ -140,6 +143,7 @@ def test_sweep_best_setting_feeds_the_tuned_runs(smoke):
   for run in ("tuned", "partition", "landscape_decoreco"):
     hp = io.read_json(os.path.join(paper.run_dir(workdir, run), "summary.json"))[
         "hyperparameters"]
+    # JSON keeps float64 exactly; approx's 1e-6 absorbs a float32 round trip (u ≈ 6e-8).
     assert hp == {k: pytest.approx(best[k]) for k in hp}, run
   # Fig. 5: N(0, 1), the tuned run's other settings (Runkel et al.: σ alone is untuned).
   untuned = io.read_json(os.path.join(paper.run_dir(workdir, "untuned"), "summary.json"))

@@ -386,6 +386,7 @@ def test_key_numbers_over_seeds_are_the_repeats_own(smoke_report):
   fig1 = saved["fig1"]["seeds"]
   assert fig1["seeds"] == [0, 1] and len(fig1["verdicts"]) == 2
   key = "affine ||θ*−θ||²"
+  # float64 mean and std of a few numbers, summed in another order: ≲ 1e-15 relative.
   assert fig1["mean"][key] == pytest.approx(np.mean(distances), rel=1e-12)
   assert fig1["std"][key] == pytest.approx(np.std(distances, ddof=1), rel=1e-12)
   for name in ("fig1", "fig2", "fig3", "fig4", "table1"):
