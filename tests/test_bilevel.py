@@ -207,6 +207,29 @@ def test_ground_truth_is_a_fixed_point_of_the_attack():
   np.testing.assert_allclose(state.images, x_true, atol=1e-6)
 
 
+@pytest.mark.parametrize("start", ["uniform", "uniform_once"])
+def test_uniform_once_draws_one_theta0_for_the_whole_attack(x64, start):
+  """"uniform_once" starts every outer step's lower level from one θ0 ~ U(0, 1), so l is a
+  function of x alone; "uniform" draws θ0 anew at every step. With 3 lower-level
+  iterations (far from converged), θ(x) still depends on its start: the same images at
+  steps 0 and 5 give bitwise the same l (one start, the same program and inputs) or
+  another l (another start: O(||θ0 − θ0'||²) ≫ rounding)."""
+  x, _, labels, theta_star, _ = _problem(seed=6)
+  config = ml_collections.ConfigDict({
+      "lower_level": {"start": start, "max_iter": 3, "tol": 1e-12, "memory_size": 10},
+      "hypergradient": {"solve": "cg", "cg_tol": 1e-10, "cg_maxiter": 100},
+      "optimizer": "adam", "lr": 1e-2, "lr_schedule": "constant", "steps": 6,
+      "project": True})
+  target = victim.Victim(_MODEL, theta_star, ml_collections.ConfigDict({"weight_decay": WD}),
+                         {})
+  attack = bilevel.build(target, config, labels, key=jax.random.key(0))
+  step = jax.jit(attack.step)
+  first = attack.init(x)
+  later = first._replace(step=jnp.asarray(5, jnp.int32))
+  l0, l5 = step(first)[1].upper_loss, step(later)[1].upper_loss
+  assert (l0 == l5) == (start == "uniform_once"), (float(l0), float(l5))
+
+
 def test_unknown_solve_is_rejected():
   with pytest.raises(ValueError, match="unknown hypergradient solve 'lu'"):
     bilevel.make_lower_level(lambda p, x, y: 0.0, max_iter=1, tol=0.0, memory_size=1, solve="lu")

@@ -184,8 +184,10 @@ class StepMetrics(NamedTuple):
 
 
 # Where each lower-level solve starts: θ*, the previous outer step's θ(x), or θ0 ~ U(0, 1)
-# ("uniform", the paper's random θ initialisation; "uniform" always means U(0, 1) draws).
-LOWER_LEVEL_STARTS = ("theta_star", "previous", "uniform")
+# (the paper's random θ initialisation; "uniform" always means U(0, 1) draws): a fresh draw
+# at every outer step ("uniform"), or one draw for the whole attack ("uniform_once", so that
+# θ(x) is one deterministic function of x, the other reading of the paper's sentence).
+LOWER_LEVEL_STARTS = ("theta_star", "previous", "uniform", "uniform_once")
 # The lower-level solvers (`make_lower_level`'s ``method``).
 LOWER_LEVEL_METHODS = ("lbfgs", "newton_cg")
 
@@ -226,7 +228,8 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
       hypergradient.{solve, cg_tol, cg_maxiter, and optionally damping (default 0),
       neumann_alpha (0), neumann_steps (100)}, optimizer, lr, lr_schedule, steps, project.
     labels: float[n] in {−1, +1}, the known labels of the unknown images.
-    key: PRNG key for the ``"uniform"`` lower-level start (folded with the step number).
+    key: PRNG key for the U(0, 1) lower-level starts: folded with the step number
+      (``"uniform"``), or used as it is at every step (``"uniform_once"``).
     box: (low, high) pixel bounds for the projection, broadcastable to the images.
   Returns:
     The `Attack`; its state is an `AttackState`, its metrics `StepMetrics` (the first,
@@ -278,6 +281,8 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
       return theta_star
     if ll.start == "previous":
       return state.theta
+    if ll.start == "uniform_once":
+      return models.uniform_params(key, theta_star)
     return models.uniform_params(jax.random.fold_in(key, state.step), theta_star)
 
   def step(state):
