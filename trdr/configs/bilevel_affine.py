@@ -55,7 +55,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # devices); 0: a device's whole share on GPU/TPU, 1 on CPU (faster there).
   config.attack.grid_batch_size = 0
   config.attack.lower_level = ml_collections.ConfigDict()
-  config.attack.lower_level.start = "previous"  # | "theta_star" | "uniform" | "uniform_once"
+  config.attack.lower_level.start = "previous"  # or "theta_star", "uniform", "uniform_once"
   config.attack.lower_level.max_iter = 200
   config.attack.lower_level.tol = 1e-5
   config.attack.lower_level.memory_size = 10
