@@ -88,6 +88,13 @@ def _all_pairs_bound(q, c, k=11, **kw):
   return _ssim_bound(np.asarray(q)[..., None, :, :, :], c, k, **kw)
 
 
+def _against_float64_bound(q, c, k=11, max_val=1.0):
+  """The float32 engine's `_ssim_bound` on every pair plus that of a float64 `dm_pix.ssim`
+  reference (u = 2^-53): how far apart the two may be, float[N, M]."""
+  return (_all_pairs_bound(q, c, k, engine="pairwise", max_val=max_val)
+          + _all_pairs_bound(q, c, k, engine="dm_pix", max_val=max_val, u=_U64))
+
+
 def _assert_clear_leader(vals, margin):
   """Each row's (last axis) largest value leads every other by more than the two values'
   margins: then every evaluation within `margin` of these values has the same argmax."""
@@ -247,8 +254,7 @@ def test_pairwise_ssim_equals_dm_pix_on_every_pair(x64, shape):
   assert out.shape == (7, 9) and out.dtype == jnp.float32
   # Against dm_pix in float64: the float32 engine's `_ssim_bound` (~1e-4 here) plus the
   # reference's own (u = 2^-53). A wrong window, padding or constant moves SSIM by >~1e-2.
-  bound = (_all_pairs_bound(q, c, engine="pairwise")
-           + _all_pairs_bound(q, c, engine="dm_pix", u=_U64))
+  bound = _against_float64_bound(q, c)
   _assert_within(out, _dm_pix_all_pairs(q, c, jnp.float64), bound)
   _assert_within(out[2, 4], 1.0, bound[2, 4])  # the exact SSIM of an identical pair is 1
 
@@ -263,8 +269,7 @@ def test_pairwise_ssim_real_images_and_chunking(x64):
   # bound on real images: its uncentred G*(xy) - mu_x mu_y cancels): every chunking's
   # float32 result within the engine's `_ssim_bound` (<~5e-4 here) plus the reference's.
   ref = _dm_pix_all_pairs(q, c, jnp.float64)
-  bound = (_all_pairs_bound(q, c, engine="pairwise")
-           + _all_pairs_bound(q, c, engine="dm_pix", u=_U64))
+  bound = _against_float64_bound(q, c)
   for chunk in (1, 4, 256):
     out = metrics.pairwise_ssim(q, c, chunk_size=chunk)
     _assert_within(out, ref, bound)
@@ -294,8 +299,7 @@ def test_pairwise_ssim_window_equals_dm_pix_float64(x64, filter_size):
   ref = np.asarray(jax.jit(jax.vmap(jax.vmap(
       lambda x, y: dm_pix.ssim(x, y, filter_size=filter_size), (None, 0)), (0, None)))(
           jnp.asarray(q, jnp.float64), jnp.asarray(c, jnp.float64)))
-  bound = (_all_pairs_bound(q, c, filter_size, engine="pairwise")
-           + _all_pairs_bound(q, c, filter_size, engine="dm_pix", u=_U64))
+  bound = _against_float64_bound(q, c, filter_size)
   _assert_within(out, ref, bound)
   nn = metrics.nearest_neighbours(q, c, filter_size=filter_size)
   # The same float32 SSIMs from a program of another chunk size: each within its bound of
@@ -317,8 +321,7 @@ def test_pairwise_ssim_max_val(x64):
   # Against dm_pix in float64 on the same (rounded) float32 inputs: `_ssim_bound` scales
   # with max_val (relative errors, c1 and c2 ∝ max_val²). c1, c2 not scaled by max_val²
   # would change these SSIMs by far more.
-  bound = (_all_pairs_bound(q, c, engine="pairwise", max_val=255.0)
-           + _all_pairs_bound(q, c, engine="dm_pix", max_val=255.0, u=_U64))
+  bound = _against_float64_bound(q, c, max_val=255.0)
   _assert_within(out, f(jnp.asarray(q, jnp.float64), jnp.asarray(c, jnp.float64)), bound)
 
 
