@@ -17,6 +17,26 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The suite compiles with LLVM's backend optimisation off (XLA's HLO passes, fusion and
+# layout assignment still run; only LLVM's passes over the generated code are skipped).
+# About half of the suite's CPU time is XLA compiling small programs that then run for
+# milliseconds. Measured on the 2-core AVX-512 CPU (2026-11-25, level 3 = XLA's default
+# against 0, run after one another): tests/test_bilevel.py + test_solver.py with -n 0
+# 65.9 -> 45.8 CPU-s; the whole suite under the AVX2 pin 444 s -> 392 s and 397 s
+# (pytest's processes 659 -> 564 and 558 CPU-s), natively 446 s -> 411 s (the machine's
+# busy CPU, the background report included: 863 -> 802 CPU-s). Set here, before JAX
+# starts its backend, so that the xdist workers and every subprocess (the :smoke report,
+# the command-line tests) inherit it and a program compiles to the same code in all of
+# them. No tolerance depends on it: each is an argument over rounding in any order of
+# the operations (the two levels' code may differ in the last bits, e.g. where a*b + c
+# becomes one fused multiply-add), and the bit-equality tests compare two programs
+# compiled alike. A level already in XLA_FLAGS stands:
+# `XLA_FLAGS=--xla_backend_optimization_level=3 pytest` tests the code users run.
+_OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
+if _OPT_LEVEL_FLAG not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = " ".join(
+      f for f in (os.environ.get("XLA_FLAGS"), f"{_OPT_LEVEL_FLAG}=0") if f)
+
 
 def _enable_x64():
   previous = jax.config.jax_enable_x64
