@@ -17,25 +17,19 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The suite compiles with LLVM's backend optimisation off (XLA's HLO passes, fusion and
-# layout assignment still run; only LLVM's passes over the generated code are skipped).
-# About half of the suite's CPU time is XLA compiling small programs that then run for
-# milliseconds. Measured on the 2-core AVX-512 CPU (2026-11-25, level 3 = XLA's default
-# against 0, run after one another): tests/test_bilevel.py + test_solver.py with -n 0
-# 65.9 -> 45.8 CPU-s; the whole suite under the AVX2 pin 444 s -> 392 s and 397 s
-# (pytest's processes 659 -> 564 and 558 CPU-s), natively 446 s -> 411 s (the machine's
-# busy CPU, the background report included: 863 -> 802 CPU-s). Set here, before JAX
-# starts its backend, so that the xdist workers and every subprocess (the :smoke report,
-# the command-line tests) inherit it and a program compiles to the same code in all of
-# them. The tolerances argued from rounding do not depend on it (the two levels' code
-# may differ in the last bits, e.g. where a*b + c becomes one fused multiply-add). The
-# comparisons of two programs that do the same per-point arithmetic (one device against
-# 8 and one start at a time against the mapped grid, bitwise; 1 process against 2, 1e-10
-# in float64) rely on XLA generating the same per-point code for both, under the same
-# flags: they pass at levels 0 and 3, natively and under the AVX2 pin, but three of them
-# failed at level 0 with the legacy emitters (--xla_cpu_use_fusion_emitters=false;
-# 2026-11-25), so they depend on XLA's code generation. A level already in XLA_FLAGS stands:
-# `XLA_FLAGS=--xla_backend_optimization_level=3 pytest` tests the code users run.
+# The suite compiles with LLVM's backend optimisation off: about half of its CPU time is
+# XLA compiling small programs that then run for milliseconds, and XLA's HLO passes
+# (fusion, layout) still run; only LLVM's passes over the generated code are skipped.
+# The README's test paragraph gives the times side by side with XLA's default level 3.
+# Set before JAX starts its backend, so the xdist workers and every subprocess (the
+# :smoke report, the command-line tests) inherit it. The tolerances argued from rounding
+# do not depend on the level. The comparisons of two programs doing the same per-point
+# arithmetic (8 devices against 1 and one start at a time against the mapped grid,
+# bitwise; 2 processes against 1, 1e-10 in float64) rely on XLA generating the same
+# per-point code for both: they pass at levels 0 and 3, natively and under the AVX2 pin,
+# and three of them failed at level 0 with --xla_cpu_use_fusion_emitters=false.
+# A level already in XLA_FLAGS stands: `XLA_FLAGS=--xla_backend_optimization_level=3
+# pytest` tests the code users run.
 _OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 if _OPT_LEVEL_FLAG not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = " ".join(
