@@ -46,15 +46,17 @@ def test_the_reference_transcription_gives_trdrs_loss_in_float64(x64):
 
 def test_the_evaluation_section_finds_the_same_neighbours_and_counts_its_products(capsys):
   """The smoke grid: 9 points, 7 distinct (the three λ2 = 0 points share one noise start),
-  40 images each, against 40 + 40 + 40 candidates. Both searches give the same indices and
-  L2 (integers, and L2 from the same formula on the same pairs), and the floor counts
-  2·C·k²·H'W' = 2·3·121·484 operations per pair over the distinct points' pairs."""
+  40 images each, against 40 + 40 + 40 candidates; the three searches are timed and
+  compared (that they agree within rounding is tested in tests/test_metrics.py: the
+  printed differences are measurements), and the floor counts 2·C·k²·H'W' = 2·3·121·484
+  operations per pair over the distinct points' pairs, and over the three sets'."""
   from benchmarks import evaluation
   from trdr.configs import bilevel_affine
   evaluation.run(bilevel_affine.get_config("smoke"), repeats=1)
   out = capsys.readouterr().out
   assert "9 points (7 distinct) x 40 images against 40 + 40 + 40" in out
-  assert "max |Δ index| over the sets: 0.0e+00" in out
-  assert "max |Δ l2| over the sets: 0.0e+00" in out
+  for name in ("images", "mixtures"):
+    assert f"{name}: indices that differ " in out and " of 1080; max |Δ l2| " in out
   flop = 2 * 3 * 121 * 484 * 7 * 40 * 120
   assert f"its pair products: {flop / 1e9:.0f} GFLOP;" in out
+  assert f"the products of the three sets, {3 * flop / 7 / 1e9:.0f} GFLOP" in out

@@ -16,8 +16,8 @@ import ml_collections
 import numpy as np
 import pytest
 
-from trdr import cli, data, evaluate, experiment, io, loop, membership, models, paper
-from trdr import plotting, solver, victim
+from trdr import cli, data, experiment, io, loop, membership, models, paper
+from trdr import plotting, records, solver, victim
 from trdr.attacks.protocol import Attack
 from trdr.configs import bilevel_affine
 
@@ -625,7 +625,7 @@ def test_a_nan_lower_level_solve_is_never_counted_converged():
   _, info = solver.minimize_energy(lambda p: jnp.sum(p ** 2) * jnp.nan, jnp.ones(3),
                                    max_iter=10, tol=1e-6)
   assert np.isnan(info.grad_norm) and not info.grad_norm < 1e-6
-  summary = evaluate.lower_level_summary(
+  summary = records.lower_level_summary(
       {"grad_norm": np.array([[float(info.grad_norm), 1e-9]]),
        "num_iter": np.array([[int(info.num_iter), 3]])}, tol=1e-6)
   assert summary["fraction_converged"] == 0.5

@@ -325,6 +325,48 @@ def test_identical_grid_points_are_evaluated_once(monkeypatch):
         np.testing.assert_array_equal(out[k][g], v)
 
 
+def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypatch):
+  """`evaluate.reconstructions` with a mixture (how a landscape evaluates its starts) hands
+  the search the displayed starts of the distinct grid points with their eq. 10 weights and
+  the three sets as bases, and gives the duplicate λ2 = 0 points the numbers of theirs.
+  (That the mixture search equals the search of the images, within rounding, is
+  test_metrics.py::test_nearest_neighbours_of_mixtures_equal_the_search_of_the_images.)"""
+  from trdr import metrics
+  config = smoke_config()
+  task = data.make_binary_task(config.data)
+  grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
+  x_rnd = inits.uniform(jax.random.key(0), task.train_images.shape, task.mean)
+  x0 = np.asarray(inits.grid_images(grid, jnp.asarray(task.train_images),
+                                    jnp.asarray(task.partition_images), x_rnd))
+  sets = evaluate.comparison_sets(task, x_rnd)
+  weights = inits.mixture_weights(grid.lambda1, grid.lambda2)
+  mixture = dict(zip(("train", "partition", "noise"), weights.T))
+  calls = []
+  search = metrics.nearest_neighbours_per_set
+  monkeypatch.setattr(metrics, "nearest_neighbours_per_set",
+                      lambda q, s, **k: calls.append((q, k["mixture"])) or search(q, s, **k))
+  out = evaluate.reconstructions(x0, task.mean, sets, mixture=mixture)
+  (queries, (w, bases)), = calls
+  # Row-major (λ1 outer): points 3 and 6, (λ1, λ2) = (.5, 0) and (1, 0), are point 0's noise.
+  distinct = [0, 1, 2, 4, 5, 7, 8]
+  assert np.all(weights[[3, 6]] == weights[0])
+  np.testing.assert_array_equal(queries, evaluate.to_display(x0[distinct], task.mean))
+  np.testing.assert_array_equal(w, weights[distinct])
+  np.testing.assert_array_equal(bases, np.stack([sets["train"], sets["partition"],
+                                                 sets["noise"]]))
+  for v in out.values():
+    assert v.shape[:2] == x0.shape[:2]
+    np.testing.assert_array_equal(v[[3, 6]], v[[0, 0]])
+  # The start of the pure partition point (λ1, λ2) = (0, 1) is partition image i itself.
+  np.testing.assert_array_equal(out["partition_index"][2], np.arange(x0.shape[1]))
+  for bad, match in (({"display": "minmax", "mixture": mixture}, "display 'pixels'"),
+                     ({"mixture": {"test": weights[:, 0]}}, "weights of comparison sets")):
+    with pytest.raises(ValueError, match=match):
+      evaluate.reconstructions(x0, task.mean, sets, **bad)
+  with pytest.raises(ValueError, match="not the mixtures"):
+    evaluate.reconstructions(x0[:, ::-1], task.mean, sets, mixture=mixture)
+
+
 def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path):
   """The README's override example on a user .npz of 28×28 grayscale images, run with
   --overwrite over a finished run of another config: recomputed from scratch, nothing of

@@ -28,11 +28,24 @@ def _blur64(z, k):
   return np.lib.stride_tricks.sliding_window_view(z, k, axis=-3) @ f
 
 
-def _ssim_bound(x, y, k=11, *, engine, max_val=1.0, u=_U32):
+def _ssim_bound(x, y, k=11, *, engine, max_val=1.0, u=_U32, mixture=None):
   """Bound on |computed - exact| SSIM of the pairs (x, y) (broadcast over the leading dims),
   for dm_pix's formula evaluated with unit roundoff u by `engine`: "pairwise" (trdr's fast
-  all-pairs form: channel-centred images, the pair term one k²-term dot) or "dm_pix" (the
-  uncentred form of dm_pix.ssim and trdr.metrics.ssim: every blur two passes of k terms).
+  all-pairs form: channel-centred images, the pair term one k²-term dot), "mixture" (the
+  same with the pair term of x the weighted sum of its bases' dots: ``mixture`` = (weights
+  float[K, ...], bases float[K, ..., H, W, C], both broadcasting with x's leading dims)) or
+  "dm_pix" (the uncentred form of dm_pix.ssim and trdr.metrics.ssim: every blur two passes
+  of k terms).
+
+  "mixture": the pair term is fl(Σ_k fl(w_k D_k)) with w_k rounded to float32 and each D_k
+  a k²-term dot of a centred base b'_k with y', within the "pairwise" dot's count (k² +
+  2 taps + 4) u sqrt(B_k B_y) (B_k as B_x, for the base); the rounded weight, the product
+  and the K-term sum add (K + 1) u |w_k D_k|, |D_k| <= sqrt(B_k B_y) (Cauchy–Schwarz under
+  the window). Σ_k w_k b'_k differs from the query's own centred x' by δ' = δ − mean δ
+  (δ = Σ_k w_k b_k − x: the rounding of the mixture, |δ'| <= 2 max|δ|) and by the float32
+  means' errors (<= d each, d = HW u max_val, the weights' sum times d for the bases):
+  G*(δ' y') and a shift a times G*(y') are each <= their size times sqrt(B_y). The
+  query's own means product keeps its count.
 
   First order in u, from the images' own float64 statistics. Counts of roundings, relative
   to the magnitudes they multiply: each float tap is within `taps` u of the exact Gaussian
@@ -59,7 +72,7 @@ def _ssim_bound(x, y, k=11, *, engine, max_val=1.0, u=_U32):
   mxc, myc = _blur64(xc, k), _blur64(yc, k)
   s_xx, s_yy = _blur64(xc * xc, k) - mxc**2, _blur64(yc * yc, k) - myc**2
   s_xy = _blur64(xc * yc, k) - mxc * myc
-  if engine == "pairwise":
+  if engine in ("pairwise", "mixture"):
     d = h * w * u * max_val
     b_x, b_y = _blur64((np.abs(xc) + d) ** 2, k), _blur64((np.abs(yc) + d) ** 2, k)
     # var: blur(xc²) 3u + n_mu, mean² 2 n_mu + 3, minus 1; cov: the k²-term dot of taps²
@@ -73,6 +86,17 @@ def _ssim_bound(x, y, k=11, *, engine, max_val=1.0, u=_U32):
   e_xx, e_yy = n_var * u * b_x + eps2, n_var * u * b_y + eps2
   r_lo = np.sqrt(np.maximum(s_xx - e_xx, 0) * np.maximum(s_yy - e_yy, 0))
   e_xy = n_cov * u * np.sqrt(b_x * b_y) + np.maximum(np.abs(s_xy) - r_lo, 0)
+  if engine == "mixture":
+    weights, bases = (np.asarray(a, np.float64) for a in mixture)
+    w_abs = np.abs(weights)[..., None, None, None]
+    dot = k * k + 2 * taps + 4
+    bc = bases - bases.mean(axis=(-3, -2), keepdims=True)
+    b_k = _blur64((np.abs(bc) + d) ** 2, k)
+    delta = np.abs(np.sum(weights[..., None, None, None] * bases, axis=0) - x).max(
+        axis=(-3, -2, -1), keepdims=True)
+    e_xy = (e_xy - dot * u * np.sqrt(b_x * b_y)
+            + np.sum(w_abs * (dot + len(weights) + 1) * u * np.sqrt(b_k * b_y), axis=0)
+            + (2 * delta + d * (1 + np.sum(w_abs, axis=0))) * np.sqrt(b_y))
   e_c = (2 * e_xy + e_xx + e_yy) / (s_xx + s_yy + c2 - e_xx - e_yy)
   e_l = (4 * n_mu + 6) * u
   per = e_l + (1 + e_l) * e_c + 8 * u
@@ -310,6 +334,109 @@ def test_pairwise_ssim_window_equals_dm_pix_float64(x64, filter_size):
   # The two windows are different scales: a window size that is ignored fails here.
   other = np.asarray(metrics.pairwise_ssim(q, c, filter_size=14 - filter_size))
   assert np.max(np.abs(other - out)) > 1e-2
+
+
+def _eq10_starts(rng, n=5, lambdas=(0.0, 0.3, 1.0)):
+  """Eq. 10 starts as a landscape makes them (`trdr.starts`): the three sets shifted by a
+  task mean, mixed in float32 by `init.grid_images`, shifted back. Returns (starts
+  float32[G, n, 32, 32, 3] in pixels, weights float64[G, 3], sets: train, partition and
+  noise, float32[n, 32, 32, 3] each, in pixels as `evaluate.comparison_sets` gives them)."""
+  from trdr.attacks import init as inits
+  imgs = _real_images(2 * n, rng)
+  raw = (imgs[:n], imgs[n:], _rand(rng, imgs[:n].shape))
+  mean = imgs[:n].mean(axis=0)
+  shifted = [jnp.asarray(x - mean) for x in raw]
+  grid = inits.make_grid(lambdas, lambdas)
+  starts = np.asarray(inits.grid_images(grid, *shifted)) + mean
+  sets = dict(zip(("train", "partition", "noise"), (np.asarray(x) + mean for x in shifted)))
+  return starts, inits.mixture_weights(grid.lambda1, grid.lambda2), sets
+
+
+def _mixture_bound(q, weights, bases, c, k=11):
+  """`_ssim_bound` of the "mixture" engine on every (query, candidate) pair: float[G, n, M]
+  for queries [G, n, ...], weights [G, K], bases [K, n, ...], candidates [M, ...]."""
+  return _ssim_bound(np.asarray(q)[..., None, :, :, :], c, k, engine="mixture",
+                     mixture=(np.asarray(weights).T[:, :, None, None],
+                              np.asarray(bases)[:, None, :, None]))
+
+
+def test_pairwise_ssim_of_mixtures_equals_dm_pix_float64(x64):
+  """Queries that are mixtures (eq. 10 starts): the pair term summed from the bases' equals
+  dm_pix's SSIM of the queries themselves, evaluated in float64 on every pair. Error
+  argument: the "mixture" engine's `_ssim_bound` (the bases' dots, the weighted sum, the
+  start's own rounding δ, measured here) plus the float64 reference's own; a wrong weight
+  or base moves these SSIMs by >~1e-2. chunk_size 4 gives blocks of ceil(16 / 9) = 2 of
+  the 5 image indices (2 + 2 + a padded 1)."""
+  rng = np.random.default_rng(21)
+  starts, weights, sets = _eq10_starts(rng)
+  bases = np.stack(list(sets.values()))
+  c = np.concatenate([_real_images(14, rng)[10:], sets["noise"][:2]])
+  out = np.asarray(metrics.pairwise_ssim_of_mixtures(starts, c, weights, bases, chunk_size=4))
+  assert out.shape == (9, 5, 6) and out.dtype == np.float32
+  ref = _dm_pix_all_pairs(starts.reshape(-1, 32, 32, 3), c, jnp.float64).reshape(out.shape)
+  bound = (_mixture_bound(starts, weights, bases, c)
+           + _all_pairs_bound(starts, c, engine="dm_pix", u=_U64))
+  _assert_within(out, ref, bound)
+  _assert_within(out[0, [0, 1], [4, 5]], 1.0, bound[0, [0, 1], [4, 5]])  # noise: itself
+
+
+def test_nearest_neighbours_of_mixtures_equal_the_search_of_the_images():
+  """The search of eq. 10 starts as mixtures finds what the search of the images finds.
+  Error argument: the two SSIM evaluations of each pair are within the "mixture" and the
+  "pairwise" `_ssim_bound` of the exact value (margin: their sum). Where a query's best
+  candidate leads the others by more than both margins, the indices are equal. Elsewhere
+  (noise-dominated starts against real images: SSIMs near 0 and close) either may be the
+  exact best: the mixture's pick is within the margins of the best, measured by the plain
+  engine. L2 and the reported SSIM of equal picks are computed on the same matched pair in
+  programs of other shapes: within twice their bounds (as
+  test_nearest_neighbours_per_set_equals_one_search_per_set)."""
+  rng = np.random.default_rng(22)
+  starts, weights, sets = _eq10_starts(rng)
+  bases = np.stack(list(sets.values()))
+  found = metrics.nearest_neighbours_per_set(starts, sets, mixture=(weights, bases),
+                                             chunk_size=4)
+  plain = metrics.nearest_neighbours_per_set(starts, sets)
+  clear_queries = 0
+  for name, candidates in sets.items():
+    margin = (_mixture_bound(starts, weights, bases, candidates)
+              + _all_pairs_bound(starts, candidates, engine="pairwise"))
+    sims = np.asarray(metrics.pairwise_ssim(starts, candidates), np.float64)
+    mine, theirs = np.asarray(found[name].index), np.asarray(plain[name].index)
+    assert mine.shape == (9, 5)
+    top2 = np.sort(sims - margin, axis=-1)[..., -2]
+    clear = np.take_along_axis(sims - margin, theirs[..., None], -1)[..., 0] > (
+        top2 + 2 * margin.max(-1))
+    clear_queries += clear.sum()
+    np.testing.assert_array_equal(mine[clear], theirs[clear])
+    at = lambda a, i: np.take_along_axis(a, i[..., None], -1)[..., 0]
+    assert np.all(at(sims, theirs) - at(sims, mine) <= at(margin, mine) + margin.max(-1))
+    same = mine == theirs
+    np.testing.assert_allclose(np.asarray(found[name].l2)[same],
+                               np.asarray(plain[name].l2)[same], rtol=2 * _l2_rtol(3072))
+    _assert_within(np.asarray(found[name].ssim)[same], np.asarray(plain[name].ssim)[same],
+                   2 * _ssim_bound(starts, candidates[theirs], engine="dm_pix")[same])
+  assert clear_queries >= 3 * 45 // 2  # most of the 3 x 45 searches test the indices
+
+
+def test_a_mixture_that_does_not_give_the_queries_is_refused():
+  rng = np.random.default_rng(23)
+  starts, weights, sets = _eq10_starts(rng)
+  bases = np.stack(list(sets.values()))
+  c = sets["train"]
+  with pytest.raises(ValueError, match="not the mixtures of the bases"):
+    metrics.pairwise_ssim_of_mixtures(starts, c, weights[::-1], bases)
+  bad = starts.copy()
+  bad[3, 1, 0, 0, 0] += 1 / 255  # one pixel one level off
+  with pytest.raises(ValueError, match="not the mixtures of the bases"):
+    metrics.nearest_neighbours_per_set(bad, sets, mixture=(weights, bases))
+  with pytest.raises(ValueError, match=r"queries of a mixture must have shape \(G, n"):
+    metrics.pairwise_ssim_of_mixtures(starts[:, :4], c, weights, bases)
+  with pytest.raises(ValueError, match="bases must have shape"):
+    metrics.pairwise_ssim_of_mixtures(starts, c, weights, bases[:2])
+  with pytest.raises(ValueError, match="weights must be a finite"):
+    metrics.pairwise_ssim_of_mixtures(starts, c, weights * np.nan, bases)
+  with pytest.raises(ValueError, match="mixture must be a pair"):
+    metrics.nearest_neighbours_per_set(starts, {"train": c}, mixture=weights)
 
 
 def test_pairwise_ssim_max_val(x64):

@@ -5,18 +5,20 @@
   `comparison_sets` the real images a reconstruction is compared to: the training set,
                     the distinct partition, (landscapes) the noise set and (optionally)
                     the public test split, in pixels
+  `with_starts`     a run's evaluation: its reconstructions and (prefix `START`, the
+                    verdicts' baseline) its start images, a landscape's as eq. 10 mixtures
   `reconstructions` each reconstruction's SSIM-nearest image of every set with the L2
                     distance to it; per training image the SSIM of its best
                     reconstruction and the counts at SSIM thresholds
   `param_distances` ||θ* − θ(x)||² with θ(x) re-solved from θ* (eq. 2's upper
                     loss, Table 1), independent of the attack's warm starts
-  `grid_records`    one landscape.json record per eq. 10 grid point, with the start
-                    images' numbers beside (prefix `START`: the verdicts' baseline)
   `own_start_fraction` the share of partition-start reconstructions still nearest their
                     own start image (Figs. 3, 4, 9)
   `rescored`        a saved run evaluated again under another display (one scale for both
                     attacks)
   `in_run_score`    Haim et al.'s NCC score, which the sweep ranks settings by
+
+`trdr.records` turns these numbers into landscape.json records and summary counts.
 """
 
 import types
@@ -26,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from trdr import data, metrics, sharding, solver, victim
-from trdr.attacks import bilevel
+from trdr.attacks import bilevel, init as inits
 
 DISPLAYS = ("pixels", "minmax")
 # Prefix of the start images' evaluation (the attack-free baseline of every verdict: the
@@ -75,7 +77,7 @@ def comparison_sets(task, noise=None, public: bool = False) -> dict[str, np.ndar
 
 def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str = "pixels",
                     thresholds=(), chunk_size: int = 500, ssim_window: int = SSIM_WINDOW,
-                    count_windows=()) -> dict[str, np.ndarray]:
+                    count_windows=(), mixture: dict | None = None) -> dict[str, np.ndarray]:
   """Nearest neighbours of the reconstructions in every comparison set.
 
   Args:
@@ -90,6 +92,12 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
       dm_pix's default; 3: Haim et al.'s counts).
     count_windows: further windows w for the per-training-image counts only: their
       fields as below with the suffix `_w{w}` (counts on Haim et al.'s scale beside ours).
+    mixture: None, or set name -> float[G] weights when the images float[G, m, H, W, C]
+      are, displayed ("pixels"), the mixtures Σ_s w_s[g] · sets[s] of sets of m images
+      each (a landscape's eq. 10 starts: `trdr.attacks.init.mixture_weights` of the
+      training set, the partition and the noise set). The SSIM search then computes its
+      pair products once per set instead of once per grid point
+      (`metrics.pairwise_ssim_of_mixtures`), with the same results up to float32 rounding.
   Returns:
     For each set s: s_index int, s_ssim and s_l2 float (each [..., m]: every
     reconstruction's SSIM-nearest image of s, its SSIM and the L2 distance to it). With
@@ -104,21 +112,35 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
 
   Grid points (leading indices) whose reconstructions are bit-identical are evaluated
   once: e.g. the five λ2 = 0 points of a landscape all start from the same noise.
+
+  Raises:
+    ValueError: a mixture under another display than "pixels", of images that are not
+      float[G, m, H, W, C], of unknown sets, or images that are not its mixtures.
   """
   recon = to_display(images, mean, display)
   lead = recon.shape[:-4]
+  if mixture is not None and (display != "pixels" or len(lead) != 1
+                              or not set(mixture) <= set(sets)):
+    raise ValueError(f"a mixture needs display 'pixels' (got {display!r}), images float[G, "
+                     f"m, H, W, C] (got {recon.shape}) and weights of comparison sets "
+                     f"{sorted(sets)} (got {sorted(mixture)})")
   if len(lead):
     points = recon.reshape((-1, *recon.shape[-4:]))
     unique, inverse = sharding.distinct_points(points)
     if len(unique) < len(points):
       once = reconstructions(points[unique], None, sets, display="pixels",
                              thresholds=thresholds, chunk_size=chunk_size,
-                             ssim_window=ssim_window, count_windows=count_windows)
+                             ssim_window=ssim_window, count_windows=count_windows,
+                             mixture=mixture and {k: np.asarray(w)[unique]
+                                                  for k, w in mixture.items()})
       return {k: v[inverse].reshape((*lead, *v.shape[1:])) for k, v in once.items()}
+  mixed = None if mixture is None else (
+      np.stack([np.asarray(w, np.float64) for w in mixture.values()], axis=1),
+      np.stack([np.asarray(sets[name], recon.dtype) for name in mixture]))
   out = {}
   found = metrics.nearest_neighbours_per_set(
       recon, {name: np.asarray(c, recon.dtype) for name, c in sets.items()},
-      chunk_size=chunk_size, filter_size=ssim_window)
+      chunk_size=chunk_size, filter_size=ssim_window, mixture=mixed)
   for name, nn in found.items():
     for field in nn._fields:
       out[f"{name}_{field}"] = np.asarray(getattr(nn, field))
@@ -126,12 +148,40 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
     buddies = _best_buddies(recon, sets["train"])
     for w in (ssim_window, *(w for w in count_windows if w != ssim_window)):
       suffix = "" if w == ssim_window else f"_w{w}"
-      ssim = np.asarray(metrics.pairwise_ssim(recon, np.asarray(sets["train"], recon.dtype),
-                                              chunk_size=chunk_size, filter_size=w))
+      train = np.asarray(sets["train"], recon.dtype)
+      ssim = np.asarray(metrics.pairwise_ssim(recon, train, chunk_size=chunk_size,
+                                              filter_size=w) if mixed is None else
+                        metrics.pairwise_ssim_of_mixtures(recon, train, *mixed,
+                                                          chunk_size=chunk_size, filter_size=w))
       counts = _per_train(ssim, buddies, thresholds)
       if suffix:
         counts.pop("best_index_per_train")
       out.update({k + suffix: v for k, v in counts.items()})
+  return out
+
+
+def with_starts(evaluation_of, images, x0, weights=None) -> dict[str, np.ndarray]:
+  """A run's evaluation: ``evaluation_of(x, mixture)`` (`reconstructions` with the run's
+  settings) of its reconstructions float[G, m, H, W, C] and, under keys prefixed `START`,
+  of its start images x0 float[G, m, H, W, C] (every verdict's attack-free baseline).
+
+  With a landscape's eq. 10 weights float[G, 3] (of the train, partition and noise sets;
+  `trdr.attacks.init.mixture_weights`; display "pixels"), the starts are searched as
+  mixtures, and a reconstruction the attack left unchanged (the ground-truth start) gets
+  its start's numbers. Without, both in one call, which evaluates such a point once too.
+  """
+  images, x0 = np.asarray(images), np.asarray(x0)
+  if weights is None:
+    both = evaluation_of(np.concatenate([images, x0]), None)
+    return {**{k: v[:len(x0)] for k, v in both.items()},
+            **{START + k: v[len(x0):] for k, v in both.items()}}
+  start = evaluation_of(x0, dict(zip(("train", "partition", "noise"), np.asarray(weights).T)))
+  moved = ~np.all(images == x0, axis=tuple(range(1, images.ndim)))
+  own = evaluation_of(images[moved], None) if moved.any() else {}
+  out = {}
+  for k, v in start.items():
+    out[START + k], out[k] = v, v.copy()
+    out[k][moved] = own.get(k, v[moved])
   return out
 
 
@@ -178,33 +228,15 @@ def rescored(results: dict, display: str, *, chunk_size: int = 500) -> dict[str,
   task = types.SimpleNamespace(train_images=results["train_images"],
                                partition_images=results["partition_images"], mean=mean)
   sets = comparison_sets(task, results.get("noise_images"))
+  # A landscape's starts in pixels are eq. 10 mixtures of the sets, whatever its attack.
+  weights = (inits.mixture_weights(results["lambda1"], results["lambda2"])
+             if "lambda1" in results and display == "pixels" else None)
   # In the run's precision, whatever the process's jax_enable_x64 is now (it changes the
   # float32 SSIM in the last bits: measured 1e-5).
   with jax.enable_x64(np.asarray(results["final_images"]).dtype == np.float64):
-    own = reconstructions(results["final_images"], mean, sets, display=display,
-                          chunk_size=chunk_size)
-    start = reconstructions(results["initial_images"], mean, sets, display=display,
-                            chunk_size=chunk_size)
-  return {**own, **{START + k: v for k, v in start.items()}}
-
-
-def counts(count_ssim_ge, thresholds) -> dict[str, int]:
-  """{"ssim_ge_0.4": count, ...} from one run's count_ssim_ge int[len(thresholds)]."""
-  return {f"ssim_ge_{t:g}": int(c) for t, c in zip(thresholds, np.asarray(count_ssim_ge))}
-
-
-def per_class_counts(results: dict, labels, thresholds) -> dict[str, dict]:
-  """Training images reconstructed per class: {"reconstructed_per_class[_w{w}]": {label:
-  {"ssim_ge_0.4": count, ...}}} from one run's best_ssim_per_train[_w{w}] float[n] and
-  the training labels float[n] (±1, or 0 … C−1: Buzaglo et al.'s per-class evaluation)."""
-  out = {}
-  for key in results:
-    if key.startswith("best_ssim_per_train"):
-      best, suffix = np.asarray(results[key]), key.removeprefix("best_ssim_per_train")
-      out["reconstructed_per_class" + suffix] = {
-          f"{c:g}": {f"ssim_ge_{t:g}": int(np.sum(best[labels == c] >= t)) for t in thresholds}
-          for c in np.unique(labels)}
-  return out
+    return with_starts(lambda x, mixture: reconstructions(
+        x, mean, sets, display=display, chunk_size=chunk_size, mixture=mixture),
+        results["final_images"], results["initial_images"], weights)
 
 
 def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int,
@@ -246,62 +278,6 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
         tols=tol, max_iter=max_iter, memory_size=memory_size)
 
   return np.asarray(jax.jit(lambda xs: sharding.grid_map(fn, xs, batch, devices))(images))
-
-
-def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(),
-                 uniform_tols=()) -> list[dict]:
-  """One record per grid point: the numbers behind Figs. 10–12 (means over its images).
-
-  Args:
-    lambda1, lambda2: float[G] grid coordinates.
-    history: metric name -> float[G, steps] (`trdr.loop.run`); the first metric is the
-      attack's objective, reported as ``upper_loss`` (its last value). None: no history
-      (a saved run rescored, `rescored`): no upper_loss and no lower-level fields.
-    evaluation: `reconstructions` output [G, ...] (plus param_distance float[G]), and
-      the same of the start images under keys prefixed with `START`.
-    thresholds: the thresholds of evaluation["count_ssim_ge"].
-    uniform_tols: the tolerances of evaluation["param_distance_uniform"] [G, T].
-  Returns:
-    Records with lambda1, lambda2, upper_loss, l2_to_s and ssim_to_s for every set s,
-    and where available param_distance, param_distance_uniform_tol_t (per tolerance t),
-    lower_level_grad_norm_max,
-    lower_level_iters_mean (bilevel) and train_ssim_ge_t (per threshold t); the start
-    images' numbers under the same names prefixed with `START` (the verdicts' baseline).
-  """
-  history = history or {}
-  objective = history[next(iter(history))] if history else None
-  own = {k: v for k, v in evaluation.items() if not k.startswith(START)}
-  start = {k[len(START):]: v for k, v in evaluation.items() if k.startswith(START)}
-  records = []
-  for g in range(len(lambda1)):
-    record = {"lambda1": float(lambda1[g]), "lambda2": float(lambda2[g])}
-    if objective is not None:
-      record["upper_loss"] = float(objective[g, -1])
-    record.update(_point_record(own, g, thresholds, uniform_tols))
-    if "grad_norm" in history:
-      record["lower_level_grad_norm_max"] = float(history["grad_norm"][g].max())
-      record["lower_level_iters_mean"] = float(history["num_iter"][g].mean())
-    record.update({START + k: v
-                   for k, v in _point_record(start, g, thresholds, uniform_tols).items()})
-    records.append(record)
-  return records
-
-
-def _point_record(evaluation: dict, g: int, thresholds, uniform_tols) -> dict:
-  """Grid point g's means of `reconstructions` output (and its param_distance[_uniform])."""
-  sets = [k[:-len("_ssim")] for k in evaluation if k.endswith("_ssim")]
-  record = {}
-  if "param_distance" in evaluation:
-    record["param_distance"] = float(evaluation["param_distance"][g])
-  if "param_distance_uniform" in evaluation:
-    record.update({f"param_distance_uniform_tol_{t:g}": float(d)
-                   for t, d in zip(uniform_tols, evaluation["param_distance_uniform"][g])})
-  record.update({f"l2_to_{s}": float(evaluation[f"{s}_l2"][g].mean()) for s in sets})
-  record.update({f"ssim_to_{s}": float(evaluation[f"{s}_ssim"][g].mean()) for s in sets})
-  if "count_ssim_ge" in evaluation:
-    record.update({f"train_ssim_ge_{t:g}": int(c)
-                   for t, c in zip(thresholds, evaluation["count_ssim_ge"][g])})
-  return record
 
 
 def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pixels"):
@@ -348,26 +324,6 @@ def own_start_fraction(images: dict) -> float:
   own = (np.asarray(images["partition_index"]) == np.asarray(images[START + "partition_index"]))
   nearer = np.asarray(images["partition_ssim"]) > np.asarray(images["train_ssim"])
   return float(np.mean(own & nearer))
-
-
-def lower_level_summary(history: dict, tol: float) -> dict:
-  """How well the bilevel lower level converged over the whole run.
-
-  Args:
-    history: with grad_norm and num_iter, float[G, steps] each (||∇θE|| at θ(x^k) at the
-      end of every outer step k, and the L-BFGS iterations it took).
-    tol: the lower level's target ||∇θE||.
-  Returns:
-    Plain-number dict: grad_norm_{max, median, final_max}, fraction_converged (steps that
-    reached ``tol``), iters_mean, iters_max; {} without lower-level metrics.
-  """
-  if "grad_norm" not in history or np.size(history["grad_norm"]) == 0:
-    return {}
-  grad, iters = np.asarray(history["grad_norm"]), np.asarray(history["num_iter"])
-  return {"grad_norm_max": float(grad.max()), "grad_norm_median": float(np.median(grad)),
-          "grad_norm_final_max": float(grad[:, -1].max()),
-          "fraction_converged": float(np.mean(grad < tol)),
-          "iters_mean": float(iters.mean()), "iters_max": int(iters.max())}
 
 
 def in_run_score(images, train_images, k: int) -> jax.Array:

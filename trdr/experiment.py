@@ -31,7 +31,8 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import data, distributed, evaluate, io, loop, models, pretrained, victim
+from trdr import (data, distributed, evaluate, io, loop, models, pretrained, records,
+                  victim)
 from trdr import starts as start_images
 from trdr.attacks import ATTACKS, init as inits
 from trdr.starts import HPARAM_NAMES
@@ -210,19 +211,17 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
   thresholds = tuple(config.eval.get("ssim_thresholds", ()))
   batch = loop.batch_size(a.grid_batch_size, x0.shape[0], attack.batches_well)
 
-  def evaluation_of(x):
+  def evaluation_of(x, mixture=None):
     return evaluate.reconstructions(
         x, task.mean, sets, display=attack.display, thresholds=thresholds,
         chunk_size=config.eval.ssim_chunk_size,
         ssim_window=config.eval.get("ssim_window", evaluate.SSIM_WINDOW),
-        count_windows=tuple(config.eval.get("count_windows", ())))
+        count_windows=tuple(config.eval.get("count_windows", ())), mixture=mixture)
 
-  # The same evaluation of the start images: the attack-free baseline of every verdict (in
-  # one call: a start the attack left unchanged, e.g. the ground truth, is evaluated once).
-  grid = x0.shape[0]
-  both = evaluation_of(np.concatenate([np.asarray(images), np.asarray(x0)]))
-  evaluation = {**{k: v[:grid] for k, v in both.items()},
-                **{evaluate.START + k: v[grid:] for k, v in both.items()}}
+  # The same evaluation of the start images: the attack-free baseline of every verdict.
+  evaluation = evaluate.with_starts(evaluation_of, images, x0, inits.mixture_weights(
+      extra["lambda1"], extra["lambda2"]) if mode == "landscape" and attack.display ==
+      "pixels" else None)
   uniform_tols = tuple(config.eval.get("uniform_start_tols", ()))
   if "energy" in attack.parts:
     evaluation.update(_param_distances(config, attack, target, images, x0, labels, batch,
@@ -245,23 +244,23 @@ def _run(config, workdir, mode, task, a, dtype, starts, box):
     summary.update(kinds=list(config.init.kinds), seeds=[int(s) for s in config.init.seeds])
     io.finish(workdir, MEMBERSHIP_FILE, summary)
     return summary
-  records = evaluate.grid_records(extra["lambda1"], extra["lambda2"], history, evaluation,
-                                  thresholds, uniform_tols)
+  grid_records = records.grid_records(extra["lambda1"], extra["lambda2"], history,
+                                      evaluation, thresholds, uniform_tols)
   io.save_npz(os.path.join(workdir, RESULTS_FILE), **results)
   _phase_done(summary, "evaluation", evaluated)
   if "lower_level" in a:
     summary.update(lower_level_start=a.lower_level.start, hypergradient=a.hypergradient,
-                   lower_level=evaluate.lower_level_summary(history, a.lower_level.tol))
+                   lower_level=records.lower_level_summary(history, a.lower_level.tol))
     converged = summary["lower_level"].get("fraction_converged", 1.0)
     if not converged == 1.0:  # NaN (a diverged solve) warns too
       logging.warning("The lower level reached ||∇θE|| < %g in only %.1f%% of its solves "
                       "(max_iter %d): θ(x) and the hypergradient are approximate there",
                       a.lower_level.tol, 100 * converged, a.lower_level.max_iter)
   io.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
-  io.finish(workdir, LANDSCAPE_FILE, records)
+  io.finish(workdir, LANDSCAPE_FILE, grid_records)
   logging.info("Victim: %s", target.metadata["report"])
   logging.info("Wrote %s", os.path.join(workdir, LANDSCAPE_FILE))
-  return records
+  return grid_records
 
 
 def _partition_starts(mode, config, extra) -> np.ndarray:
@@ -337,8 +336,8 @@ def _finish_attack(config, workdir, task, target, dtype, results, thresholds, su
                          ("count_best_buddies_ssim_ge", "reconstructed_best_buddies")):
         prefix, _, suffix = key.partition(kind)
         if _ and prefix in ("", evaluate.START):
-          summary[prefix + name + suffix] = evaluate.counts(results[key], thresholds)
-    summary.update(evaluate.per_class_counts(results, task.train_labels, thresholds))
+          summary[prefix + name + suffix] = records.counts(results[key], thresholds)
+    summary.update(records.per_class_counts(results, task.train_labels, thresholds))
     summary.update(ssim_window=config.eval.get("ssim_window", evaluate.SSIM_WINDOW),
                    mean_best_ssim=float(np.mean(best)),
                    **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})

@@ -22,23 +22,14 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-# Re-exported: callers use trdr.metrics.ssim / trdr.metrics.pairwise_ssim.
+# Re-exported: callers use trdr.metrics.ssim / pairwise_ssim / pairwise_ssim_of_mixtures.
 from trdr.ssim import FILTER_SIZE, pairwise_ssim, ssim
-# The SSIM engine's internals that the chunked nearest-neighbour search runs.
-from trdr.ssim import (
-    _DEFAULT_CHUNK,
-    _Prepared,
-    _as_float_images,
-    _check_candidates,
-    _check_chunk_size,
-    _check_filter_size,
-    _check_same_image_shape,
-    _chunks,
-    _dm_pix_ssim,
-    _pad_rows,
-    _prepare,
-    _ssim_block,
-)
+# The SSIM engines' internals that the chunked nearest-neighbour search runs.
+from trdr.ssim import (_DEFAULT_CHUNK, _Prepared, _as_float_images, _check_candidates,
+                       _check_chunk_size, _check_filter_size, _check_same_image_shape,
+                       _chunks, _dm_pix_ssim, _pad_rows, _prepare, _ssim_block)
+from trdr.ssim_mixtures import (_check_mixture, _mixture_chunks, _mixture_ssim_block,
+                                pairwise_ssim_of_mixtures)
 
 __all__ = [
     "NearestNeighbours",
@@ -51,6 +42,7 @@ __all__ = [
     "nearest_neighbours_per_set",
     "pairwise_l2",
     "pairwise_ssim",
+    "pairwise_ssim_of_mixtures",
     "ssim",
 ]
 
@@ -156,6 +148,28 @@ def _nn_block(
   SSIM, L2) of the best candidate for each of n queries [n, H, W, C]."""
   sims = _ssim_block(_prepare(queries, filter_size), cand, max_val=max_val,
                      filter_size=filter_size)
+  return _best_in_sets(sims, queries, candidates, bounds, max_val, filter_size)
+
+
+@functools.partial(jax.jit, static_argnames=("bounds", "max_val", "filter_size"))
+def _nn_mixture_block(
+    queries: jax.Array, bases: jax.Array, weights: jax.Array, candidates: jax.Array,
+    cand: _Prepared, *, bounds: tuple, max_val: float, filter_size: int,
+) -> list[tuple[jax.Array, jax.Array, jax.Array]]:
+  """`_nn_block` of the mixtures queries float[G, n, H, W, C] = weights · bases
+  (`_mixture_ssim_block`); fields [G, n]."""
+  sims = _mixture_ssim_block(queries, bases, weights, cand, max_val=max_val,
+                             filter_size=filter_size)
+  lead = queries.shape[:2]
+  best = _best_in_sets(sims.reshape((-1, sims.shape[-1])),
+                       queries.reshape((-1,) + queries.shape[2:]), candidates, bounds,
+                       max_val, filter_size)
+  return [tuple(x.reshape(lead) for x in fields) for fields in best]
+
+
+def _best_in_sets(sims, queries, candidates, bounds, max_val, filter_size):
+  """(index in the set, dm_pix SSIM, L2) of each query's best candidate in each set of
+  ``bounds``, from the SSIM float32[n, M] of the n queries against all candidates."""
   out = []
   for start, stop in bounds:
     index = jnp.argmax(sims[:, start:stop], axis=1).astype(jnp.int32)
@@ -213,6 +227,7 @@ def nearest_neighbours_per_set(
     max_val: float = 1.0,
     chunk_size: int = _DEFAULT_CHUNK,
     filter_size: int = FILTER_SIZE,
+    mixture: Any = None,
 ) -> dict[str, NearestNeighbours]:
   """`nearest_neighbours` of the queries in each of several candidate sets, in one search.
 
@@ -225,13 +240,18 @@ def nearest_neighbours_per_set(
     queries: as `nearest_neighbours`.
     sets: name -> float[M_s, H, W, C] candidates (as `nearest_neighbours`'s), M_s >= 1.
     max_val, chunk_size, filter_size: as `nearest_neighbours`.
+    mixture: None, or (weights float[G, K], bases float[K, n, H, W, C]) when the queries
+      float[G, n, H, W, C] are their weighted sums, e.g. the eq. 10 starts of a landscape:
+      the search's pair products are then computed once per base
+      (`pairwise_ssim_of_mixtures`).
 
   Returns:
     name -> NearestNeighbours (index into that set).
 
   Raises:
     TypeError, ValueError: as `nearest_neighbours`, for any set (the message names it
-      unless it is the only one, "candidates").
+      unless it is the only one, "candidates"); as `pairwise_ssim_of_mixtures` for a
+      bad mixture.
   """
   _check_chunk_size(chunk_size)
   filter_size = _check_filter_size(filter_size)
@@ -252,8 +272,17 @@ def nearest_neighbours_per_set(
     return {name: NearestNeighbours(jnp.zeros(batch, jnp.int32), empty, empty)
             for name in sets}
   candidates = jnp.concatenate([jnp.asarray(c) for c in sets.values()])
-  flat = queries.reshape((n,) + img)
   cand = _prepare(candidates, filter_size)
+  if mixture is not None:
+    weights, bases = _check_mixture(queries, mixture, filter_size)
+    parts = [[[x[:, : stop - start] for x in fields] for fields in _nn_mixture_block(
+        q, b, weights, candidates, cand, bounds=tuple(bounds), max_val=float(max_val),
+        filter_size=filter_size)]
+        for start, stop, q, b in _mixture_chunks(queries, bases, chunk_size)]
+    return {name: NearestNeighbours(*(jnp.concatenate([p[s][f] for p in parts], axis=1)
+                                      for f in range(3)))
+            for s, name in enumerate(sets)}
+  flat = queries.reshape((n,) + img)
   parts = []
   for start, stop, size in _chunks(n, chunk_size):
     block = _nn_block(

@@ -12,7 +12,7 @@ import os
 import ml_collections
 import numpy as np
 
-from trdr import evaluate, experiment, io, membership, paper, plotting, report_figures
+from trdr import evaluate, experiment, io, membership, paper, plotting, records, report_figures
 from trdr import verdicts
 from trdr.attacks import init as inits
 from trdr.evaluate import START
@@ -176,7 +176,7 @@ def comparable_records(run_dir: str) -> list[dict]:
     results = dict(saved)
   if str(results["display"]) == COMPARABLE_DISPLAY:
     return io.read_json(os.path.join(run_dir, "landscape.json"))
-  return evaluate.grid_records(results["lambda1"], results["lambda2"], None,
+  return records.grid_records(results["lambda1"], results["lambda2"], None,
                                evaluate.rescored(results, COMPARABLE_DISPLAY))
 
 

@@ -36,6 +36,13 @@ still in cache, and accumulates the map's sum. Each image channel is centred on 
 mean first (covariances are shift invariant), which makes the covariance more
 accurate than dm_pix's uncentred float32 form.
 
+Queries that are mixtures of a few base images (a landscape's eq. 10 starts,
+query (g, i) = Σ_k w_gk b_ki) need no product of their own: ``G*(x'y')`` is linear in x,
+and so is the centring, so each query's pair term is the weighted sum of its K bases'
+(`trdr.ssim_mixtures`), and the products are those of the K·n bases instead of the
+G·n queries; the SSIM map is still evaluated per query, from its own statistics. The
+default landscape's 21 distinct starts (K = 3) take 2.2-2.5x less time this way.
+
 Measured on the project's 2-core AVX-512 CPU (2026-11-23, quiet), 500 x 1500 pairs of
 32x32x3 images: 1.66 s per block, ~0.45M pairs/s (its matrix products at ~160 GFLOP/s,
 near the float32 peak; the SSIM-map arithmetic is hidden behind them), ~0.38M pairs/s
@@ -242,6 +249,25 @@ def _prepare(x: jax.Array, filter_size: int = FILTER_SIZE) -> _Prepared:
   )
 
 
+def _ssim_map_sum(gxy, mu0, mu1, mc0, mc1, s00, s11, c1, c2, sd=None) -> jax.Array:
+  """The SSIM map of dm_pix.ssim at one position, summed over the channels: float32[n, M]
+  from the pair term ``gxy`` = G*(x'y') float32[C, n, M] of the centred images and the
+  per-image local means ``mu``, centred means ``mc`` and variances ``s`` of the queries
+  ([C, n, 1]) and candidates ([C, 1, M]); dm_pix's clipping of the covariance to
+  ±sqrt(s00 s11), or, given the standard deviations ``sd`` = (sqrt s00, sqrt s11), to
+  ±sd0 sd1 (the same within rounding, without a square root per pair)."""
+  mu01 = mu0 * mu1
+  s01 = gxy - mc0 * mc1
+  if sd is None:
+    s01 = jnp.sign(s01) * jnp.minimum(jnp.sqrt(s00 * s11), jnp.abs(s01))
+  else:
+    s01 = jnp.clip(s01, -(sd[0] * sd[1]), sd[0] * sd[1])
+  numer = (2 * mu01 + c1) * (2 * s01 + c2)
+  denom = (mu0 * mu0 + mu1 * mu1 + c1) * (s00 + s11 + c2)
+  smap = numer / denom
+  return functools.reduce(jnp.add, [smap[i] for i in range(smap.shape[0])])
+
+
 @functools.partial(jax.jit, static_argnames=("max_val", "filter_size"))
 def _ssim_block(q: _Prepared, c: _Prepared, *, max_val: float,
                 filter_size: int = FILTER_SIZE) -> jax.Array:
@@ -274,16 +300,9 @@ def _ssim_block(q: _Prepared, c: _Prepared, *, max_val: float,
     def at(a):
       return lax.dynamic_index_in_dim(a, p, 0, keepdims=False)
 
-    mu0, mu1 = at(q.mu)[:, :, None], at(c.mu)[:, None, :]
-    s00, s11 = at(q.var)[:, :, None], at(c.var)[:, None, :]
-    # The SSIM map as in dm_pix.ssim (same clipping of the covariance).
-    mu01 = mu0 * mu1
-    s01 = gxy - at(q.mu_centred)[:, :, None] * at(c.mu_centred)[:, None, :]
-    s01 = jnp.sign(s01) * jnp.minimum(jnp.sqrt(s00 * s11), jnp.abs(s01))
-    numer = (2 * mu01 + c1) * (2 * s01 + c2)
-    denom = (mu0 * mu0 + mu1 * mu1 + c1) * (s00 + s11 + c2)
-    smap = numer / denom
-    return functools.reduce(jnp.add, [smap[i] for i in range(ch)])
+    return _ssim_map_sum(gxy, at(q.mu)[:, :, None], at(c.mu)[:, None, :],
+                         at(q.mu_centred)[:, :, None], at(c.mu_centred)[:, None, :],
+                         at(q.var)[:, :, None], at(c.var)[:, None, :], c1, c2)
 
   def body(i, acc):
     for j in range(step):

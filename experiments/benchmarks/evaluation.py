@@ -3,16 +3,20 @@
 The start images of the config's eq. 10 grid (G points × n images; the λ2 = 0 points
 share one noise start) are searched for their SSIM-nearest image in the training set,
 the partition and the noise set: "per set", one `trdr.metrics.nearest_neighbours` search
-per set over every grid point (the evaluation before 2026-11-22), and "now",
-`trdr.evaluate.reconstructions`: one search against all three sets, each distinct grid
-point once. Timed in ``repeats`` alternating rounds (median, min–max), with the largest
-difference of the two results (indices and L2 equal; SSIM, recomputed by dm_pix in
-another program, to float32 rounding).
+per set over every grid point (the evaluation before 2026-11-22); "images",
+`trdr.evaluate.reconstructions` of the start images: one search against all three sets,
+each distinct grid point once (how reconstructions are searched); "mixtures", the same
+with the starts' eq. 10 weights (how a landscape searches its starts since 2026-11-25:
+the pair products of the three sets once, then each point's SSIM map). Timed in
+``repeats`` alternating rounds (median, min–max), with the largest difference of each to
+"per set" (SSIM, recomputed by dm_pix in another program, to float32 rounding; an index
+may differ only where two candidates tie within it).
 
-Then the floor of this search on this CPU, measured in the same run: its pair products
-(2·C·k²·H'W' multiply-adds and adds per query–candidate pair, `trdr.ssim`) divided by the
-rate of a 2048³ float32 matmul timed here, against the time "now" took. The main job
-evaluates its reconstructions and these starts, twice the distinct points.
+Then the floor of the search of G' distinct points on this CPU, measured in the same run:
+its pair products (2·C·k²·H'W' multiply-adds and adds per query–candidate pair,
+`trdr.ssim`) divided by the rate of a 2048³ float32 matmul timed here, against the time
+"images" took. The main job searches its reconstructions this way; its starts, as
+mixtures, need the products of the three sets only.
 """
 
 import jax
@@ -37,27 +41,36 @@ def run(config: ml_collections.ConfigDict, repeats: int) -> None:
   shown = evaluate.to_display(x0, task.mean)
   per_set = lambda: {name: metrics.nearest_neighbours(shown, c, chunk_size=chunk)
                      for name, c in sets.items()}
-  now = lambda: evaluate.reconstructions(x0, task.mean, sets, chunk_size=chunk)
-  times = common.timed_alternately({"per set": per_set, "now": now}, repeats)
-  old, new = per_set(), now()
+  weights = dict(zip(sets, inits.mixture_weights(grid.lambda1, grid.lambda2).T))
+  calls = {"per set": per_set,
+           "images": lambda: evaluate.reconstructions(x0, task.mean, sets, chunk_size=chunk),
+           "mixtures": lambda: evaluate.reconstructions(x0, task.mean, sets, chunk_size=chunk,
+                                                        mixture=weights)}
+  times = common.timed_alternately(calls, repeats)
+  old = calls["per set"]()
   distinct = len({x.tobytes() for x in x0})
   print(f"\n== nearest neighbours of the eq. 10 grid's starts: {x0.shape[0]} points "
         f"({distinct} distinct) x {x0.shape[1]} images against "
         f"{' + '.join(str(len(c)) for c in sets.values())} ==")
-  print(f"{'':34s} {'median s':>9s} {'min–max s':>13s} {'per set / this':>15s}")
+  print(f"{'':40s} {'median s':>9s} {'min–max s':>13s} {'per set / this':>15s}")
   t_old = float(np.median(times["per set"]))
   for name, label in (("per set", "one search per set, every point"),
-                      ("now", "evaluate.reconstructions")):
+                      ("images", "evaluate.reconstructions of the images"),
+                      ("mixtures", "… as eq. 10 mixtures of the sets")):
     t = float(np.median(times[name]))
-    print(f"{label:34s} {t:9.2f} {min(times[name]):6.2f}–{max(times[name]):<6.2f} "
+    print(f"{label:40s} {t:9.2f} {min(times[name]):6.2f}–{max(times[name]):<6.2f} "
           f"{t_old / t:14.2f}x")
-  for field in ("index", "l2", "ssim"):
-    worst = max(float(np.max(np.abs(np.asarray(getattr(old[s], field), np.float64)
-                                    - new[f"{s}_{field}"]))) for s in sets)
-    print(f"max |Δ {field}| over the sets: {worst:.1e}")
+  for name in ("images", "mixtures"):
+    new = calls[name]()
+    moved = sum(int(np.sum(np.asarray(old[s].index) != new[f"{s}_index"])) for s in sets)
+    worst = {field: max(float(np.max(np.abs(np.asarray(getattr(old[s], field), np.float64)
+                                            - new[f"{s}_{field}"]))) for s in sets)
+             for field in ("l2", "ssim")}
+    print(f"{name}: indices that differ {moved} of {3 * x0.shape[0] * x0.shape[1]}; "
+          f"max |Δ l2| {worst['l2']:.1e}, max |Δ ssim| {worst['ssim']:.1e}")
   print(f"(median of {repeats} alternating rounds)")
-  _floor(shown, sum(len(c) for c in sets.values()), distinct, float(np.median(times["now"])),
-         repeats)
+  _floor(shown, sum(len(c) for c in sets.values()), distinct,
+         float(np.median(times["images"])), repeats)
 
 
 def _floor(shown: np.ndarray, candidates: int, distinct: int, seconds: float,
@@ -68,7 +81,9 @@ def _floor(shown: np.ndarray, candidates: int, distinct: int, seconds: float,
   flop = 2.0 * c * k * k * (h - k + 1) * (w - k + 1) * distinct * shown.shape[1] * candidates
   a = jax.random.normal(jax.random.key(0), (2048, 2048), jnp.float32)
   peak = 2.0 * 2048**3 / common.median_time(lambda: jnp.dot(a, a), max(repeats, 5))
+  three = 3 * flop / distinct
   print(f"its pair products: {flop / 1e9:.0f} GFLOP; this CPU's float32 matmul (2048³): "
-        f"{peak / 1e9:.0f} GFLOP/s -> at least {flop / peak:.1f} s (\"now\" took "
+        f"{peak / 1e9:.0f} GFLOP/s -> at least {flop / peak:.1f} s (\"images\" took "
         f"{seconds / (flop / peak):.2f}x that); the main job's evaluation, reconstructions "
-        f"and starts: at least {2 * flop / peak:.1f} s")
+        f"and starts (as mixtures: the products of the three sets, {three / 1e9:.0f} GFLOP): "
+        f"at least {(flop + three) / peak:.1f} s")

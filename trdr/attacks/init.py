@@ -10,7 +10,8 @@ mean-subtracted, so every initialisation lives in the same space as the victim's
                  membership experiment "public" (test-split images an attacker may
                  hold) and "mixed" (each start a training image or a non-member at
                  random, `start_membership`); see `candidates`.
-  `make_grid`    the (λ1, λ2) grid of eq. 10 mixtures, `grid_images` all its starts.
+  `make_grid`    the (λ1, λ2) grid of eq. 10 mixtures, `grid_images` all its starts,
+                 `mixture_weights` the weights of the three pure starts in each.
   `PURE_INITS`   the three pure grid points (noise, ground truth, partition);
                  `find_point` is the one way to locate one on a grid or in records.
 """
@@ -53,6 +54,19 @@ def mixture(x_gt: jax.Array, x_part: jax.Array, x_rnd: jax.Array, lambda1, lambd
     lambda1, lambda2: scalars in [0, 1] (traced values allowed, so the grid can be vmapped).
   """
   return lambda2 * (lambda1 * x_gt + (1.0 - lambda1) * x_part) + (1.0 - lambda2) * x_rnd
+
+
+def mixture_weights(lambda1, lambda2) -> np.ndarray:
+  """The weights of (x_GT, x_part, x_rnd) in `mixture`: float64[..., 3] = (λ2 λ1,
+  λ2 (1 − λ1), 1 − λ2), summing to 1, so a start in pixels (the task mean added back) is
+  the same mixture of the three sets in pixels (`trdr.evaluate.reconstructions` searches
+  a grid's starts this way).
+
+  Args:
+    lambda1, lambda2: float[...] coordinates in [0, 1] (a `Grid`'s).
+  """
+  l1, l2 = np.asarray(lambda1, np.float64), np.asarray(lambda2, np.float64)
+  return np.stack([l2 * l1, l2 * (1.0 - l1), 1.0 - l2], axis=-1)
 
 
 class Grid(NamedTuple):
