@@ -345,7 +345,7 @@ def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypa
   search = metrics.nearest_neighbours_per_set
   monkeypatch.setattr(metrics, "nearest_neighbours_per_set",
                       lambda q, s, **k: calls.append((q, k["mixture"])) or search(q, s, **k))
-  out = evaluate.reconstructions(x0, task.mean, sets, mixture=mixture)
+  out = evaluate.reconstructions(x0, task.mean, sets, mixture=mixture, thresholds=(0.3,))
   (queries, (w, bases)), = calls
   # Row-major (λ1 outer): points 3 and 6, (λ1, λ2) = (.5, 0) and (1, 0), are point 0's noise.
   distinct = [0, 1, 2, 4, 5, 7, 8]
@@ -355,10 +355,13 @@ def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypa
   np.testing.assert_array_equal(bases, np.stack([sets["train"], sets["partition"],
                                                  sets["noise"]]))
   for v in out.values():
-    assert v.shape[:2] == x0.shape[:2]
+    assert v.shape[0] == x0.shape[0]
     np.testing.assert_array_equal(v[[3, 6]], v[[0, 0]])
-  # The start of the pure partition point (λ1, λ2) = (0, 1) is partition image i itself.
+  # The start of the pure partition point (λ1, λ2) = (0, 1) is partition image i itself,
+  # that of the ground truth (1, 1) training image i: its per-training-image SSIM (the
+  # counts' branch) is 1 up to rounding, ≥ 0.3 for all.
   np.testing.assert_array_equal(out["partition_index"][2], np.arange(x0.shape[1]))
+  assert out["count_ssim_ge"][8, 0] == x0.shape[1]
   for bad, match in (({"display": "minmax", "mixture": mixture}, "display 'pixels'"),
                      ({"mixture": {"test": weights[:, 0]}}, "weights of comparison sets")):
     with pytest.raises(ValueError, match=match):

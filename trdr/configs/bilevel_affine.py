@@ -11,7 +11,8 @@ per class (n = 500); the distinct partition is another 250 per class.
 Attack: eq. 2/7 from the 25 eq. 10 initialisations λ1, λ2 ∈ {0, .25, .5, .75, 1}, vmapped;
 implicit hypergradient with conjugate gradient, Adam on the pixels, projection onto [0, 1].
 
-Runtime (measured, see README): CPU, 2 cores: 165–197 s (2026-11-23, quiet AVX-512 cores); one
+Runtime (measured, see README): CPU, 2 cores: 152 s on a fresh clone (2026-11-25, AVX-512
+cores; 165–197 s on 2026-11-23, before the start images were searched as mixtures); one
 GPU: not measured (no GPU was available).
 The ":smoke" variant (20 images per class, 3×3 grid, 30 steps) runs in well under a minute.
 """
