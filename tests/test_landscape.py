@@ -363,7 +363,8 @@ def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypa
   np.testing.assert_array_equal(out["partition_index"][2], np.arange(x0.shape[1]))
   assert out["count_ssim_ge"][8, 0] == x0.shape[1]
   for bad, match in (({"display": "minmax", "mixture": mixture}, "display 'pixels'"),
-                     ({"mixture": {"test": weights[:, 0]}}, "weights of comparison sets")):
+                     ({"mixture": {"test": weights[:, 0]}}, "weights of comparison sets"),
+                     ({"mixture": {}}, "weights of comparison sets")):
     with pytest.raises(ValueError, match=match):
       evaluate.reconstructions(x0, task.mean, sets, **bad)
   with pytest.raises(ValueError, match="not the mixtures"):

@@ -119,7 +119,7 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
   """
   recon = to_display(images, mean, display)
   lead = recon.shape[:-4]
-  if mixture is not None and (display != "pixels" or len(lead) != 1
+  if mixture is not None and (display != "pixels" or len(lead) != 1 or not mixture
                               or not set(mixture) <= set(sets)):
     raise ValueError(f"a mixture needs display 'pixels' (got {display!r}), images float[G, "
                      f"m, H, W, C] (got {recon.shape}) and weights of comparison sets "
@@ -131,8 +131,8 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
       once = reconstructions(points[unique], None, sets, display="pixels",
                              thresholds=thresholds, chunk_size=chunk_size,
                              ssim_window=ssim_window, count_windows=count_windows,
-                             mixture=mixture and {k: np.asarray(w)[unique]
-                                                  for k, w in mixture.items()})
+                             mixture=None if mixture is None else {
+                                 k: np.asarray(w)[unique] for k, w in mixture.items()})
       return {k: v[inverse].reshape((*lead, *v.shape[1:])) for k, v in once.items()}
   mixed = None if mixture is None else (
       np.stack([np.asarray(w, np.float64) for w in mixture.values()], axis=1),
