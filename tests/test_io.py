@@ -236,11 +236,12 @@ def test_a_failed_write_in_flight_does_not_replace_the_runs_own_error(tmp_path, 
   states = (jnp.ones((2, 1, 2, 2, 1)), jnp.zeros(2, jnp.int32), jnp.array([False, True]))
   calls = []
 
-  def trace(images):  # called at step 0, then after each chunk; fails after the second
+  def traced(images):  # called at step 0, then after each chunk; fails after the second
     calls.append(len(calls))
     if len(calls) == 3:
       raise RuntimeError("the trace failed")
     return {"mean": np.mean(images, axis=(1, 2, 3, 4))}
+  trace = (np.arange(2), traced)
 
   _fill_disk(monkeypatch, lambda path: io.CHECKPOINT_FILE in path)
   if failure == "divergence":
@@ -629,3 +630,24 @@ def test_a_nan_lower_level_solve_is_never_counted_converged():
       {"grad_norm": np.array([[float(info.grad_norm), 1e-9]]),
        "num_iter": np.array([[int(info.num_iter), 3]])}, tol=1e-6)
   assert summary["fraction_converged"] == 0.5
+
+
+def test_the_trace_sees_only_its_grid_points_images(tmp_path):
+  """`loop.run`'s trace (points, fn) is handed the images of its grid points alone, also
+  when a point shares its start with an earlier one (attacked once, `distinct_points`),
+  and its values land in those points' rows of the trace, NaN in the others, at step 0
+  and after every chunk. The toy attack halves x, so the values are exact."""
+  x = jnp.stack([jnp.full((1, 2, 2, 1), v) for v in (8.0, 4.0, 8.0)])
+  states = (x, jnp.zeros(3, jnp.int32), jnp.zeros(3, bool))
+  seen = []
+
+  def fn(images):
+    seen.append(images.shape)
+    return {"mean": np.mean(images, axis=(1, 2, 3, 4))}
+
+  _, _, traced = loop.run(_toy_attack(99), states, steps=4, log_every=2, grid_batch_size=1,
+                          workdir=str(tmp_path), resume=False, trace=(np.array([2]), fn))
+  assert seen == [(1, 1, 2, 2, 1)] * 3
+  np.testing.assert_array_equal(traced["step"], [0, 2, 4])
+  np.testing.assert_array_equal(traced["mean"][2], [8.0, 2.0, 0.5])
+  assert np.isnan(traced["mean"][:2]).all()

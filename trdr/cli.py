@@ -15,17 +15,18 @@ import time
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from trdr import distributed, experiment, io, membership, paper, plotting, report, report_figures
-from trdr import sharding
-from trdr import verdicts
+from trdr import distributed, experiment, io, plotting, sharding
+
+# paper, report and membership (and scipy.stats through them, ~1 s) are imported by the
+# mains that use them, not by every experiment script.
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where results are written (experiments: "
                                "default runs/<config name>[_<variant>][_sweep]).")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a finished run in --workdir.")
-_ARTEFACTS = flags.DEFINE_list("artefacts", list(paper.ARTEFACTS),
-                               f"Which of {list(paper.ARTEFACTS)} to write (paper.py).")
+_ARTEFACTS = flags.DEFINE_list("artefacts", None, "Which artefacts to write (paper.py; "
+                               "names from trdr.paper.ARTEFACTS, default: all of them).")
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "host:port of process 0 when the grid runs across "
     "processes (jax.distributed); with --num_processes and --process_id.")
@@ -106,7 +107,9 @@ def experiment_main(mode: str):
 def paper_main(argv):
   """``main`` of experiments/paper.py (--workdir required): the requested artefacts."""
   del argv
-  for path in paper.make(_CONFIG.value, _workdir(_WORKDIR.value), _ARTEFACTS.value):
+  from trdr import paper
+  for path in paper.make(_CONFIG.value, _workdir(_WORKDIR.value),
+                         _ARTEFACTS.value or tuple(paper.ARTEFACTS)):
     print(path)
 
 
@@ -114,6 +117,7 @@ def report_main(argv):
   """``main`` of experiments/report.py (--workdir required): every artefact, the verdicts
   and report.md."""
   del argv
+  from trdr import report
   workdir = _workdir(_WORKDIR.value)
   for name, v in report.run(_CONFIG.value, workdir).items():
     print(f"{name}: {v['verdict']}")
@@ -124,6 +128,7 @@ def membership_main(argv):
   """``main`` of experiments/membership.py: the membership experiment (`trdr.membership`;
   finished runs reused), its verdict, WORKDIR/membership.{png,pdf} and membership.md."""
   del argv
+  from trdr import membership, report, report_figures, verdicts
   workdir = _workdir(_WORKDIR.value or default_workdir(
       config_flags.get_config_filename(flags.FLAGS["config"])))
   measured = membership.run(_CONFIG.value, workdir)

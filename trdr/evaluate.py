@@ -289,26 +289,23 @@ def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pi
     x0: float[G, m, H, W, C] start images (the victim's input space).
     mean: the task mean (`to_display`).
     sets: `comparison_sets` (train and partition used).
-    traced: int[k] grid points followed (e.g. the partition start's); the others get NaN.
+    traced: int[k] grid points followed (e.g. the partition start's).
     display: `to_display`'s transform.
   Returns:
-    images float[G, m, H, W, C] -> {"l2_to_train", "l2_to_partition", "l2_to_start":
-    float[G]}.
+    (traced, fn): ``fn`` maps their images float[k, m, H, W, C] to {"l2_to_train",
+    "l2_to_partition", "l2_to_start": float[k]}.
   """
   traced = np.asarray(traced, np.int64)
   start = to_display(np.asarray(x0)[traced], mean, display)
 
   def fn(images):
-    shown = to_display(np.asarray(images)[traced], mean, display)
+    shown = to_display(np.asarray(images), mean, display)
     out = {f"l2_to_{s}": np.asarray(metrics.pairwise_l2(shown, np.asarray(
         sets[s], shown.dtype))).min(axis=-1).mean(axis=-1) for s in ("train", "partition")}
     moved = (shown - start).reshape(*shown.shape[:2], -1)
     out["l2_to_start"] = np.sqrt(np.sum(moved.astype(np.float64) ** 2, axis=-1)).mean(-1)
-    full = {k: np.full(len(x0), np.nan) for k in out}
-    for k, v in out.items():
-      full[k][traced] = v
-    return full
-  return fn
+    return out
+  return traced, fn
 
 
 def own_start_fraction(images: dict) -> float:

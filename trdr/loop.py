@@ -152,8 +152,7 @@ def _record(history: dict, done: int, n: int, seconds: float) -> dict:
   finite = last[np.isfinite(last)]
   record = {"step": done, "seconds_per_step": seconds,
             "diverged": int(np.sum(~np.isfinite(last)))}
-  for stat, fn in (("min", np.min), ("median", np.median), ("mean", np.mean),
-                   ("max", np.max)):
+  for stat, fn in (("min", np.min), ("median", np.median), ("mean", np.mean), ("max", np.max)):
     record[f"{names[0]}_{stat}"] = float(fn(finite)) if finite.size else None
   for name in names[1:]:
     record[f"{name}_max"] = float(np.max(history[name][:, -n:]))
@@ -175,8 +174,9 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     grid_batch_size: see `batch_size`.
     workdir: where checkpoint.msgpack and metrics.jsonl are written.
     resume: continue from the checkpoint in ``workdir``.
-    trace: optional images float[G, m, H, W, C] -> {name: float[G]}, evaluated on the
-      attack's images at the start and after every chunk (and checkpointed with them).
+    trace: optional (points int[k], fn): ``fn`` maps the images float[k, m, H, W, C] of
+      grid points ``points`` to {name: float[k]}; evaluated at the start and after every
+      chunk, checkpointed, NaN at the other grid points (only those k images are taken).
     stop_on_divergence: raise when a chunk ends with a non-finite objective at any grid
       point, before its checkpoint is written (a sweep instead records divergence).
     checkpoint_every: steps between checkpoints (≥ 0; 0: after every chunk). A chunk
@@ -206,11 +206,10 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     states = jax.tree.map(lambda x: x[distinct], states)
   _, metrics_shape = jax.eval_shape(attack.step, jax.tree.map(lambda x: x[0], states))
   history = {name: np.zeros((size, 0)) for name in metrics_shape._fields}
-  jitted_images = jax.jit(jax.vmap(attack.images))
-  # Across processes the states are global arrays; traced on this process's copy.
-  local = (lambda s: jitted_images(jax.tree.map(np.asarray, s))
-           ) if distributed.active() else jitted_images
-  images = lambda s: spread_out(np.asarray(local(s)))  # every grid point's, for the trace
+  if trace:  # of the traced points' states only (across processes: this process's copy)
+    own, images = spread[np.asarray(trace[0], np.int64)], jax.jit(jax.vmap(attack.images))
+    take = (lambda x: np.asarray(x)[own]) if distributed.active() else (lambda x: x[own])
+    trace_at = lambda s: trace[1](np.asarray(images(jax.tree.map(take, s))))
   batch = batch_size(grid_batch_size, size, attack.batches_well)
   devices, looped = grid_layout(batch)
   # Across processes each one checkpoints only its rows of the padded grid.
@@ -228,16 +227,15 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
       states = flax.serialization.from_state_dict(states, saved["state"])
     history = {k: np.asarray(saved["history"][k]) for k in history}
     _check_resumed(workdir, states, history, size, steps, stop_on_divergence)
-    if trace:
-      if "trace" not in saved:
-        raise ValueError(f"the checkpoint in {workdir} was written without the trace this "
-                         "run records; remove it (or the run directory) to start again")
-      traced = {k: np.asarray(v).reshape((-1,) if k == "step" else (grid, -1))
-                for k, v in saved["trace"].items()}
+    if trace and "trace" not in saved:
+      raise ValueError(f"the checkpoint in {workdir} was written without the trace this "
+                       "run records; remove it (or the run directory) to start again")
+    traced = {k: np.asarray(v).reshape((-1,) if k == "step" else (grid, -1))
+              for k, v in saved.get("trace", {}).items()} if trace else {}
     records = io.loads_json(saved["metrics"])
     logging.info("Resuming from step %d", history_steps(history))
   elif trace:
-    traced = _traced({}, 0, trace(images(states)))
+    traced = _traced({}, 0, trace_at(states), trace[0], grid)
   io.write_metrics(workdir, records)  # no line for a chunk that is not in the checkpoint
   logging.info("%s, %d images per start%s: %s", attack.name,
                attack.images(jax.tree.map(lambda x: x[0], states)).shape[0],
@@ -266,7 +264,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
                                    axis=1) for k in history}
       done += n
       if trace:
-        traced = _traced(traced, done, trace(images(states)))
+        traced = _traced(traced, done, trace_at(states), trace[0], grid)
       records.append(_record({k: spread_out(v) for k, v in history.items()}, done, n,
                              seconds))
       if stop_on_divergence and records[-1]["diverged"]:  # not checkpointed: the last is good
@@ -386,11 +384,13 @@ def _check_resumed(workdir, states, history, size, steps, finite) -> None:
     raise ValueError(f"{path} holds a non-finite attack state; {remedy}")
 
 
-def _traced(traced: dict, step: int, values: dict) -> dict:
-  """``traced`` ({"step": int[K], name: float[G, K]}; {} for none yet) with one more column."""
+def _traced(traced: dict, step: int, values: dict, points, grid: int) -> dict:
+  """``traced`` ({"step": int[K], name: float[G, K]}; {} for none yet) with one more column:
+  ``values`` {name: float[k]} at the grid ``points`` int[k], NaN at the others."""
   out = {"step": np.append(traced.get("step", np.zeros(0, np.int64)), step)}
   for k, v in values.items():
-    column = np.asarray(v, np.float64)[:, None]
+    column = np.full((grid, 1), np.nan)
+    column[np.asarray(points, np.int64), 0] = v
     out[k] = np.concatenate([traced[k], column], axis=1) if k in traced else column
   return out
 
