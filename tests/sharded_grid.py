@@ -109,9 +109,21 @@ def compute() -> dict[str, np.ndarray]:
   out["images_loop"] = np.asarray(state.images)
   out["upper_loss_loop"] = np.concatenate([first.upper_loss, last.upper_loss], axis=1)
   images = out[f"images_b{BATCH_SIZES[0]}"]
-  evaluation = evaluate.reconstructions(images, task.mean,
-                                        evaluate.comparison_sets(task, x_rnd),
-                                        chunk_size=cfg.eval.ssim_chunk_size)
+  # The SSIM searches in two chunks (on devices 0 and 1 at once: `sharding.round_robin`):
+  # the reconstructions' (D distinct points x 10 images: 2 chunks of ceil(10 D / 2)),
+  # and the starts' as eq. 10 mixtures (G distinct points: blocks of ceil(4 (G + 1) / G)
+  # = 5 of the 10 indices), each with the per-training-image counts (`pairwise_ssim`
+  # and its mixtures').
+  sets = evaluate.comparison_sets(task, x_rnd)
+  distinct = len(sharding.distinct_points(images)[0])
+  evaluation = evaluate.reconstructions(images, task.mean, sets, thresholds=(0.3,),
+                                        chunk_size=-(-distinct * images.shape[1] // 2))
+  starts = np.asarray(x0)
+  distinct = len(sharding.distinct_points(starts)[0])
+  weights = inits.mixture_weights(grid.lambda1, grid.lambda2).T
+  evaluation.update({f"start_{k}": v for k, v in evaluate.reconstructions(
+      starts, task.mean, sets, thresholds=(0.3,), chunk_size=distinct + 1,
+      mixture=dict(zip(("train", "partition", "noise"), weights))).items()})
   evaluation["param_distance"] = evaluate.param_distances(
       attack.parts["energy"], theta_star, images, labels, tol=cfg.eval.lower_level_tol,
       max_iter=cfg.eval.lower_level_max_iter, memory_size=cfg.victim.memory_size,

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from trdr import sharding
+
 # Re-exported: callers use trdr.metrics.ssim / pairwise_ssim / pairwise_ssim_of_mixtures.
 from trdr.ssim import FILTER_SIZE, pairwise_ssim, ssim
 # The SSIM engines' internals that the chunked nearest-neighbour search runs.
@@ -228,6 +230,7 @@ def nearest_neighbours_per_set(
     chunk_size: int = _DEFAULT_CHUNK,
     filter_size: int = FILTER_SIZE,
     mixture: Any = None,
+    devices=None,
 ) -> dict[str, NearestNeighbours]:
   """`nearest_neighbours` of the queries in each of several candidate sets, in one search.
 
@@ -244,6 +247,7 @@ def nearest_neighbours_per_set(
       float[G, n, H, W, C] are their weighted sums, e.g. the eq. 10 starts of a landscape:
       the search's pair products are then computed once per base
       (`pairwise_ssim_of_mixtures`).
+    devices: the devices the chunks alternate over (`sharding.round_robin`; None: all local).
 
   Returns:
     name -> NearestNeighbours (index into that set).
@@ -272,27 +276,24 @@ def nearest_neighbours_per_set(
     return {name: NearestNeighbours(jnp.zeros(batch, jnp.int32), empty, empty)
             for name in sets}
   candidates = jnp.concatenate([jnp.asarray(c) for c in sets.values()])
-  cand = _prepare(candidates, filter_size)
-  if mixture is not None:
+  statics = dict(bounds=tuple(bounds), max_val=float(max_val), filter_size=filter_size)
+  prepared = _prepare(candidates, filter_size)
+  if mixture is None:
+    flat, axis = queries.reshape((n,) + img), 0
+    chunks = [(a, b, (_pad_rows(flat[a:b], size),)) for a, b, size in _chunks(n, chunk_size)]
+    block, shared = _nn_block, (candidates, prepared)
+  else:
     weights, bases = _check_mixture(queries, mixture, filter_size)
-    parts = [[[x[:, : stop - start] for x in fields] for fields in _nn_mixture_block(
-        q, b, weights, candidates, cand, bounds=tuple(bounds), max_val=float(max_val),
-        filter_size=filter_size)]
-        for start, stop, q, b in _mixture_chunks(queries, bases, chunk_size)]
-    return {name: NearestNeighbours(*(jnp.concatenate([p[s][f] for p in parts], axis=1)
-                                      for f in range(3)))
-            for s, name in enumerate(sets)}
-  flat = queries.reshape((n,) + img)
-  parts = []
-  for start, stop, size in _chunks(n, chunk_size):
-    block = _nn_block(
-        _pad_rows(flat[start:stop], size), candidates, cand, bounds=tuple(bounds),
-        max_val=float(max_val), filter_size=filter_size,
-    )
-    parts.append([[x[: stop - start] for x in fields] for fields in block])
-  return {name: NearestNeighbours(*(jnp.concatenate([p[s][f] for p in parts]).reshape(batch)
-                                    for f in range(3)))
-          for s, name in enumerate(sets)}
+    chunks = [(a, b, (q, bs)) for a, b, q, bs in _mixture_chunks(queries, bases, chunk_size)]
+    block, shared, axis = _nn_mixture_block, (weights, candidates, prepared), 1
+  # On 2 CPU devices the start search takes ~0.8x one device's time, bitwise equal
+  # (python experiments/benchmark.py --sections=evaluation).
+  found = sharding.round_robin(lambda s, *xs: block(*xs, *s, **statics),
+                               [c[2] for c in chunks], shared, devices)
+  return {name: NearestNeighbours(*(jnp.concatenate([
+      lax.slice_in_dim(out[s][f], 0, stop - start, axis=axis)
+      for (start, stop, _), out in zip(chunks, found)], axis=axis).reshape(batch)
+      for f in range(3))) for s, name in enumerate(sets)}
 
 
 # ------------------------------------------------------- DecoReco (Haim et al. 2022)

@@ -205,6 +205,21 @@ def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
   return jax.tree.map(lambda leaf: jax.lax.with_sharding_constraint(leaf[:size], full), out)
 
 
+def round_robin(fn: Callable[..., PyTree], blocks: Sequence[tuple], shared: PyTree,
+                devices: Sequence[jax.Device] | None = None) -> list[PyTree]:
+  """``[fn(shared, *args) for args in blocks]`` with block i on device i mod k of
+  ``devices`` (default all local ones), for independent blocks of one jitted computation
+  (e.g. `trdr.metrics`' SSIM search, chunk by chunk). JAX dispatches asynchronously, so
+  the k devices compute their blocks at once; ``shared`` is copied to each device once.
+  Each block runs the same program on the same inputs as on one device (bitwise equal on
+  CPU: tests/sharded_grid.py), and the results are moved to the first device."""
+  devices = list(jax.local_devices() if devices is None else devices)
+  copies = [jax.device_put(shared, d) for d in devices]
+  out = [fn(copies[i % len(devices)], *jax.device_put(args, devices[i % len(devices)]))
+         for i, args in enumerate(blocks)]
+  return jax.device_put(out, devices[0]) if len(devices) > 1 else out
+
+
 def gather(tree: PyTree, size: int) -> PyTree:
   """`grid_map`'s outputs of a grid of ``size`` points (replicated or not) as host arrays,
   each leaf [size, ...]: the padding dropped, every shard copied from its device.

@@ -63,6 +63,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from trdr import sharding
+
 __all__ = ["pairwise_ssim", "ssim"]
 
 # dm_pix.ssim defaults; pairwise_ssim reproduces exactly these. The window side is
@@ -380,10 +382,11 @@ def pairwise_ssim(
   if n == 0 or m == 0:
     return jnp.zeros(batch + (m,), jnp.float32)
   flat = queries.reshape((n,) + img)
-  cand = _prepare(candidates, filter_size)
-  blocks = []
-  for start, stop, size in _chunks(n, chunk_size):
-    q = _prepare(_pad_rows(flat[start:stop], size), filter_size)
-    blocks.append(_ssim_block(q, cand, max_val=float(max_val),
-                              filter_size=filter_size)[: stop - start])
-  return jnp.concatenate(blocks, axis=0).reshape(batch + (m,))
+  chunks = list(_chunks(n, chunk_size))
+  blocks = sharding.round_robin(  # block i on local device i mod k
+      lambda cand, q: _ssim_block(_prepare(q, filter_size), cand, max_val=float(max_val),
+                                  filter_size=filter_size),
+      [(_pad_rows(flat[a:b], size),) for a, b, size in chunks],
+      _prepare(candidates, filter_size))
+  return jnp.concatenate([x[: b - a] for (a, b, _), x in zip(chunks, blocks)],
+                         axis=0).reshape(batch + (m,))

@@ -25,6 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from trdr import sharding
+
 from trdr.ssim import (_DEFAULT_CHUNK, FILTER_SIZE, _K1, _K2, _as_float_images,
                        _check_candidates, _check_chunk_size, _check_filter_size,
                        _check_same_image_shape, _chunks, _gaussian_filter_1d, _pad_rows,
@@ -194,8 +196,9 @@ def pairwise_ssim_of_mixtures(
   weights, bases = _check_mixture(queries, (weights, bases), filter_size)
   if queries.shape[1] == 0 or candidates.shape[0] == 0:
     return jnp.zeros(queries.shape[:2] + candidates.shape[:1], jnp.float32)
-  cand = _prepare(candidates, filter_size)
-  return jnp.concatenate([
-      _mixture_ssim_block(q, b, weights, cand, max_val=float(max_val),
-                          filter_size=filter_size)[:, : stop - start]
-      for start, stop, q, b in _mixture_chunks(queries, bases, chunk_size)], axis=1)
+  chunks = list(_mixture_chunks(queries, bases, chunk_size))
+  blocks = sharding.round_robin(  # block i on local device i mod k
+      lambda s, q, b: _mixture_ssim_block(q, b, *s, max_val=float(max_val),
+                                          filter_size=filter_size),
+      [(q, b) for _, _, q, b in chunks], (weights, _prepare(candidates, filter_size)))
+  return jnp.concatenate([x[:, : b - a] for (a, b, _, _), x in zip(chunks, blocks)], axis=1)

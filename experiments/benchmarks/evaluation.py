@@ -7,7 +7,9 @@ per set over every grid point (the evaluation before 2026-11-22); "images",
 `trdr.evaluate.reconstructions` of the start images: one search against all three sets,
 each distinct grid point once (how reconstructions are searched); "mixtures", the same
 with the starts' eq. 10 weights (how a landscape searches its starts since 2026-11-25:
-the pair products of the three sets once, then each point's SSIM map). Timed in
+the pair products of the three sets once, then each point's SSIM map), its chunks on the
+first device alone and alternating over all local devices (`trdr.sharding.round_robin`,
+as the main job runs it: one device per core). Timed in
 ``repeats`` alternating rounds (median, min–max), with the largest difference of each to
 "per set" (SSIM, recomputed by dm_pix in another program, to float32 rounding; an index
 may differ only where two candidates tie within it).
@@ -25,7 +27,7 @@ import ml_collections
 import numpy as np
 
 from benchmarks import common
-from trdr import data, evaluate, metrics
+from trdr import data, evaluate, metrics, sharding
 from trdr.attacks import init as inits
 
 
@@ -42,10 +44,18 @@ def run(config: ml_collections.ConfigDict, repeats: int) -> None:
   per_set = lambda: {name: metrics.nearest_neighbours(shown, c, chunk_size=chunk)
                      for name, c in sets.items()}
   weights = dict(zip(sets, inits.mixture_weights(grid.lambda1, grid.lambda2).T))
+  unique = sharding.distinct_points(x0)[0]
+  bases = (np.stack([w[unique] for w in weights.values()], axis=1), np.stack(list(sets.values())))
+
+  def on(devices):  # the search of "mixtures", its chunks alternating over ``devices``
+    return lambda: metrics.nearest_neighbours_per_set(shown[unique], sets, chunk_size=chunk,
+                                                      mixture=bases, devices=devices)
+
   calls = {"per set": per_set,
            "images": lambda: evaluate.reconstructions(x0, task.mean, sets, chunk_size=chunk),
            "mixtures": lambda: evaluate.reconstructions(x0, task.mean, sets, chunk_size=chunk,
-                                                        mixture=weights)}
+                                                        mixture=weights),
+           "one device": on(jax.local_devices()[:1]), "all devices": on(None)}
   times = common.timed_alternately(calls, repeats)
   old = calls["per set"]()
   distinct = len({x.tobytes() for x in x0})
@@ -68,6 +78,12 @@ def run(config: ml_collections.ConfigDict, repeats: int) -> None:
              for field in ("l2", "ssim")}
     print(f"{name}: indices that differ {moved} of {3 * x0.shape[0] * x0.shape[1]}; "
           f"max |Δ l2| {worst['l2']:.1e}, max |Δ ssim| {worst['ssim']:.1e}")
+  one, every = (float(np.median(times[k])) for k in ("one device", "all devices"))
+  same = all(np.array_equal(a, b) for x, y in zip(*(calls[k]().values() for k in (
+      "one device", "all devices"))) for a, b in zip(x, y))
+  print(f"the mixtures' search, its chunks on 1 device {one:.2f} s, alternating over all "
+        f"{len(jax.local_devices())} local devices {every:.2f} s: {one / every:.2f}x "
+        f"(bitwise equal: {same})")
   print(f"(median of {repeats} alternating rounds)")
   _floor(shown, sum(len(c) for c in sets.values()), distinct,
          float(np.median(times["images"])), repeats)
