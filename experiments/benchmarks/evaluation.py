@@ -7,18 +7,17 @@ per set over every grid point (the evaluation before 2026-11-22); "images",
 `trdr.evaluate.reconstructions` of the start images: one search against all three sets,
 each distinct grid point once (how reconstructions are searched); "mixtures", the same
 with the starts' eq. 10 weights (how a landscape searches its starts since 2026-11-25:
-the pair products of the three sets once, then each point's SSIM map), its chunks on the
-first device alone and alternating over all local devices (`trdr.sharding.round_robin`,
-as the main job runs it: one device per core). Timed in
-``repeats`` alternating rounds (median, min–max), with the largest difference of each to
-"per set" (SSIM, recomputed by dm_pix in another program, to float32 rounding; an index
-may differ only where two candidates tie within it).
+the pair products of the three sets once, then each point's SSIM map), its chunks on one
+device and on all local ones (`trdr.sharding.round_robin`). Timed in ``repeats``
+alternating rounds (median, min–max), with the largest difference of each to "per set"
+(SSIM, recomputed by dm_pix in another program, to float32 rounding; an index may differ
+only where two candidates tie within it).
 
 Then the floor of the search of G' distinct points on this CPU, measured in the same run:
 its pair products (2·C·k²·H'W' multiply-adds and adds per query–candidate pair,
 `trdr.ssim`) divided by the rate of a 2048³ float32 matmul timed here, against the time
-"images" took. The main job searches its reconstructions this way; its starts, as
-mixtures, need the products of the three sets only.
+"images" took. The main job searches its reconstructions this way; its starts, as mixtures,
+need the products of the three sets only.
 """
 
 import jax
@@ -46,11 +45,8 @@ def run(config: ml_collections.ConfigDict, repeats: int) -> None:
   weights = dict(zip(sets, inits.mixture_weights(grid.lambda1, grid.lambda2).T))
   unique = sharding.distinct_points(x0)[0]
   bases = (np.stack([w[unique] for w in weights.values()], axis=1), np.stack(list(sets.values())))
-
-  def on(devices):  # the search of "mixtures", its chunks alternating over ``devices``
-    return lambda: metrics.nearest_neighbours_per_set(shown[unique], sets, chunk_size=chunk,
-                                                      mixture=bases, devices=devices)
-
+  on = lambda devices: lambda: metrics.nearest_neighbours_per_set(  # "mixtures" on devices
+      shown[unique], sets, chunk_size=chunk, mixture=bases, devices=devices)
   calls = {"per set": per_set,
            "images": lambda: evaluate.reconstructions(x0, task.mean, sets, chunk_size=chunk),
            "mixtures": lambda: evaluate.reconstructions(x0, task.mean, sets, chunk_size=chunk,
@@ -58,9 +54,8 @@ def run(config: ml_collections.ConfigDict, repeats: int) -> None:
            "one device": on(jax.local_devices()[:1]), "all devices": on(None)}
   times = common.timed_alternately(calls, repeats)
   old = calls["per set"]()
-  distinct = len({x.tobytes() for x in x0})
   print(f"\n== nearest neighbours of the eq. 10 grid's starts: {x0.shape[0]} points "
-        f"({distinct} distinct) x {x0.shape[1]} images against "
+        f"({len(unique)} distinct) x {x0.shape[1]} images against "
         f"{' + '.join(str(len(c)) for c in sets.values())} ==")
   print(f"{'':40s} {'median s':>9s} {'min–max s':>13s} {'per set / this':>15s}")
   t_old = float(np.median(times["per set"]))
@@ -81,11 +76,11 @@ def run(config: ml_collections.ConfigDict, repeats: int) -> None:
   one, every = (float(np.median(times[k])) for k in ("one device", "all devices"))
   same = all(np.array_equal(a, b) for x, y in zip(*(calls[k]().values() for k in (
       "one device", "all devices"))) for a, b in zip(x, y))
-  print(f"the mixtures' search, its chunks on 1 device {one:.2f} s, alternating over all "
-        f"{len(jax.local_devices())} local devices {every:.2f} s: {one / every:.2f}x "
-        f"(bitwise equal: {same})")
+  print(f"the mixtures' search on 1 device {one:.2f} s, alternating over all "
+        f"{jax.local_device_count()} local devices {every:.2f} s: {one / every:.2f}x (bitwise "
+        f"equal: {same})")
   print(f"(median of {repeats} alternating rounds)")
-  _floor(shown, sum(len(c) for c in sets.values()), distinct,
+  _floor(shown, sum(len(c) for c in sets.values()), len(unique),
          float(np.median(times["images"])), repeats)
 
 
