@@ -87,7 +87,7 @@ def run(repeats: int, m: int = paper_size.M) -> None:
   print("|---|---|---:|---:|---:|---:|---:|")
   for name, method, ms, (low, high), gflops, ratio, to_reference in rows:
     reference = "—" if np.isnan(to_reference) else f"{to_reference:.2f}"
-    print(f"| {name} | {method} | {ms:.0f} | {low:.0f}–{high:.0f} | {gflops:.0f} | "
+    print(f"| {name} | {method} | {ms:.4g} | {low:.4g}–{high:.4g} | {gflops:.0f} | "
           f"{ratio:.2f} | {reference} |")
   print(f"\nMatmul FLOPs per iteration: autodiff {flops['autodiff'] / 1e9:.1f} GFLOP, fused "
         f"{flops['fused'] / 1e9:.1f} GFLOP (layers in the Gram form: "

@@ -1,6 +1,7 @@
 """A PyTorch transcription of the reference DecoReco iteration (Haim et al. 2022), timed
 beside JAX in section 3 when ``import torch`` works."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -14,7 +15,8 @@ def iteration(params, images, lambdas, labels):
     params: θ of a `trdr.models.HaimMLP` (first-layer bias only).
     images: float[m, H, W, C]; lambdas, labels: float[m].
   Returns:
-    A function running one iteration (forward, KKT loss with a create-graph backward,
+    On the GPU when JAX's default backend is one and torch sees CUDA, else on the CPU:
+    a function running one iteration (forward, KKT loss with a create-graph backward,
     double backward, SGD-momentum steps) and returning the loss, or None.
   """
   try:
@@ -22,6 +24,8 @@ def iteration(params, images, lambdas, labels):
   except ImportError:
     return None
   dtype = torch.float64 if images.dtype == jnp.float64 else torch.float32
+  # On the device JAX computes on: a GPU run times both on the GPU, a CPU run both on CPU.
+  device = "cuda" if jax.default_backend() == "gpu" and torch.cuda.is_available() else "cpu"
 
   class ReluSigmoidBackward(torch.autograd.Function):
     @staticmethod
@@ -34,7 +38,7 @@ def iteration(params, images, lambdas, labels):
       (z,) = ctx.saved_tensors
       return grad * torch.sigmoid(paper_size.ALPHA * z)   # differentiable: double backward
 
-  tensor = lambda a: torch.tensor(np.asarray(a), dtype=dtype)
+  tensor = lambda a: torch.tensor(np.asarray(a), dtype=dtype, device=device)
   # Flax kernels are [in, out]; torch.nn.functional.linear takes [out, in].
   weights = [tensor(params[n]["kernel"]).T.contiguous().requires_grad_()
              for n in sorted(params, key=lambda n: (n == "output", n))]

@@ -13,7 +13,7 @@ implicit hypergradient with conjugate gradient, Adam on the pixels, projection o
 
 Runtime (measured, see README): CPU, 2 cores: 152 s on a fresh clone (2026-11-25, AVX-512
 cores; 165–197 s on 2026-11-23, before the start images were searched as mixtures); one
-GPU: not measured (no GPU was available).
+H200 GPU: 67 s (2026-11-26, jax 0.11.2, compilation included; README, "On one GPU").
 The ":smoke" variant (20 images per class, 3×3 grid, 30 steps) runs in well under a minute.
 """
 

@@ -30,9 +30,11 @@ and the implicit hypergradient would not be that of a stationary point.
 Runtime (measured 2026-11-21, `make fig1 ...` logs), CPU, 2 cores, ":cpu": 2 min 22 s wall
 on a quiet machine (θ* in 4 s; 1.1 s per outer step for the 4 grid points at first,
 0.3 s at the end as the warm-started lower-level solves shorten); 6.0 min with the cores
-shared with other jobs (load average ≈ 4). ":smoke": ≈ 30 s. Paper size: not run — no
-GPU was available to this session, and at width 6144, n = 500 one forward+backward alone
-takes ≈ 137 ms on this CPU (shared/ANCHORS.md).
+shared with other jobs (load average ≈ 4). ":smoke": ≈ 30 s. Paper size: not run to the
+end. At width 6144, n = 500 one forward+backward alone takes ≈ 137 ms on this CPU
+(shared/ANCHORS.md). On one H200 (2026-11-26, README "On one GPU") the victim stopped at
+its 5000-iteration cap with ||∇θE|| ≈ 0.03 (33 s), and an outer step took 6.45 s: ≈ 32 min
+for 300 steps, more than that session's 15 device-minutes.
 """
 
 import ml_collections

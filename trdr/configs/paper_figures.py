@@ -22,7 +22,8 @@ evaluation with Table 1's tolerance sweep): 496 s, against 223 s warm-started fr
 previous outer iterate ("previous"); at ":smoke" 33 s against 32 s. (Earlier, before the
 start-image evaluation and Table 1's sweep, the whole `make fig1 … table1` at ":cpu" took
 3 min 42 s with warm starts.) ":smoke": 30–50 s (its one-hidden run warm-started, see below).
-Paper size on one GPU: not run (no GPU was available to this session).
+Paper size on one GPU: not run. On an H200 the one-hidden victim's outer step takes 6.45 s,
+≈ 32 min for 300 (README, "On one GPU"), more than the session's 15 device-minutes.
 """
 
 import ml_collections

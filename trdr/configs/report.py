@@ -19,7 +19,8 @@ victim warm-started; its seed-1 repeats of the two bilevel runs ~55 s of it). ":
 "Results of make figures": Figs. 1–4 and Table 1 3.3 min, DecoReco figures 22.2, figures
 0.6, seed repeats 22.1, membership 5.8), within the 60 min the report should take on 2
 cores (it was ≈ 94 min with the earlier :cpu budgets, see decoreco_figures.py). Paper
-size: not run (no GPU was available).
+size: not run (its one-hidden run alone would take ≈ 32 min on an H200: README, "On one
+GPU").
 """
 
 import ml_collections
