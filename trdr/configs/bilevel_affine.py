@@ -14,6 +14,8 @@ implicit hypergradient with conjugate gradient, Adam on the pixels, projection o
 Runtime (measured, see README): CPU, 2 cores: 152 s on a fresh clone (2026-11-25, AVX-512
 cores; 165–197 s on 2026-11-23, before the start images were searched as mixtures); one
 H200 GPU: 67 s (2026-11-26, jax 0.11.2, compilation included; README, "On one GPU").
+With --config.attack.lower_level.method=newton_cg: 134.7 and 147.9 s against 147.6 and
+150.5 s for L-BFGS, alternating on 2026-11-26 (README, "The main job, phase by phase").
 The ":smoke" variant (20 images per class, 3×3 grid, 30 steps) runs in well under a minute.
 """
 
