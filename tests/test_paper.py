@@ -44,7 +44,7 @@ def test_the_ground_truth_is_a_fixed_point_the_paper_lower_level_only_approximat
   # training image (SSIM 1 up to float32 rounding, ~1e-6).
   assert gt["start_param_distance"] < 1e-5 and gt["start_ssim_to_train"] > 0.999
   c = config.paper[victim]
-  # The paper's U(0, 1) start; the one-hidden victim is warm-started at :smoke and :cpu.
+  # The paper's U(0, 1) start; the one-hidden victim is warm-started at :smoke (not :cpu).
   assert c.attack.lower_level.start == ("uniform" if victim == "affine" else "previous")
   with np.load(os.path.join(paper.run_dir(workdir, victim), experiment.RESULTS_FILE)) as r:
     first = r["history_upper_loss"][inits.pure_index(records, "ground_truth"), 0]
