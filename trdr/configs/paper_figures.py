@@ -21,7 +21,9 @@ cost, measured 2026-11-21 on this 2-core CPU, ":cpu" affine run alone (training,
 evaluation with Table 1's tolerance sweep): 496 s, against 223 s warm-started from the
 previous outer iterate ("previous"); at ":smoke" 33 s against 32 s. (Earlier, before the
 start-image evaluation and Table 1's sweep, the whole `make fig1 … table1` at ":cpu" took
-3 min 42 s with warm starts.) ":smoke": 30–50 s (its one-hidden run warm-started, see below).
+3 min 42 s with warm starts.) ":cpu" as it is now, both victims from U(0, 1) (2026-11-26):
+281 s (affine 58 s, one-hidden 211 s). ":smoke": 30–50 s (its one-hidden run warm-started,
+see below).
 Paper size on one GPU: not run. On an H200 the one-hidden victim's outer step takes 6.45 s,
 ≈ 32 min for 300 (README, "On one GPU"), more than the session's 15 device-minutes.
 """

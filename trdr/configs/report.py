@@ -15,10 +15,12 @@ trdr/claims.py and trdr/verdicts.py for the rules.
 
 Runtime (this 2-core CPU): ":smoke" 230 s from scratch (2026-11-22, with the one-hidden
 victim warm-started; its seed-1 repeats of the two bilevel runs ~55 s of it). ":cpu":
-54.1 min from scratch on a fresh clone (2026-11-22, one part on 2 idle cores, README
-"Results of make figures": Figs. 1–4 and Table 1 3.3 min, DecoReco figures 22.2, figures
-0.6, seed repeats 22.1, membership 5.8), within the 60 min the report should take on 2
-cores (it was ≈ 94 min with the earlier :cpu budgets, see decoreco_figures.py). Paper
+57.1 min from scratch on a fresh clone (2026-11-26, one part on 2 idle cores, README
+"Results of make figures": Figs. 1–4 and Table 1 4.5 min, DecoReco figures 21.8, figures
+0.3, seed repeats 24.5, membership 7.1), within the 60 min the report should take on 2
+cores; the one-hidden victim's U(0, 1) lower level (paper_figures.py) added ~1.3 min per
+seed to the 54.1 min of 2026-11-22 (it was ≈ 94 min with the earlier :cpu budgets, see
+decoreco_figures.py). Paper
 size: not run (its one-hidden run alone would take ≈ 32 min on an H200: README, "On one
 GPU").
 """
