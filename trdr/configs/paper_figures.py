@@ -59,8 +59,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.one_hidden = bilevel_one_hidden.get_config(variant)
   # Runkel et al.'s lower level: "initialising θ by drawing every weight independently from a
   # standard Uniform distribution", at every outer step (the warm start "previous" stays
-  # available; Figs. 10–12's landscapes keep it: it costs 2.2× less there). Paper size and
-  # ":cpu" use it for both victims; ":smoke" warm-starts the one-hidden victim (from U(0, 1)
+  # available). Paper size and ":cpu" use it for both victims (and for Fig. 10(a)'s landscape,
+  # decoreco_figures.py); ":smoke" warm-starts the one-hidden victim (from U(0, 1)
   # its ":smoke" run took 150 s of the smoke report's 433 s, 3.6 s per outer step, 41 % of
   # the solves at max_iter; measured 2026-11-22), which
   # `--config.paper.one_hidden.attack.lower_level.start=uniform` restores.

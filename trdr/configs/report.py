@@ -20,7 +20,7 @@ victim warm-started; its seed-1 repeats of the two bilevel runs ~55 s of it). ":
 0.3, seed repeats 24.5, membership 7.1), within the 60 min the report should take on 2
 cores; the one-hidden victim's U(0, 1) lower level (paper_figures.py) added ~1.3 min per
 seed to the 54.1 min of 2026-11-22 (it was ≈ 94 min with the earlier :cpu budgets, see
-decoreco_figures.py). Paper
+decoreco_figures.py). Fig. 10(a)'s landscape from U(0, 1) since (README): ≈ 57.6 min. Paper
 size: not run (its one-hidden run alone would take ≈ 32 min on an H200: README, "On one
 GPU").
 """
