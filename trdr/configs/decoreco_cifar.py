@@ -22,7 +22,9 @@ Variants (sizes):
   ""      paper size: n = 500, 10^6 epochs at lr 0.01 (stops at the loss threshold),
           50,000 attack iterations, σ = 8.857e-4 (Haim et al.'s CIFAR value). One GPU.
   "cpu"   n = 100 (50 per class group), same architecture, victim GD at lr 0.5 (stops at
-          loss 1e-4: measured 726–798 epochs, 17–35 s), 5,000 attack iterations on
+          loss 1e-4: measured 726–798 epochs, 17–35 s; to 1e-5 instead, 4,917 epochs, changed
+          the tuned attack's counts less than another seed does: README, "Training
+          length"), 5,000 attack iterations on
           m = 200; the sweep 8 settings × 500 iterations.
   "smoke" n = 10, widths (32, 32), 40 iterations: seconds, for tests.
 
