@@ -277,12 +277,13 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
         energy, start, lambda theta: bilevel.param_distance(theta_star, theta),
         tols=tol, max_iter=max_iter, memory_size=memory_size)
 
-  # Each device's shard is copied out on its own (replicated only across processes): an
-  # all-gather would make the devices that finish first wait for the slowest (the one-hidden
-  # victim's re-solves from U(0, 1): > 20 s, which XLA logs as a rendezvous "may be stuck").
+  # Each device's shard is copied out on its own (replicated only across processes, where
+  # ``devices`` may hold other processes' devices): an all-gather would make the devices
+  # that finish first wait for the slowest (the one-hidden victim's re-solves from U(0, 1):
+  # > 20 s, which XLA logs as a rendezvous "may be stuck"). Padding rows are dropped.
   grid = jax.jit(lambda xs: sharding.grid_map(fn, xs, batch, devices,
                                               replicate=distributed.active()))
-  return sharding.gather(grid(images), len(images))
+  return np.asarray(grid(images))[:len(images)]
 
 
 def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pixels"):
