@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trdr import data, distributed, metrics, sharding, solver, victim
+from trdr import data, metrics, sharding, solver, victim
 from trdr.attacks import bilevel, init as inits
 
 DISPLAYS = ("pixels", "minmax")
@@ -277,13 +277,13 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
         energy, start, lambda theta: bilevel.param_distance(theta_star, theta),
         tols=tol, max_iter=max_iter, memory_size=memory_size)
 
-  # Each device's shard is copied out on its own (replicated only across processes, where
-  # ``devices`` may hold other processes' devices): an all-gather would make the devices
-  # that finish first wait for the slowest (the one-hidden victim's re-solves from U(0, 1):
-  # > 20 s, which XLA logs as a rendezvous "may be stuck"). Padding rows are dropped.
-  grid = jax.jit(lambda xs: sharding.grid_map(fn, xs, batch, devices,
-                                              replicate=distributed.active()))
-  return np.asarray(grid(images))[:len(images)]
+  # Each device's shard is copied out on its own, and replicated only where ``devices``
+  # hold another process's (this process could not read those shards): an all-gather would
+  # make the devices that finish first wait for the slowest (the one-hidden victim's
+  # re-solves from U(0, 1): > 20 s, which XLA logs as a rendezvous "may be stuck").
+  others = any(d.process_index != jax.process_index() for d in devices or ())
+  grid = jax.jit(lambda xs: sharding.grid_map(fn, xs, batch, devices, replicate=others))
+  return np.asarray(grid(images))[:len(images)]  # padding rows dropped
 
 
 def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pixels"):

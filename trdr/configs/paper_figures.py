@@ -68,10 +68,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     victim.attack.lower_level.start = "uniform"
   if variant == "cpu":
     # The one-hidden victim from U(0, 1) at ":cpu" (width 128, n = 50; measured 2026-11-26):
-    # with max_iter 200 none of its lower-level solves reaches tol (upper loss ~1e4 after 50
-    # steps); with 1000 all do, at 3.76 s per outer step for its 4 grid points, and the upper
-    # loss stalls at ~7.5 within 25 steps. So 50 outer steps (~3 min; 200 would take 12.5,
-    # three times with the seed repeats, past the report's hour) instead of its 200.
+    # with max_iter 200 none of its lower-level solves reaches tol (median upper loss 2e4
+    # after 50 steps); with 1000 all do, at 3.76 s per outer step for its 4 grid points,
+    # and the upper loss stalls at ~7.5 within 25 steps. So 50 outer steps (~3 min; 200
+    # would take 12.5, three times with the seed repeats, past the report's hour).
     config.one_hidden.attack.lower_level.max_iter = ONE_HIDDEN_UNIFORM_MAX_ITER
     config.one_hidden.attack.steps = ONE_HIDDEN_UNIFORM_STEPS
   if variant == "smoke":
