@@ -501,6 +501,34 @@ def test_l2_of_identical_images_is_zero_and_matched_l2_is_accurate():
                                rtol=_l2_rtol(d), atol=0)
 
 
+def test_nearest_l2_is_the_min_of_pairwise_l2():
+  """`evaluate.nearest_l2` (the Fig. 9 trace's distance to the nearest training image)
+  computes only the pairs its float64 prefilter cannot rule out; its result is still
+  ``pairwise_l2(q, c).min(-1)``: the same float32 formula on the pair that attains it.
+  Planted: identical images (0), near-ties q ± e (equal in exact arithmetic, so both
+  must survive the prefilter), bright images (large |q|, where the identity's error
+  bound is widest), a NaN query, and leading batch dims."""
+  from trdr import evaluate
+  rng = np.random.default_rng(21)
+  c = np.concatenate([_smooth(rng, 30), (0.9 + 0.1 * _rand(rng, (10, 32, 32, 3)))])
+  e = 0.004 * rng.standard_normal((5, 32, 32, 3)).astype(np.float32)
+  base = c[[3, 7, 31, 12, 35]] * 0.5 + 0.25
+  c = np.concatenate([c, base + e, base - e]).astype(np.float32)
+  q = np.concatenate([c[[4, 33]], base, _smooth(rng, 13),
+                      (0.9 + 0.1 * _rand(rng, (4, 32, 32, 3)))]).astype(np.float32)
+  q[-1, 5, 5, 1] = np.nan
+  full = np.asarray(metrics.pairwise_l2(q, c)).min(axis=-1)
+  got = evaluate.nearest_l2(q.reshape(4, 6, 32, 32, 3), c)
+  assert got.shape == (4, 6) and got.dtype == np.float32
+  got = got.reshape(-1)
+  assert np.isnan(got[-1]) and np.isnan(full[-1])
+  assert np.all(got[:2] == 0.0)
+  np.testing.assert_array_equal(got[:-1], full[:-1])
+  # And each is the float64 nearest distance within the float32 bound (`_l2_rtol`).
+  exact = _l2_float64(q[:-1, None], c[None]).min(axis=-1)
+  np.testing.assert_allclose(got[:-1], exact, rtol=_l2_rtol(32 * 32 * 3), atol=0)
+
+
 # -------------------------------------------------------------- nearest_neighbours
 
 

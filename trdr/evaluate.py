@@ -21,6 +21,7 @@
 `trdr.records` turns these numbers into landscape.json records and summary counts.
 """
 
+import math
 import types
 
 import jax
@@ -306,12 +307,55 @@ def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pi
 
   def fn(images):
     shown = to_display(np.asarray(images), mean, display)
-    out = {f"l2_to_{s}": np.asarray(metrics.pairwise_l2(shown, np.asarray(
-        sets[s], shown.dtype))).min(axis=-1).mean(axis=-1) for s in ("train", "partition")}
+    out = {f"l2_to_{s}": nearest_l2(shown, np.asarray(sets[s], shown.dtype)).mean(axis=-1)
+           for s in ("train", "partition")}
     moved = (shown - start).reshape(*shown.shape[:2], -1)
     out["l2_to_start"] = np.sqrt(np.sum(moved.astype(np.float64) ** 2, axis=-1)).mean(-1)
     return out
   return traced, fn
+
+
+# float32 unit roundoff, and float64's for the prefilter of `nearest_l2`.
+_U32, _U64 = 2.0**-24, 2.0**-53
+_l2_pairs = jax.jit(metrics._l2_rows)
+
+
+def nearest_l2(queries, candidates) -> np.ndarray:
+  """The distance of each query to its nearest candidate: ``metrics.pairwise_l2(queries,
+  candidates).min(-1)``, computing only the pairs that can attain the minimum.
+
+  The exact distances of `metrics.pairwise_l2` (from the differences) cost D operations
+  per pair; the float64 identity |q|² + |c|² − 2 q·c, one matrix product, bounds them
+  first. Its error is at most (D + 2) u64 (|q| + |c|)² (each of the three length-D sums
+  within D·u64 of |q|², |c|², 2|q||c| in any order, Higham 2002 sec. 3.1, and two
+  additions; doubled here for the second-order terms). A float32 distance is within
+  δ = (D + 4) u32 / 2 of the true one (`metrics._l2_rows`; doubled too), so a candidate
+  whose squared distance exceeds the smallest upper bound times ((1 + δ)/(1 − δ))² can
+  beat no other in float32: only the rest is computed, by `pairwise_l2`'s own float32
+  formula (`metrics._l2_rows`). The Fig. 9 trace's search: 3–4× faster at 500 × 500.
+
+  Args:
+    queries: float[..., H, W, C]; candidates: float[M, H, W, C], M ≥ 1 (any range).
+  Returns:
+    float32[...], ≥ 0 (NaN for a query with a non-finite pixel).
+  """
+  lead, shape = np.shape(queries)[:-3], np.shape(candidates)[1:]
+  q = np.asarray(queries, np.float32).reshape(-1, math.prod(shape))
+  c = np.asarray(candidates, np.float32).reshape(len(candidates), -1)
+  q64, c64 = q.astype(np.float64), c.astype(np.float64)
+  qq, cc = np.einsum("ij,ij->i", q64, q64), np.einsum("ij,ij->i", c64, c64)
+  approx = qq[:, None] + cc[None, :] - 2 * (q64 @ c64.T)
+  err = 2 * (q.shape[1] + 2) * _U64 * (np.sqrt(qq)[:, None] + np.sqrt(cc)[None, :]) ** 2
+  delta = (q.shape[1] + 4) * _U32
+  bound = np.min(approx + err, axis=1, keepdims=True) * ((1 + delta) / (1 - delta)) ** 2
+  rows, cols = np.nonzero(approx - err <= bound)
+  size = 1 << max(len(rows) - 1, 0).bit_length()  # padded: one compilation per power of 2
+  pick = lambda x, i: np.pad(x[i], ((0, size - len(i)), (0, 0)))
+  d = np.asarray(_l2_pairs(pick(q, rows), pick(c, cols)))[:len(rows)]
+  out = np.full(len(q), np.inf, np.float32)
+  np.minimum.at(out, rows, d)
+  out[~np.isfinite(approx).all(axis=1)] = np.nan  # a non-finite query, as pairwise_l2
+  return out.reshape(lead)
 
 
 def own_start_fraction(images: dict) -> float:

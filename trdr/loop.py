@@ -202,14 +202,14 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   distinct, spread = sharding.distinct_points(states)
   size = len(distinct)
   spread_out = (lambda x: x[spread]) if size < grid else (lambda x: x)
-  if size < grid:
-    states = jax.tree.map(lambda x: x[distinct], states)
+  # In host memory (the chunks take them from there; no program per leaf); keys stay JAX.
+  states = jax.tree.map(lambda x: x[distinct] if jax.dtypes.issubdtype(
+      x.dtype, jax.dtypes.prng_key) else np.asarray(x)[distinct], states)
   _, metrics_shape = jax.eval_shape(attack.step, jax.tree.map(lambda x: x[0], states))
   history = {name: np.zeros((size, 0)) for name in metrics_shape._fields}
-  if trace:  # of the traced points' states only (across processes: this process's copy)
-    own, images = spread[np.asarray(trace[0], np.int64)], jax.jit(jax.vmap(attack.images))
-    take = (lambda x: np.asarray(x)[own]) if distributed.active() else (lambda x: x[own])
-    trace_at = lambda s: trace[1](np.asarray(images(jax.tree.map(take, s))))
+  if trace:  # the traced points' images (a field of the states, which are in host memory)
+    own = spread[np.asarray(trace[0], np.int64)]
+    trace_at = lambda s: trace[1](np.asarray(attack.images(s))[own])
   batch = batch_size(grid_batch_size, size, attack.batches_well)
   devices, looped = grid_layout(batch)
   # Across processes each one checkpoints only its rows of the padded grid.

@@ -276,24 +276,41 @@ def stacked(panels, title: str, draw, n_show: int = 32) -> plt.Figure:
 
 def save_figure(fig, directory: str, name: str) -> list[str]:
   """Saves ``fig`` as ``name``.png and ``name``.pdf in ``directory`` (atomically), closes
-  it; returns the paths."""
+  it; returns the paths. Both are cropped to the box that ``bbox_inches="tight"`` finds
+  for the PNG (found once: each search is a draw of its own)."""
   paths = []
+  fig.draw_without_rendering()  # lays it out (constrained layout) as savefig would
+  box = fig.get_tightbbox().padded(plt.rcParams["savefig.pad_inches"])
   for ext in ("png", "pdf"):
     path = os.path.join(directory, f"{name}.{ext}")
     buf = _bytes_io.BytesIO()
-    fig.savefig(buf, format=ext, dpi=150, bbox_inches="tight")
+    fig.savefig(buf, format=ext, dpi=150, bbox_inches=box)
     io.atomic_write(path, buf.getvalue())
     paths.append(path)
   plt.close(fig)
   return paths
 
 
+class _Arrays(dict):
+  """An .npz file's arrays, each read when first used (a figure needs few of them)."""
+
+  def __init__(self, path: str):
+    super().__init__()
+    self._npz = np.load(path)
+
+  def __missing__(self, key):
+    self[key] = value = self._npz[key]
+    return value
+
+  def __contains__(self, key) -> bool:
+    return key in self._npz.files
+
+
 def _load(workdir: str, name: str) -> dict:
-  with np.load(os.path.join(workdir, name)) as saved:
-    return dict(saved)
+  return _Arrays(os.path.join(workdir, name))
 
 
-def run_figures(workdir: str) -> list[str]:
+def run_figures(workdir: str, check: bool = True) -> list[str]:
   """Draws a finished run's figures into its directory, from its files alone.
 
   A landscape run (landscape.json): Figs. 10–12 of its grid and, for each pure eq. 10
@@ -303,13 +320,18 @@ def run_figures(workdir: str) -> list[str]:
   candidate order, each training image's best reconstruction and, when counted, its SSIM
   against Φ(x_i). A sweep writes no figures.
 
+  Args:
+    workdir: the run's directory.
+    check: verify its files against their SHA256SUMS first (False: the caller has just
+      written them).
   Returns:
     The paths written.
   Raises:
     ValueError: the run's files fail their SHA256SUMS (`trdr.io.check_finished`).
   """
   landscape = os.path.exists(os.path.join(workdir, "landscape.json"))
-  io.check_finished(workdir, "landscape.json" if landscape else "summary.json")
+  if check:
+    io.check_finished(workdir, "landscape.json" if landscape else "summary.json")
   config = io.read_json(os.path.join(workdir, io.CONFIG_FILE))
   n_show = config["eval"]["n_show"]
   figures = {}

@@ -29,7 +29,6 @@ from flax import linen as nn
 
 from trdr import io, models
 from trdr.solver import MinimizeInfo, minimize_energy  # noqa: F401  (public here too)
-
 Params = Any
 
 
@@ -68,9 +67,9 @@ class TrainReport:
   n_test: int
 
 
-def accuracy(logits, labels) -> float:
-  """Fraction of sign(Φ) = y."""
-  return float(jnp.mean(jnp.where(logits >= 0, 1.0, -1.0) == labels))
+def accuracy(logits, labels) -> jax.Array:
+  """Fraction of sign(Φ) = y: float[] (jittable)."""
+  return jnp.mean(jnp.where(logits >= 0, 1.0, -1.0) == labels)
 
 
 def train(model, params0: Params, task, victim_config: ml_collections.ConfigDict
@@ -90,11 +89,12 @@ def train(model, params0: Params, task, victim_config: ml_collections.ConfigDict
       fun, p, max_iter=victim_config.max_iter, tol=victim_config.tol,
       memory_size=victim_config.memory_size))
   params, info = solve(params0)
-  test_logits = apply_fn(params, jnp.asarray(task.test_images))
+  value, train_acc, test_acc = jax.jit(lambda p, tx, ty: (  # one program, not one per op
+      fun(p), accuracy(apply_fn(p, x), y), accuracy(apply_fn(p, tx), ty)))(
+          params, jnp.asarray(task.test_images), jnp.asarray(task.test_labels))
   report = TrainReport(
-      train_accuracy=accuracy(apply_fn(params, x), y),
-      test_accuracy=accuracy(test_logits, jnp.asarray(task.test_labels)),
-      grad_norm=float(info.grad_norm), energy=float(fun(params)),
+      train_accuracy=float(train_acc), test_accuracy=float(test_acc),
+      grad_norm=float(info.grad_norm), energy=float(value),
       num_iter=int(info.num_iter), n_train=int(x.shape[0]),
       n_test=int(task.test_images.shape[0]))
   return params, report
