@@ -6,6 +6,7 @@ backend is used, so no display is needed. Reconstructions are shown through the 
 display transform of the evaluation (`trdr.evaluate.to_display`, the run's "display").
 """
 
+import collections.abc
 import io as _bytes_io
 import os
 
@@ -291,19 +292,22 @@ def save_figure(fig, directory: str, name: str) -> list[str]:
   return paths
 
 
-class _Arrays(dict):
+class _Arrays(collections.abc.Mapping):
   """An .npz file's arrays, each read when first used (a figure needs few of them)."""
 
   def __init__(self, path: str):
-    super().__init__()
-    self._npz = np.load(path)
+    self._npz, self._read = np.load(path), {}
 
-  def __missing__(self, key):
-    self[key] = value = self._npz[key]
-    return value
+  def __getitem__(self, key):
+    if key not in self._read:
+      self._read[key] = self._npz[key]  # KeyError for a name the file lacks
+    return self._read[key]
 
-  def __contains__(self, key) -> bool:
-    return key in self._npz.files
+  def __iter__(self):
+    return iter(self._npz.files)
+
+  def __len__(self) -> int:
+    return len(self._npz.files)
 
 
 def _load(workdir: str, name: str) -> dict:

@@ -29,6 +29,7 @@ from flax import linen as nn
 
 from trdr import io, models
 from trdr.solver import MinimizeInfo, minimize_energy  # noqa: F401  (public here too)
+
 Params = Any
 
 
@@ -94,9 +95,8 @@ def train(model, params0: Params, task, victim_config: ml_collections.ConfigDict
           params, jnp.asarray(task.test_images), jnp.asarray(task.test_labels))
   report = TrainReport(
       train_accuracy=float(train_acc), test_accuracy=float(test_acc),
-      grad_norm=float(info.grad_norm), energy=float(value),
-      num_iter=int(info.num_iter), n_train=int(x.shape[0]),
-      n_test=int(task.test_images.shape[0]))
+      grad_norm=float(info.grad_norm), energy=float(value), num_iter=int(info.num_iter),
+      n_train=int(x.shape[0]), n_test=int(task.test_images.shape[0]))
   return params, report
 
 
