@@ -4,7 +4,7 @@ r"""Paper artefacts (Figs. 1–12, Table 1) from their runs, run or reused.
       [--artefacts=fig1,fig5,table1]
 
 Runs live in WORKDIR/paper_figures/<victim> and WORKDIR/decoreco_figures/<run>; finished
-runs of the same config are reused. See trdr/paper.py for which run feeds which artefact.
+runs of the same config are reused. See trdr/report/artefacts.py for which run feeds which artefact.
 """
 
 from absl import flags

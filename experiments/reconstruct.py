@@ -2,7 +2,7 @@ r"""One attack from ``config.init.kind`` (e.g. DecoReco, Haim et al. 2022), eval
 
   python experiments/reconstruct.py --config=configs/decoreco_cifar.py:cpu [--workdir=DIR]
 
-Without --workdir, results go to runs/<config name>[_<variant>]. See trdr/experiment.py
+Without --workdir, results go to runs/<config name>[_<variant>]. See trdr/experiment/runner.py
 for the files written.
 """
 

@@ -3,7 +3,7 @@ r"""The reproduction report: Figs. 1–12 and Table 1 regenerated, verdicts, mem
   python experiments/report.py --config=configs/report.py:cpu --workdir=runs/report_cpu
 
 Finished runs under WORKDIR/paper_figures and WORKDIR/decoreco_figures are reused. Writes
-WORKDIR/report.md (see trdr/report.py).
+WORKDIR/report.md (see trdr/report/__init__.py).
 """
 
 from absl import flags

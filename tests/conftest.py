@@ -13,7 +13,12 @@ import time
 
 import filelock
 import jax
+import matplotlib
 import pytest
+
+# The figures are drawn to files: no display (trdr.plotting leaves the backend to its
+# caller; the scripts choose Agg too, trdr.cli).
+matplotlib.use("Agg")
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,18 +58,6 @@ def x64():
 def x64_module():
   """float64 for a whole module (for module-scoped float64 fixtures), restored after."""
   yield from _enable_x64()
-
-
-@pytest.fixture(autouse=True)
-def _x64_restored():
-  """`trdr.experiment.run` and the Python API set JAX's process-wide jax_enable_x64 from
-  the config (float64 configs turn it on); it is put back after every test, so that no
-  test's precision depends on which tests ran before it in its worker (found: a float64
-  run in test_pretrained left it on, and the float32 rescoring test of test_report then
-  differed from the run's records in the last bits)."""
-  previous = jax.config.jax_enable_x64
-  yield
-  jax.config.update("jax_enable_x64", previous)
 
 
 # ------------------------------------------------- the :smoke report, built once per session
@@ -107,7 +100,7 @@ def _subprocess_env() -> dict[str, str]:
           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
           "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
           "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 << 30),
-          # One CPU device, not one per core (`trdr.sharding.set_cpu_devices`): the
+          # One CPU device, not one per core (`trdr.runtime.sharding.set_cpu_devices`): the
           # subprocesses run beside the two workers, so a second device would only add a
           # compilation of each one-at-a-time attack (tests/test_sharding.py runs that
           # loop on 2 emulated devices, bitwise against one).

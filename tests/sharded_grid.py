@@ -14,9 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trdr import data, evaluate, loop, models, sharding, victim
-from trdr.attacks import bilevel, init as inits
+from trdr import data, models, victim
+from trdr.attacks import bilevel
+from trdr.attacks import init as inits
 from trdr.configs import bilevel_affine
+from trdr.evaluation import evaluate
+from trdr.experiment import loop
+from trdr.runtime import sharding
 
 STEPS = 3
 # Per device. 1 runs every point through the same program on 8 devices as on one, so
@@ -100,7 +104,7 @@ def compute() -> dict[str, np.ndarray]:
     out[f"step_b{batch}"] = np.asarray(state.step)
     for name in step_metrics._fields:
       out[f"{name}_b{batch}"] = np.asarray(getattr(step_metrics, name))
-  # trdr.loop.run's chunks on CPU: one jitted call per start, one per device at once
+  # trdr.experiment.loop.run's chunks on CPU: one jitted call per start, one per device at once
   # (k = 2 of the 8: each device compiles the attack once; 2 show the crossing), the
   # second chunk queued behind the first.
   chunk = loop._chunk(attack.step, 1, jax.local_devices()[:2])
@@ -125,7 +129,7 @@ def compute() -> dict[str, np.ndarray]:
       starts, task.mean, sets, thresholds=(0.3,), chunk_size=distinct + 1,
       mixture=dict(zip(("train", "partition", "noise"), weights))).items()})
   evaluation["param_distance"] = evaluate.param_distances(
-      attack.parts["energy"], theta_star, images, labels, tol=cfg.eval.lower_level_tol,
+      attack.energy, theta_star, images, labels, tol=cfg.eval.lower_level_tol,
       max_iter=cfg.eval.lower_level_max_iter, memory_size=cfg.victim.memory_size,
       batch=loop.batch_size(cfg.attack.grid_batch_size, images.shape[0], False))
   out.update({f"eval_{k}": v for k, v in evaluation.items()})

@@ -13,8 +13,12 @@ from trdr.attacks import decoreco, kkt_mlp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "experiments"))
-from benchmarks import common, decoreco as decoreco_section, paper_size  # noqa: E402
-from benchmarks import torch_reference  # noqa: E402
+from benchmarks import (  # noqa: E402
+  common,
+  paper_size,
+  torch_reference,  # noqa: E402
+)
+from benchmarks import decoreco as decoreco_section
 
 
 def test_the_reference_transcription_gives_trdrs_loss_in_float64(x64):

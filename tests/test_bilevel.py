@@ -14,9 +14,10 @@ with warnings.catch_warnings():
   warnings.simplefilter("ignore", DeprecationWarning)
   from jaxopt import implicit_diff, linear_solve
 
-from trdr import loop, models, victim
+from trdr import models, victim
 from trdr.attacks import bilevel
 from trdr.attacks import linear_solve as solves
+from trdr.experiment import loop
 
 WD = 0.1
 

@@ -1,4 +1,4 @@
-"""The grid across processes (`trdr.distributed`): two local CPU processes over gloo.
+"""The grid across processes (`trdr.runtime.distributed`): two local CPU processes over gloo.
 
 The `:smoke` landscape runs across two processes that are killed mid-run and started
 again; the resumed two-process run must continue from its checkpoints and write the
@@ -20,15 +20,16 @@ import time
 import numpy as np
 import pytest
 
-from trdr import io, paper
 from trdr.configs import bilevel_affine
+from trdr.report import artefacts
+from trdr.runtime import files, rundir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMEOUT = 600  # seconds for one run: minutes on 2 busy cores; a hung gloo peer fails
 
 
 def _two_processes(env, workdir):
-  """The :smoke landscape, as the :smoke report ran it (paper.RUNS), on 2 processes."""
+  """The :smoke landscape, as the :smoke report ran it (artefacts.RUNS), on 2 processes."""
   with socket.socket() as s:  # a free port for the coordinator
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -45,9 +46,9 @@ def test_two_processes_killed_mid_run_resume_to_the_single_process_landscape(
     smoke_report_dir, subprocess_env, tmp_path):
   """The resumed processes load the killed ones' compiled programs from the session's
   compilation cache (`subprocess_env`): the same executables, so the same numbers."""
-  reference = paper.run_dir(smoke_report_dir, "landscape_bilevel")
+  reference = artefacts.run_dir(smoke_report_dir, "landscape_bilevel")
   workdir = tmp_path / "two"
-  shards = [workdir / io.CHECKPOINT_FILE, workdir / "process_1" / io.CHECKPOINT_FILE]
+  shards = [workdir / rundir.CHECKPOINT_FILE, workdir / "process_1" / rundir.CHECKPOINT_FILE]
   processes = _two_processes(subprocess_env, workdir)
   deadline = time.time() + TIMEOUT
   while not all(s.exists() for s in shards) and time.time() < deadline and all(
@@ -68,16 +69,16 @@ def test_two_processes_killed_mid_run_resume_to_the_single_process_landscape(
   assert (workdir / "process_1" / "shard.json").exists()
   assert not (workdir / "process_1" / "landscape.json").exists()
 
-  assert io.read_json(workdir / "landscape.json") == io.read_json(
+  assert files.read_json(workdir / "landscape.json") == files.read_json(
       os.path.join(reference, "landscape.json"))
   attack = bilevel_affine.get_config("smoke").attack
-  steps = [r["step"] for r in io.read_metrics(workdir)]
+  steps = [r["step"] for r in rundir.read_metrics(workdir)]
   assert steps == list(range(attack.log_every, attack.steps + 1, attack.log_every)), (
       "one metrics line per chunk after the resume")
 
 
 def test_initialize_needs_all_three_or_none():
-  from trdr import distributed
+  from trdr.runtime import distributed
   with pytest.raises(ValueError, match="together"):
     distributed.initialize("127.0.0.1:1234", None, 0)
   with pytest.raises(ValueError, match="process_id"):
@@ -89,20 +90,23 @@ def two_process_checkpoints(tmp_path, monkeypatch):
   """A process's directory holding the checkpoints of steps 2 (previous) and 4 (latest),
   written by `loop._save` as it writes them across processes."""
   import ml_collections
-  from trdr import distributed, loop
+
+  from trdr.experiment import loop
+  from trdr.runtime import distributed, files, rundir
   monkeypatch.setattr(distributed, "active", lambda: True)
-  io.prepare_workdir(str(tmp_path), ml_collections.ConfigDict({"seed": 0}), "done.json")
+  rundir.prepare_workdir(str(tmp_path), ml_collections.ConfigDict({"seed": 0}), "done.json")
   for step in (2, 4):
     loop._save(str(tmp_path), {"state": {"x": np.full((3, 2), float(step))},
                                "history": {"loss": np.zeros((5, step))},
-                               "metrics": io.dumps_json([])}, [{"step": step}])
+                               "metrics": files.dumps_json([])}, [{"step": step}])
   return tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("common", [0, 2, 4])
 def test_resume_takes_the_checkpoint_of_the_step_every_process_has(
     two_process_checkpoints, common):
-  from trdr import distributed, loop
+  from trdr.experiment import loop
+  from trdr.runtime import distributed
   workdir, monkeypatch = two_process_checkpoints
   seen = []
   monkeypatch.setattr(distributed, "common_step", lambda step: seen.append(step) or common)
@@ -116,7 +120,8 @@ def test_resume_takes_the_checkpoint_of_the_step_every_process_has(
 
 
 def test_resume_refuses_a_step_this_process_does_not_have(two_process_checkpoints):
-  from trdr import distributed, loop
+  from trdr.experiment import loop
+  from trdr.runtime import distributed
   workdir, monkeypatch = two_process_checkpoints
   monkeypatch.setattr(distributed, "common_step", lambda step: 3)
   with pytest.raises(ValueError, match="not of step 3"):

@@ -16,10 +16,14 @@ import ml_collections
 import numpy as np
 import pytest
 
-from trdr import cli, data, experiment, io, loop, membership, models, paper
-from trdr import plotting, records, solver, victim
+from trdr import cli, data, experiment, models, plotting, victim
 from trdr.attacks.protocol import Attack
 from trdr.configs import bilevel_affine
+from trdr.evaluation import records
+from trdr.experiment import loop
+from trdr.report import artefacts, membership
+from trdr.runtime import files, rundir
+from trdr.victim import solver
 
 
 def _small_task():
@@ -46,10 +50,10 @@ def test_corrupted_theta_star_and_checkpoint_are_named_errors(tmp_path):
   remedy, never a silent resume (found: flipped checkpoint bytes resumed with exit 0)."""
   theta = models.init_params(models.Affine(), jax.random.key(0), (4, 4, 1))
   victim.save(str(tmp_path), theta, {"arch": "affine"})
-  io.save_checkpoint(str(tmp_path), {"images": np.arange(64.0).reshape(4, 16)})
+  rundir.save_checkpoint(str(tmp_path), {"images": np.arange(64.0).reshape(4, 16)})
   for path, read in ((tmp_path / victim.VICTIM_FILE, lambda: victim.load_metadata(
                          str(tmp_path))),
-                     (tmp_path / io.CHECKPOINT_FILE, lambda: io.load_checkpoint(
+                     (tmp_path / rundir.CHECKPOINT_FILE, lambda: rundir.load_checkpoint(
                          str(tmp_path)))):
     raw = path.read_bytes()
     for kind, bad in _corruptions(raw).items():
@@ -105,9 +109,9 @@ class _FullDisk:
 
 
 def _fill_disk(monkeypatch, full=lambda path: True):
-  """Makes trdr.io's writes to the paths ``full`` selects hit a full disk."""
+  """Makes trdr.runtime.files' writes to the paths ``full`` selects hit a full disk."""
   real_open = builtins.open
-  monkeypatch.setattr(io, "open", lambda p, mode="r", *a, **k: (
+  monkeypatch.setattr(files, "open", lambda p, mode="r", *a, **k: (
       _FullDisk(real_open(p, mode, *a, **k)) if "w" in mode and full(str(p))
       else real_open(p, mode, *a, **k)), raising=False)
 
@@ -116,12 +120,12 @@ def test_a_full_disk_leaves_no_partial_file_and_the_old_file_intact(tmp_path, mo
   """ENOSPC half-way through a write: the error propagates, the previous file is intact
   and no *.tmp<pid> is left to hold the space (found: leftovers blocked reruns)."""
   path = tmp_path / "results.json"
-  io.write_json(path, {"step": 1})
+  files.write_json(path, {"step": 1})
   _fill_disk(monkeypatch)
   with pytest.raises(OSError, match="No space left"):
-    io.write_json(path, {"step": 2})
+    files.write_json(path, {"step": 2})
   monkeypatch.undo()
-  assert io.read_json(path) == {"step": 1}
+  assert files.read_json(path) == {"step": 1}
   assert glob.glob(str(tmp_path / "*.tmp*")) == []
 
 
@@ -142,8 +146,8 @@ def test_a_run_that_hit_a_full_disk_resumes_bitwise_once_space_is_freed(
   kwargs = dict(steps=steps, log_every=log_every, grid_batch_size=2, stop_on_divergence=True,
                 checkpoint_every=checkpoint_every)
   saved_steps = []
-  save = io.save_checkpoint
-  monkeypatch.setattr(io, "save_checkpoint", lambda workdir, tree, *a: saved_steps.append(
+  save = rundir.save_checkpoint
+  monkeypatch.setattr(rundir, "save_checkpoint", lambda workdir, tree, *a: saved_steps.append(
       loop.history_steps(tree["history"])) or save(workdir, tree, *a))
   reference, ref_history, _ = loop.run(_toy_attack(99), states, workdir=str(tmp_path),
                                        resume=False, **kwargs)
@@ -155,22 +159,22 @@ def test_a_run_that_hit_a_full_disk_resumes_bitwise_once_space_is_freed(
 
   def full(path):  # the second checkpoint write
     written.append(path)
-    return sum(io.CHECKPOINT_FILE in p for p in written) == 2 and io.CHECKPOINT_FILE in path
+    return sum(rundir.CHECKPOINT_FILE in p for p in written) == 2 and rundir.CHECKPOINT_FILE in path
 
   _fill_disk(monkeypatch, full)
   with pytest.raises(OSError, match="No space left"):
     loop.run(_toy_attack(99), states, workdir=str(run), resume=False, **kwargs)
   monkeypatch.undo()
   assert glob.glob(str(run / "*.tmp*")) == []
-  assert [r["step"] for r in io.read_metrics(str(run))] == list(
+  assert [r["step"] for r in rundir.read_metrics(str(run))] == list(
       range(log_every, saved[0] + 1, log_every))
-  assert np.asarray(io.load_checkpoint(str(run))["history"]["objective"]).shape == (2, saved[0])
+  assert np.asarray(rundir.load_checkpoint(str(run))["history"]["objective"]).shape == (2, saved[0])
   resumed, history, _ = loop.run(_toy_attack(99), states, workdir=str(run), resume=True,
                                  **kwargs)
   jax.tree.map(np.testing.assert_array_equal, resumed, reference)
   np.testing.assert_array_equal(history["objective"], ref_history["objective"])
-  assert [r["step"] for r in io.read_metrics(str(run))] == list(range(log_every, steps + 1,
-                                                                     log_every))
+  assert [r["step"] for r in rundir.read_metrics(str(run))] == list(range(log_every, steps + 1,
+                                                                          log_every))
   with pytest.raises(ValueError, match="checkpoint_every >= 0"):
     loop.run(_toy_attack(99), states, workdir=str(run), resume=False,
              **{**kwargs, "checkpoint_every": -1})
@@ -178,7 +182,7 @@ def test_a_run_that_hit_a_full_disk_resumes_bitwise_once_space_is_freed(
 
 def test_identical_starts_are_attacked_once(tmp_path, monkeypatch):
   """Grid points whose start states are bit-identical are attacked once and copied back
-  (`trdr.loop.run`): states, history and metrics.jsonl are those of the whole grid
+  (`trdr.experiment.loop.run`): states, history and metrics.jsonl are those of the whole grid
   attacked point by point, bit for bit (batch 1: every point runs the same program)."""
   x = jax.random.uniform(jax.random.key(0), (3, 1, 2, 2, 1))
   states = (x.at[2].set(x[0]), jnp.zeros(3, jnp.int32), jnp.zeros(3, bool))
@@ -200,8 +204,8 @@ def test_identical_starts_are_attacked_once(tmp_path, monkeypatch):
   assert attacked == [2, 2, 3, 3]
   jax.tree.map(np.testing.assert_array_equal, once[:2], each[:2])
   strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds_per_step"} for r in rs]
-  assert strip(io.read_metrics(str(tmp_path / "once"))) == strip(
-      io.read_metrics(str(tmp_path / "each")))
+  assert strip(rundir.read_metrics(str(tmp_path / "once"))) == strip(
+      rundir.read_metrics(str(tmp_path / "each")))
 
 
 def test_a_failed_write_of_the_last_checkpoint_is_raised(tmp_path, monkeypatch):
@@ -214,15 +218,15 @@ def test_a_failed_write_of_the_last_checkpoint_is_raised(tmp_path, monkeypatch):
 
   def full(path):  # the third checkpoint write: the one of step 6, the last
     written.append(path)
-    return sum(io.CHECKPOINT_FILE in p for p in written) == 3 and io.CHECKPOINT_FILE in path
+    return sum(rundir.CHECKPOINT_FILE in p for p in written) == 3 and rundir.CHECKPOINT_FILE in path
 
   _fill_disk(monkeypatch, full)
   with pytest.raises(OSError, match="No space left"):
     loop.run(_toy_attack(99), states, steps=6, log_every=2, grid_batch_size=2,
              workdir=str(tmp_path), resume=False)
   monkeypatch.undo()
-  assert [r["step"] for r in io.read_metrics(str(tmp_path))] == [2, 4]
-  assert np.asarray(io.load_checkpoint(str(tmp_path))["history"]["objective"]).shape == (2, 4)
+  assert [r["step"] for r in rundir.read_metrics(str(tmp_path))] == [2, 4]
+  assert np.asarray(rundir.load_checkpoint(str(tmp_path))["history"]["objective"]).shape == (2, 4)
   assert glob.glob(str(tmp_path / "*.tmp*")) == []
 
 
@@ -243,7 +247,7 @@ def test_a_failed_write_in_flight_does_not_replace_the_runs_own_error(tmp_path, 
     return {"mean": np.mean(images, axis=(1, 2, 3, 4))}
   trace = (np.arange(2), traced)
 
-  _fill_disk(monkeypatch, lambda path: io.CHECKPOINT_FILE in path)
+  _fill_disk(monkeypatch, lambda path: rundir.CHECKPOINT_FILE in path)
   if failure == "divergence":
     with pytest.raises(FloatingPointError, match=r"after step 4.*checkpoint of step 2 could "
                                                  r"not be written.*No space left"):
@@ -254,24 +258,25 @@ def test_a_failed_write_in_flight_does_not_replace_the_runs_own_error(tmp_path, 
       loop.run(_toy_attack(99), states, steps=6, log_every=2, grid_batch_size=2,
                workdir=str(tmp_path), resume=False, trace=trace)
   monkeypatch.undo()
-  assert not os.path.exists(tmp_path / io.CHECKPOINT_FILE)
-  assert io.read_metrics(str(tmp_path)) == []
+  assert not os.path.exists(tmp_path / rundir.CHECKPOINT_FILE)
+  assert rundir.read_metrics(str(tmp_path)) == []
   assert glob.glob(str(tmp_path / "*.tmp*")) == []
 
 
 @pytest.mark.parametrize("size", [10, 1_000, 100_000])  # msgpack's bin 8, bin 16, bin 32
 def test_verified_files_are_flax_msgpack_of_body_and_digest(tmp_path, size):
-  """`io.write_verified` writes the map {"body", "sha256"} in three parts, so that a large
+  """`files.write_verified` writes the map {"body", "sha256"} in three parts, so that a large
   body is not copied again; the bytes are exactly flax's msgpack of that map."""
   import hashlib
+
   import flax.serialization
   tree = {"x": np.arange(size, dtype=np.uint8), "name": "θ*"}
-  io.write_verified(str(tmp_path / "f.msgpack"), tree)
+  files.write_verified(str(tmp_path / "f.msgpack"), tree)
   body = flax.serialization.msgpack_serialize(tree)
   expected = flax.serialization.msgpack_serialize(
       {"body": body, "sha256": hashlib.sha256(body).hexdigest()})
   assert (tmp_path / "f.msgpack").read_bytes() == expected
-  restored = io.read_verified(str(tmp_path / "f.msgpack"), "")
+  restored = files.read_verified(str(tmp_path / "f.msgpack"), "")
   np.testing.assert_array_equal(restored["x"], tree["x"])
   assert restored["name"] == "θ*"
 
@@ -283,8 +288,8 @@ def test_a_resumed_state_must_be_finite_and_fit_the_run(tmp_path):
   states = (x, jnp.zeros(2, jnp.int32), jnp.array([False, False]))
   kwargs = dict(log_every=2, grid_batch_size=2, workdir=str(tmp_path), stop_on_divergence=True)
   loop.run(_toy_attack(99), states, steps=4, resume=False, **kwargs)
-  path = tmp_path / io.CHECKPOINT_FILE
-  saved = io.load_checkpoint(str(tmp_path))
+  path = tmp_path / rundir.CHECKPOINT_FILE
+  saved = rundir.load_checkpoint(str(tmp_path))
   with pytest.raises(ValueError, match=rf"{path} does not fit this run.*\(2, ≤ 2\)"):
     loop.run(_toy_attack(99), states, steps=2, resume=True, **kwargs)
   three = (jnp.concatenate([x, x[:1] + 1]), *(jnp.concatenate([v, v[:1]]) for v in states[1:]))
@@ -292,7 +297,7 @@ def test_a_resumed_state_must_be_finite_and_fit_the_run(tmp_path):
     loop.run(_toy_attack(99), three, steps=6, resume=True, **kwargs)
   saved["state"]["0"] = np.asarray(saved["state"]["0"]).copy()
   saved["state"]["0"][1, 0, 0, 0, 0] = np.nan
-  io.save_checkpoint(str(tmp_path), saved)
+  rundir.save_checkpoint(str(tmp_path), saved)
   with pytest.raises(ValueError, match=rf"{path} holds a non-finite attack state.*delete"):
     loop.run(_toy_attack(99), states, steps=6, resume=True, **kwargs)
 
@@ -303,14 +308,14 @@ def test_json_is_written_without_nan_and_read_back_with_it(tmp_path):
   read back as the floats they were."""
   record = {"loss": float("nan"), "ok": 1.5, "per_point": np.array([1.0, np.inf, -np.inf]),
             "nested": [{"std": np.float32("nan")}], "converged": None}
-  io.write_json(tmp_path / "r.json", record)
-  io.append_metrics(str(tmp_path), [record])
-  for path in (tmp_path / "r.json", tmp_path / io.METRICS_FILE):
+  files.write_json(tmp_path / "r.json", record)
+  rundir.append_metrics(str(tmp_path), [record])
+  for path in (tmp_path / "r.json", tmp_path / rundir.METRICS_FILE):
     strict = json.loads(path.read_text(), parse_constant=lambda token: pytest.fail(
         f"a JSON file holds {token}"))
     assert strict["loss"] is None and strict["loss_not_finite"] == "nan"
     assert strict["per_point_not_finite"] == {"1": "inf", "2": "-inf"}
-  for back in (io.read_json(tmp_path / "r.json"), io.read_metrics(str(tmp_path))[0]):
+  for back in (files.read_json(tmp_path / "r.json"), rundir.read_metrics(str(tmp_path))[0]):
     assert set(back) == set(record)
     assert np.isnan(back["loss"]) and np.isnan(back["nested"][0]["std"])
     assert back["per_point"] == [1.0, np.inf, -np.inf]
@@ -320,22 +325,22 @@ def test_json_is_written_without_nan_and_read_back_with_it(tmp_path):
 def test_a_second_run_in_the_same_work_dir_is_refused_at_once(tmp_path):
   """The work dir's lock names its holder; released on exit, an exception's included
   (found: two runs in one work dir both finished, metrics.jsonl listed each chunk twice)."""
-  with io.locked(str(tmp_path)):
+  with rundir.locked(str(tmp_path)):
     with pytest.raises(RuntimeError, match=rf"in use by another run \(process {os.getpid()}\)"):
-      with io.locked(str(tmp_path)):
+      with rundir.locked(str(tmp_path)):
         pass
   with pytest.raises(KeyError):
-    with io.locked(str(tmp_path)):
+    with rundir.locked(str(tmp_path)):
       raise KeyError("the run failed")
-  with io.locked(str(tmp_path)):
+  with rundir.locked(str(tmp_path)):
     pass
 
 
 def _finished_run(workdir):
   """The files of a finished landscape run (stand-ins; only their survival is checked)."""
   os.makedirs(workdir)
-  files = {io.CONFIG_FILE: b'{"old": 1}', experiment.LANDSCAPE_FILE: b"[]",
-           io.METRICS_FILE: b'{"step": 30}\n', io.CHECKPOINT_FILE: b"step 30"}
+  files = {rundir.CONFIG_FILE: b'{"old": 1}', experiment.LANDSCAPE_FILE: b"[]",
+           rundir.METRICS_FILE: b'{"step": 30}\n', rundir.CHECKPOINT_FILE: b"step 30"}
   for name, payload in files.items():
     (workdir / name).write_bytes(payload)
   return files
@@ -408,34 +413,34 @@ def test_an_overwrite_that_fails_mid_run_leaves_the_finished_run_intact(tmp_path
 
 def test_config_change_names_the_keys_that_differ(tmp_path):
   old = _victim_config()
-  assert io.config_change(old, old.copy_and_resolve_references()) == ""
+  assert rundir.config_change(old, old.copy_and_resolve_references()) == ""
   new = old.copy_and_resolve_references()
   new.attack.lr = 0.5
   new.init.lambda1 = (0.0, 1.0)
   del new.attack.lower_level["method"]  # a key one config lacks (e.g. written before it)
-  assert io.config_change(io.to_jsonable(old), new) == (
+  assert rundir.config_change(files.to_jsonable(old), new) == (
       f"attack.lower_level.method: {old.attack.lower_level.method!r} -> absent, "
       f"attack.lr: {old.attack.lr!r} -> 0.5, "
       f"init.lambda1: {list(old.init.lambda1)!r} -> [0.0, 1.0]")
   new.seed, new.data.n_per_class = old.seed + 1, 3
-  assert io.config_change(old, new, shown=2).endswith(" and 3 more")
+  assert rundir.config_change(old, new, shown=2).endswith(" and 3 more")
   # A dict against a value, and the literal string "absent" against a missing key.
-  assert io.config_change({"x": {"y": 1}}, {"x": 2}) == "x: {'y': 1} -> 2"
-  assert io.config_change({"x": "absent"}, {}) == "x: 'absent' -> absent"
+  assert rundir.config_change({"x": {"y": 1}}, {"x": 2}) == "x: {'y': 1} -> 2"
+  assert rundir.config_change({"x": "absent"}, {}) == "x: 'absent' -> absent"
   # How often a run checkpoints changes none of its results: runs written before the key
   # existed, or with another value, are the same run (reused, resumed).
-  for key in io.EXECUTION_KEYS:
+  for key in rundir.EXECUTION_KEYS:
     section, name = key.split(".")
-    assert io.config_change({section: {"lr": 1}}, {section: {"lr": 1, name: 100}}) == ""
-    assert io.config_change({section: {name: 0}}, {section: {name: 100}}) == ""
+    assert rundir.config_change({section: {"lr": 1}}, {section: {"lr": 1, name: 100}}) == ""
+    assert rundir.config_change({section: {name: 0}}, {section: {name: 100}}) == ""
     # A checkpointed run started again with another value resumes (its config.json, whose
     # SHA-256 the checkpoint carries, is kept).
     workdir = str(tmp_path / name)
     before, after = (ml_collections.ConfigDict({section: {name: v}}) for v in (0, 100))
-    assert not io.prepare_workdir(workdir, before, "done.json")
-    io.save_checkpoint(workdir, {"x": np.ones(2)})
-    assert io.prepare_workdir(workdir, after, "done.json")
-    np.testing.assert_array_equal(io.load_checkpoint(workdir)["x"], np.ones(2))
+    assert not rundir.prepare_workdir(workdir, before, "done.json")
+    rundir.save_checkpoint(workdir, {"x": np.ones(2)})
+    assert rundir.prepare_workdir(workdir, after, "done.json")
+    np.testing.assert_array_equal(rundir.load_checkpoint(workdir)["x"], np.ones(2))
 
 
 def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp_path):
@@ -450,52 +455,52 @@ def test_every_file_of_a_run_corrupted_three_ways_is_an_error_or_a_recompute(tmp
   other.attack.steps = 7
   run, elsewhere = str(tmp_path / "run"), str(tmp_path / "other")
   for workdir, cfg in ((run, config), (elsewhere, other)):
-    io.prepare_workdir(workdir, cfg, experiment.LANDSCAPE_FILE)
-    io.save_checkpoint(workdir, {"images": np.full((2, 3), len(workdir), np.float32)})
+    rundir.prepare_workdir(workdir, cfg, experiment.LANDSCAPE_FILE)
+    rundir.save_checkpoint(workdir, {"images": np.full((2, 3), len(workdir), np.float32)})
 
   def swap_in(name):
     return (tmp_path / "other" / name).read_bytes()
 
   # config.json: unreadable, or another run's config (which its checkpoint does not fit).
-  path = tmp_path / "run" / io.CONFIG_FILE
+  path = tmp_path / "run" / rundir.CONFIG_FILE
   raw = path.read_bytes()
   for bad in _corruptions(raw).values():
     path.write_bytes(bad)
     with pytest.raises((ValueError, FileExistsError), match=str(path)):
-      io.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)
-  path.write_bytes(swap_in(io.CONFIG_FILE))
+      rundir.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)
+  path.write_bytes(swap_in(rundir.CONFIG_FILE))
   with pytest.raises(FileExistsError, match=f"different config .*attack.steps: 7 -> "
                      f"{config.attack.steps}\\)"):  # the one key that differs, named
-    io.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)
+    rundir.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)
   with pytest.raises(ValueError, match="another config.json"):
-    io.load_checkpoint(run)
+    rundir.load_checkpoint(run)
   path.write_bytes(raw)
-  assert io.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)  # resumable again
+  assert rundir.prepare_workdir(run, config, experiment.LANDSCAPE_FILE)  # resumable again
   # checkpoint.msgpack: truncated and flipped (see above), or another run's valid one.
-  path = tmp_path / "run" / io.CHECKPOINT_FILE
+  path = tmp_path / "run" / rundir.CHECKPOINT_FILE
   raw = path.read_bytes()
-  for bad in [*_corruptions(raw).values(), swap_in(io.CHECKPOINT_FILE)]:
+  for bad in [*_corruptions(raw).values(), swap_in(rundir.CHECKPOINT_FILE)]:
     path.write_bytes(bad)
     with pytest.raises(ValueError, match=rf"{path}.*delete {path}"):
-      io.load_checkpoint(run)
+      rundir.load_checkpoint(run)
   path.write_bytes(raw)
-  np.testing.assert_array_equal(io.load_checkpoint(run)["images"], len(run))
+  np.testing.assert_array_equal(rundir.load_checkpoint(run)["images"], len(run))
 
 
 def _finish(workdir, config, value):
   """A finished landscape run's files, as `trdr.experiment` writes them, filled with
   ``value`` (stand-ins for its numbers)."""
-  io.prepare_workdir(workdir, config, experiment.LANDSCAPE_FILE)
-  io.save_checkpoint(workdir, {"images": np.full((2, 3), value)})
-  io.write_metrics(workdir, [{"step": 30, "objective": value}])
-  io.save_npz(os.path.join(workdir, experiment.RESULTS_FILE), final_images=np.full(6, value))
-  io.write_json(os.path.join(workdir, experiment.SUMMARY_FILE), {"seconds": value})
-  io.finish(workdir, experiment.LANDSCAPE_FILE, [{"lambda1": 0.0, "param_distance": value}])
+  rundir.prepare_workdir(workdir, config, experiment.LANDSCAPE_FILE)
+  rundir.save_checkpoint(workdir, {"images": np.full((2, 3), value)})
+  rundir.write_metrics(workdir, [{"step": 30, "objective": value}])
+  files.save_npz(os.path.join(workdir, experiment.RESULTS_FILE), final_images=np.full(6, value))
+  files.write_json(os.path.join(workdir, experiment.SUMMARY_FILE), {"seconds": value})
+  rundir.finish(workdir, experiment.LANDSCAPE_FILE, [{"lambda1": 0.0, "param_distance": value}])
 
 
 def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(tmp_path):
   """Fault injection on the files a finished run is reused from (the report's
-  `paper.run_or_reuse`, `plotting.run_figures`): each of them,
+  `artefacts.run_or_reuse`, `plotting.run_figures`): each of them,
   SHA256SUMS included, truncated, with bytes flipped in the middle, or replaced by the
   same file of another finished run, is a ValueError naming it; a finished run is never
   started again (found: a changed results.npz was reused silently)."""
@@ -505,12 +510,12 @@ def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(t
   _finish(str(run), config, 1.0)
   _finish(str(elsewhere), other, 2.0)
   names = sorted(os.listdir(run))
-  assert set(names) >= {io.CONFIG_FILE, io.CHECKPOINT_FILE, io.METRICS_FILE, io.SUMS_FILE,
+  assert set(names) >= {rundir.CONFIG_FILE, rundir.CHECKPOINT_FILE, rundir.METRICS_FILE, rundir.SUMS_FILE,
                         experiment.RESULTS_FILE, experiment.LANDSCAPE_FILE}
-  paper.run_or_reuse("landscape", config, str(run))  # intact: reused, nothing recomputed
+  artefacts.run_or_reuse("landscape", config, str(run))  # intact: reused, nothing recomputed
   assert sorted(os.listdir(run)) == names
   for name in names:
-    if name == io.LOCK_FILE:
+    if name == rundir.LOCK_FILE:
       continue
     path = run / name
     raw = path.read_bytes()
@@ -518,26 +523,26 @@ def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(t
                       }.items():
       assert bad != raw, (name, kind)
       path.write_bytes(bad)
-      for reuse in (lambda: paper.run_or_reuse("landscape", config, str(run)),
+      for reuse in (lambda: artefacts.run_or_reuse("landscape", config, str(run)),
                     lambda: plotting.run_figures(str(run))):
         with pytest.raises(ValueError, match=re.escape(str(path)) + ".*delete") as e:
           reuse()
         # Another run's valid SHA256SUMS is found out by the first file it does not fit.
-        expected = ("is corrupted" if name == io.SUMS_FILE and kind != "replaced" else
+        expected = ("is corrupted" if name == rundir.SUMS_FILE and kind != "replaced" else
                     "was changed or corrupted")
         assert expected in str(e.value), (name, kind)
       with pytest.raises(FileExistsError, match="finished run"):
-        io.prepare_workdir(str(run), config, experiment.LANDSCAPE_FILE)
+        rundir.prepare_workdir(str(run), config, experiment.LANDSCAPE_FILE)
     path.write_bytes(raw)
-  paper.run_or_reuse("landscape", config, str(run))
+  artefacts.run_or_reuse("landscape", config, str(run))
 
 
 def test_the_membership_reader_refuses_a_changed_finished_run(tmp_path):
   """`membership.per_image` checks SHA256SUMS before it reads a "membership" run."""
   run = tmp_path / "run"
-  io.prepare_workdir(str(run), _victim_config(), experiment.MEMBERSHIP_FILE)
-  io.save_npz(os.path.join(run, experiment.RESULTS_FILE), final_images=np.zeros(6))
-  io.finish(str(run), experiment.MEMBERSHIP_FILE, {"kinds": ["mixed"]})
+  rundir.prepare_workdir(str(run), _victim_config(), experiment.MEMBERSHIP_FILE)
+  files.save_npz(os.path.join(run, experiment.RESULTS_FILE), final_images=np.zeros(6))
+  rundir.finish(str(run), experiment.MEMBERSHIP_FILE, {"kinds": ["mixed"]})
   path = run / experiment.RESULTS_FILE
   raw = path.read_bytes()
   path.write_bytes(_corruptions(raw)["flipped"])
@@ -597,7 +602,7 @@ def _toy_attack(diverge_at: int) -> Attack:
     x, k, bad = state
     objective = jnp.where((k >= diverge_at) & bad, jnp.nan, jnp.mean(x))
     return (x / 2, k + 1, bad), _Metrics(objective)
-  return Attack("toy", None, step, lambda s: s[0], True, "pixels", {})
+  return Attack("toy", None, step, lambda s: s[0], True, "pixels")
 
 
 def test_a_diverged_attack_stops_with_a_named_error_and_keeps_its_good_checkpoint(tmp_path):
@@ -612,7 +617,7 @@ def test_a_diverged_attack_stops_with_a_named_error_and_keeps_its_good_checkpoin
                                                r"step 4.*checkpoint of step 2"):
     loop.run(_toy_attack(3), states, workdir=str(tmp_path / "stop"), stop_on_divergence=True,
              **kwargs)
-  saved = io.load_checkpoint(str(tmp_path / "stop"))
+  saved = rundir.load_checkpoint(str(tmp_path / "stop"))
   assert np.asarray(saved["history"]["objective"]).shape == (2, 2)  # steps 0, 1 only
   _, history, _ = loop.run(_toy_attack(3), states, workdir=str(tmp_path / "sweep"), **kwargs)
   assert np.isnan(history["objective"][1, 3:]).all()

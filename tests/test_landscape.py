@@ -12,9 +12,14 @@ import numpy as np
 import optax.tree
 import pytest
 
-from trdr import data, evaluate, experiment, io, loop, models, paper, plotting, victim
-from trdr.attacks import bilevel, init as inits
+from trdr import data, experiment, models, plotting, victim
+from trdr.attacks import bilevel
+from trdr.attacks import init as inits
 from trdr.configs import bilevel_affine
+from trdr.evaluation import evaluate, ssim
+from trdr.experiment import loop
+from trdr.report import artefacts
+from trdr.runtime import files, rundir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID_RECORD_KEYS = (
@@ -30,9 +35,9 @@ def smoke_config():
 @pytest.fixture(scope="module")
 def smoke_run(smoke_report_dir):
   """The :smoke bilevel landscape, as `make figures SIZE=smoke` ran it (same config)."""
-  workdir = paper.run_dir(smoke_report_dir, "landscape_bilevel")
-  assert io.read_json(os.path.join(workdir, "config.json")) == io.to_jsonable(smoke_config())
-  return workdir, io.read_json(os.path.join(workdir, "landscape.json"))
+  workdir = artefacts.run_dir(smoke_report_dir, "landscape_bilevel")
+  assert files.read_json(os.path.join(workdir, "config.json")) == files.to_jsonable(smoke_config())
+  return workdir, files.read_json(os.path.join(workdir, "landscape.json"))
 
 
 def _target(config, task, dtype=jnp.float32):
@@ -65,7 +70,7 @@ def test_writes_every_artefact(smoke_run):
               "reconstructions_partition", "reconstructions_partition_vs_partition"):
     for ext in ("png", "pdf"):
       assert os.path.getsize(os.path.join(workdir, f"{fig}.{ext}")) > 1000, (fig, ext)
-  assert records == io.read_json(os.path.join(workdir, "landscape.json"))
+  assert records == files.read_json(os.path.join(workdir, "landscape.json"))
   assert len(records) == 9
   for record in records:
     assert set(GRID_RECORD_KEYS) <= set(record)
@@ -74,11 +79,11 @@ def test_writes_every_artefact(smoke_run):
             and k != "upper_loss"} <= set(record)
     assert all(np.isfinite(v) for v in record.values())
   gt = _point(records, 1.0, 1.0)   # the ground-truth start is the training set itself
-  # SSIM(x, x) = 1 up to the engine's float32 error (≤ ~5e-6, trdr.ssim); another image's
+  # SSIM(x, x) = 1 up to the engine's float32 error (≤ ~5e-6, trdr.evaluation.ssim); another image's
   # SSIM is far below (every other start and reconstruction of this grid scores ≤ 0.56).
   assert gt["start_l2_to_train"] == 0.0 and gt["start_ssim_to_train"] > 0.999
   assert _logged_steps(workdir) == [10, 20, 30]
-  summary = io.read_json(os.path.join(workdir, "summary.json"))  # where the time went
+  summary = files.read_json(os.path.join(workdir, "summary.json"))  # where the time went
   seconds = summary["phase_seconds"]
   assert set(seconds) == {"victim", "attack", "evaluation"}  # (JSON keys are sorted)
   assert seconds["attack"] == summary["attack_seconds"]
@@ -297,22 +302,22 @@ def test_identical_grid_points_are_evaluated_once(monkeypatch):
   best candidate leads by more than that
   (test_metrics.py::test_nearest_neighbours_per_set_equals_one_search_per_set argues the
   bounds; the premise is checked below)."""
-  from trdr import metrics
+  from trdr.evaluation import metrics
   rng = np.random.default_rng(0)
   sets = {"train": rng.random((6, 16, 16, 1), np.float32),
           "partition": rng.random((5, 16, 16, 1), np.float32)}
   images = rng.random((4, 3, 16, 16, 1), np.float32)
   images[2] = images[3] = images[0]
   for candidates in sets.values():
-    top2 = np.sort(np.asarray(metrics.pairwise_ssim(images, candidates)), axis=-1)[..., -2:]
+    top2 = np.sort(np.asarray(ssim.pairwise_ssim(images, candidates)), axis=-1)[..., -2:]
     assert np.min(top2[..., 1] - top2[..., 0]) > 1e-5
   searched = []
-  search = metrics.nearest_neighbours_per_set
+  search = ssim.nearest_neighbours_per_set
   monkeypatch.setattr(metrics, "nearest_neighbours_per_set",
                       lambda q, *a, **k: searched.append(q.shape) or search(q, *a, **k))
   out = evaluate.reconstructions(images, None, sets, thresholds=(0.3,))
   assert searched == [(2, 3, 16, 16, 1)]  # points 0 and 1 only
-  l2_rtol = 2 * (16 * 16 + 5) * 2.0**-24 / 2  # twice metrics._l2_rows' bound, d = 256
+  l2_rtol = 2 * (16 * 16 + 5) * 2.0**-24 / 2  # twice metrics.l2_rows' bound, d = 256
   for g in range(4):
     alone = evaluate.reconstructions(images[g], None, sets, thresholds=(0.3,))
     assert set(alone) == set(out)
@@ -331,7 +336,7 @@ def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypa
   the three sets as bases, and gives the duplicate λ2 = 0 points the numbers of theirs.
   (That the mixture search equals the search of the images, within rounding, is
   test_metrics.py::test_nearest_neighbours_of_mixtures_equal_the_search_of_the_images.)"""
-  from trdr import metrics
+  from trdr.evaluation import metrics
   config = smoke_config()
   task = data.make_binary_task(config.data)
   grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
@@ -342,7 +347,7 @@ def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypa
   weights = inits.mixture_weights(grid.lambda1, grid.lambda2)
   mixture = dict(zip(("train", "partition", "noise"), weights.T))
   calls = []
-  search = metrics.nearest_neighbours_per_set
+  search = ssim.nearest_neighbours_per_set
   monkeypatch.setattr(metrics, "nearest_neighbours_per_set",
                       lambda q, s, **k: calls.append((q, k["mixture"])) or search(q, s, **k))
   out = evaluate.reconstructions(x0, task.mean, sets, mixture=mixture, thresholds=(0.3,))
@@ -390,10 +395,10 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
   workdir.mkdir()
   old = smoke_config()
   old.data.n_per_class = 7
-  io.write_json(workdir / io.CONFIG_FILE, io.to_jsonable(old))
-  io.write_json(workdir / experiment.LANDSCAPE_FILE, [])
-  io.write_metrics(workdir, [{"step": s} for s in (10, 20, 30)])
-  (workdir / io.CHECKPOINT_FILE).write_bytes(b"a checkpoint of step 30")
+  files.write_json(workdir / rundir.CONFIG_FILE, files.to_jsonable(old))
+  files.write_json(workdir / experiment.LANDSCAPE_FILE, [])
+  rundir.write_metrics(workdir, [{"step": s} for s in (10, 20, 30)])
+  (workdir / rundir.CHECKPOINT_FILE).write_bytes(b"a checkpoint of step 30")
   cmd = [sys.executable, os.path.join(REPO, "experiments", "landscape.py"),
          f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
          f"--workdir={workdir}", "--config.data.source=npz", f"--config.data.path={path}",
@@ -415,12 +420,12 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
   assert done.returncode == 0, done.stderr[-3000:]
   assert "Resuming" not in done.stderr
   assert sorted(os.listdir(tmp_path)) == ["my.npz", "run"]  # swapped in, nothing left over
-  saved = io.read_json(workdir / "config.json")
+  saved = files.read_json(workdir / "config.json")
   assert saved["data"]["classes"] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
   assert _logged_steps(workdir) == [10]
   results = np.load(workdir / "results.npz")
   assert results["final_images"].shape == (9, 40, 28, 28, 1)
-  gt = _point(io.read_json(workdir / "landscape.json"), 1.0, 1.0)
+  gt = _point(files.read_json(workdir / "landscape.json"), 1.0, 1.0)
   assert gt["l2_to_train"] < 1e-2  # no step at x_true (test_ground_truth_initialisation_...)
 
 
@@ -453,7 +458,7 @@ def test_float64_switch_runs_the_whole_path_in_float64(x64, tmp_path):
   config.attack.steps = 10
   config.data.n_per_class = 10                      # the path, not the size, is tested
   config.init.lambda1 = config.init.lambda2 = (0.0, 1.0)
-  records = experiment.run(config, str(tmp_path), "landscape")
+  records = experiment.run(config, str(tmp_path), "landscape").records
   results = np.load(tmp_path / "results.npz")
   assert results["final_images"].dtype == np.float64
   assert results["history_upper_loss"].dtype == np.float64

@@ -1,41 +1,28 @@
-"""The package's layout: one-way imports along the pipeline, and small modules.
+"""The package's layout: the pipeline order of `trdr`'s docstring, checked on the code.
 
-Data flows one way (../shared/STYLE.md): data → models → victim → attacks → loop →
-evaluate → experiment → plotting → paper → report. `FLOW` lists every module of trdr in
-that order; a module may import only modules before it. Infrastructure that knows
-nothing of the pipeline (io, sharding, the L-BFGS solver) comes first.
+The order of the packages and modules is written once, in `trdr/__init__.py`'s docstring;
+these tests read it from there and check every import of the package against it.
 """
 
 import ast
 import os
+import re
 
-import pytest
+import trdr
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, "trdr")
 
-FLOW = (
-    "trdr", "trdr.io", "trdr.sharding", "trdr.distributed", "trdr.solver",
-    "trdr.data", "trdr.configs", *(f"trdr.configs.{name}" for name in (
-        "bilevel_affine", "bilevel_one_hidden", "decoreco_cifar", "decoreco_multiclass",
-        "decoreco_landscape",
-        "paper_figures", "decoreco_figures", "membership", "report")),
-    "trdr.models", "trdr.victim", "trdr.pretrained",
-    "trdr.attacks.protocol", "trdr.attacks.linear_solve", "trdr.attacks.init",
-    "trdr.attacks.gradient_norm", "trdr.attacks.kkt_mlp", "trdr.attacks.bilevel",
-    "trdr.attacks.decoreco", "trdr.attacks",
-    "trdr.loop", "trdr.ssim", "trdr.ssim_mixtures", "trdr.metrics", "trdr.evaluate",
-    "trdr.records", "trdr.starts", "trdr.experiment",
-    "trdr.roc", "trdr.realism", "trdr.plotting", "trdr.report_figures", "trdr.paper",
-    "trdr.membership", "trdr.claims", "trdr.decoreco_verdicts", "trdr.verdicts", "trdr.report",
-    "trdr.api", "trdr.cli",
-)
-MAX_MODULE_LINES = 400
-MAX_SCRIPT_LINES = 100
+
+def _flow() -> list[str]:
+  """The stages of the pipeline, in order, from `trdr`'s docstring: its two-space
+  indented lines "  name  description" before the rules."""
+  text = trdr.__doc__.split("Rules")[0]
+  return ["trdr." + m for m in re.findall(r"^  ([a-z_]+)\s{2,}\S", text, re.M)]
 
 
 def _modules() -> dict[str, str]:
-  """Module name -> path, for every .py file under trdr/."""
+  """Module name -> path, for every .py file under trdr/ (a package is its __init__)."""
   found = {}
   for root, _, files in os.walk(PACKAGE):
     for name in files:
@@ -52,7 +39,8 @@ def _source(path: str) -> str:
 
 
 def _imports(path: str, modules) -> set[str]:
-  """The trdr modules that the file at ``path`` imports (any form of import)."""
+  """The trdr modules that the file at ``path`` imports (any form of import, at any depth
+  of the file: lazy imports inside functions count)."""
   out = set()
   for node in ast.walk(ast.parse(_source(path))):
     if isinstance(node, ast.Import):
@@ -64,40 +52,66 @@ def _imports(path: str, modules) -> set[str]:
   return out
 
 
-def test_every_module_has_its_place_in_the_flow():
-  assert sorted(_modules()) == sorted(FLOW)
+def _stage(module: str, flow: list[str]) -> str | None:
+  """The stage of ``flow`` that ``module`` belongs to (itself or its package)."""
+  return next((s for s in flow if module == s or module.startswith(s + ".")), None)
 
 
-def test_no_module_imports_one_later_in_the_flow():
-  modules = _modules()
-  rank = {name: i for i, name in enumerate(FLOW)}
-  backward = [(name, imported) for name, path in modules.items()
-              for imported in _imports(path, modules)
-              if imported in rank and rank[imported] >= rank[name]
-              and not (name == "trdr" or imported == "trdr")]
-  assert backward == [], "imports against the flow (module, imported): %s" % backward
+def test_every_module_belongs_to_a_stage_of_the_flow():
+  flow = _flow()
+  assert flow[0] == "trdr.runtime" and flow[-1] == "trdr.cli", flow
+  assert [m for m in _modules() if m != "trdr" and _stage(m, flow) is None] == []
+  assert all(_stage(s, flow) == s and s in _modules() for s in flow), flow
 
 
-def test_the_check_sees_a_backward_import(tmp_path):
-  """The checker itself: an attack importing evaluation is found."""
+def test_no_import_runs_against_the_flow():
+  flow, modules = _flow(), _modules()
+  rank = {s: i for i, s in enumerate(flow)}
+  backward = []
+  for name, path in modules.items():
+    if name == "trdr":   # the package's lazy `trdr.api` re-export (PEP 562)
+      continue
+    for imported in _imports(path, modules):
+      if imported != "trdr" and rank[_stage(imported, flow)] > rank[_stage(name, flow)]:
+        backward.append((name, imported))
+  assert backward == [], f"imports against the flow (module, imported): {backward}"
+
+
+def test_no_cycle_and_no_own_init_inside_a_package():
+  flow, modules = _flow(), _modules()
+  graph = {}
+  for name, path in modules.items():
+    stage = _stage(name, flow)
+    if name == stage:   # a package's __init__ may gather its modules
+      continue
+    inside = {m for m in _imports(path, modules) if _stage(m, flow) == stage}
+    assert stage not in inside, f"{name} imports its own package's __init__ ({stage})"
+    graph[name] = inside
+  state = {}
+
+  def visit(node, path):
+    if state.get(node) == "done":
+      return
+    assert state.get(node) != "open", f"import cycle: {' -> '.join(path + [node])}"
+    state[node] = "open"
+    for nxt in graph.get(node, ()):
+      visit(nxt, path + [node])
+    state[node] = "done"
+
+  for node in graph:
+    visit(node, [])
+
+
+def test_the_checks_see_a_backward_import_and_a_cycle(tmp_path):
+  """The checkers themselves: an attack importing the evaluation is against the flow, and
+  two modules importing each other are a cycle."""
+  flow, modules = _flow(), _modules()
   bad = tmp_path / "bad.py"
-  bad.write_text("from trdr import evaluate\nfrom trdr.attacks import bilevel, ATTACKS\n")
-  assert _imports(str(bad), _modules()) == {"trdr.evaluate", "trdr.attacks.bilevel",
-                                            "trdr.attacks"}
-
-
-@pytest.mark.parametrize("folder, limit", [("trdr", MAX_MODULE_LINES),
-                                           ("experiments", MAX_SCRIPT_LINES)])
-def test_modules_and_scripts_are_small(folder, limit):
-  long = []
-  for root, _, files in os.walk(os.path.join(REPO, folder)):
-    for name in files:
-      if name.endswith(".py"):
-        with open(os.path.join(root, name), encoding="utf-8") as f:
-          lines = sum(1 for _ in f)
-        if lines > limit:
-          long.append((os.path.relpath(os.path.join(root, name), REPO), lines))
-  assert long == [], f"over {limit} lines: {long}"
+  bad.write_text("from trdr.evaluation import ssim\nfrom trdr.attacks import bilevel, ATTACKS\n")
+  found = _imports(str(bad), modules)
+  assert found == {"trdr.evaluation.ssim", "trdr.attacks.bilevel", "trdr.attacks"}
+  rank = {s: i for i, s in enumerate(flow)}
+  assert rank[_stage("trdr.evaluation.ssim", flow)] > rank[_stage("trdr.attacks.bilevel", flow)]
 
 
 def test_each_paper_equation_is_tagged_in_exactly_one_docstring():

@@ -9,9 +9,11 @@ import ml_collections
 import numpy as np
 import pytest
 
-from trdr import data, membership, roc, verdicts
+from trdr import data
 from trdr.attacks import init as inits
 from trdr.configs import membership as membership_config
+from trdr.evaluation import roc
+from trdr.report import membership, verdicts
 
 # ------------------------------------------------------------------------------ ROC
 
@@ -193,9 +195,10 @@ def test_every_score_is_computed_per_image(smoke_report_dir, attack):
       assert name in membership.SCORES and values.shape == (n,), (stage, name)
       _assert_per_image(values, per["grid_point"])
   # One image's score from scratch: Φ at that image only.
-  from trdr import io, victim
+  from trdr import victim
+  from trdr.runtime import files, rundir
 
-  config = ml_collections.ConfigDict(io.read_json(os.path.join(run_dir, io.CONFIG_FILE)))
+  config = ml_collections.ConfigDict(files.read_json(os.path.join(run_dir, rundir.CONFIG_FILE)))
   with np.load(os.path.join(run_dir, "results.npz")) as saved:
     image, label = saved["final_images"][1, 3], saved["labels"][3]
   with jax.enable_x64(bool(config.float64)):

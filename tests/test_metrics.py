@@ -1,4 +1,4 @@
-"""Tests of trdr.metrics: SSIM (dm-pix), fast all-pairs SSIM, nearest neighbours, L2."""
+"""Tests of trdr.evaluation.metrics: SSIM (dm-pix), fast all-pairs SSIM, nearest neighbours, L2."""
 
 import math
 from pathlib import Path
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import trdr
-from trdr import metrics
+from trdr.evaluation import metrics, ssim
 
 _ASSET = Path(trdr.__file__).parent / "assets" / "cifar10_sample.npz"
 
@@ -34,7 +34,7 @@ def _ssim_bound(x, y, k=11, *, engine, max_val=1.0, u=_U32, mixture=None):
   all-pairs form: channel-centred images, the pair term one k²-term dot), "mixture" (the
   same with the pair term of x the weighted sum of its bases' dots: ``mixture`` = (weights
   float[K, ...], bases float[K, ..., H, W, C], both broadcasting with x's leading dims)) or
-  "dm_pix" (the uncentred form of dm_pix.ssim and trdr.metrics.ssim: every blur two passes
+  "dm_pix" (the uncentred form of dm_pix.ssim and trdr.evaluation.ssim.ssim: every blur two passes
   of k terms).
 
   "mixture": the pair term is fl(Σ_k fl(w_k D_k)) with w_k rounded to float32 and each D_k
@@ -141,7 +141,7 @@ def _assert_within(actual, desired, bound):
 
 def _l2_rtol(d):
   """Relative error bound of a float32 L2 distance over d values taken from the
-  differences (trdr.metrics._l2_rows): (d + 4)u/2 to first order (the subtraction and
+  differences (trdr.evaluation.metrics.l2_rows): (d + 4)u/2 to first order (the subtraction and
   square, 3u per term; the sum of d terms >= 0 in any order, (d - 1)u; halved by the
   square root, which adds u), plus u/2 for the second-order terms, ~((d + 2)u)^2/2,
   which are below u/2 for d < 4000. 9.2e-5 for d = 32*32*3."""
@@ -201,16 +201,16 @@ def test_ssim_identity_is_one():
   # compiler may fuse into mu_x² + mu_y² only: <= 3u. Their mean over n = H'W'C values,
   # summed in any order, adds <= n u: (n + 3)u, 8.7e-5 for 32x32x3 (n = 22² · 3).
   for x in (_rand(rng, (4, 32, 32, 3)), _smooth(rng, 4), _real_images(4, rng)):
-    np.testing.assert_allclose(metrics.ssim(x, x), np.ones(4), rtol=0,
+    np.testing.assert_allclose(ssim.ssim(x, x), np.ones(4), rtol=0,
                                atol=(22 * 22 * 3 + 3) * _U32)
   x1 = _rand(rng, (28, 28, 1))
-  np.testing.assert_allclose(metrics.ssim(x1, x1), 1.0, rtol=0, atol=(18 * 18 + 3) * _U32)
+  np.testing.assert_allclose(ssim.ssim(x1, x1), 1.0, rtol=0, atol=(18 * 18 + 3) * _U32)
 
 
 def test_ssim_symmetric_and_matches_dm_pix():
   rng = np.random.default_rng(1)
   a, b = _smooth(rng, 5), _rand(rng, (5, 32, 32, 3))
-  s_ab, s_ba = metrics.ssim(a, b), metrics.ssim(b, a)
+  s_ab, s_ba = ssim.ssim(a, b), ssim.ssim(b, a)
   # Two float32 evaluations of dm_pix's formula (blurs summed in other orders), each within
   # `_ssim_bound` (~2e-4 here) of the exact SSIM: they differ by at most twice that. A wrong
   # window or padding moves SSIM by ~1e-1; the float64 test below checks the window tightly.
@@ -231,7 +231,7 @@ def test_ssim_filter_is_dm_pixs_own_in_float64(x64, filter_size):
   for shape in ((32, 32, 3), (13, 17, 2)):
     a = rng.random((4,) + shape)
     b = np.clip(a + 0.1 * rng.standard_normal(a.shape), 0, 1)
-    ours = np.asarray(metrics.ssim(a, b, filter_size=filter_size))
+    ours = np.asarray(ssim.ssim(a, b, filter_size=filter_size))
     assert ours.dtype == np.float64
     ref = np.asarray(jax.jit(dm_pix.ssim, static_argnames="filter_size")(
         jnp.asarray(a), jnp.asarray(b), filter_size=filter_size))
@@ -242,14 +242,14 @@ def test_ssim_broadcasts_batch_dims():
   rng = np.random.default_rng(2)
   a = _rand(rng, (2, 3, 16, 16, 1))
   b = _rand(rng, (3, 16, 16, 1))
-  out = metrics.ssim(a, b)
+  out = ssim.ssim(a, b)
   assert out.shape == (2, 3)
   # Two float32 evaluations, each within `_ssim_bound` of the exact SSIM.
   bound = 2 * _ssim_bound(a, b, engine="dm_pix")
   for i in range(2):
     for j in range(3):
       _assert_within(out[i, j], dm_pix.ssim(a[i, j], b[j]), bound[i, j])
-  assert metrics.ssim(a[0, 0], b[0]).shape == ()
+  assert ssim.ssim(a[0, 0], b[0]).shape == ()
 
 
 def test_ssim_max_val():
@@ -260,7 +260,7 @@ def test_ssim_max_val():
   # so the ratios are bitwise equal (the variances here, > 1e-4, never meet dm_pix's 1.4e-14
   # floor). Ignoring max_val, or scaling c1, c2 otherwise than by max_val², changes SSIM.
   np.testing.assert_array_equal(
-      metrics.ssim(256 * a, 256 * b, max_val=256.0), metrics.ssim(a, b)
+      ssim.ssim(256 * a, 256 * b, max_val=256.0), ssim.ssim(a, b)
   )
 
 
@@ -274,7 +274,7 @@ def test_pairwise_ssim_equals_dm_pix_on_every_pair(x64, shape):
   c = _rand(rng, (9,) + shape)
   c[4] = q[2]  # an identical pair
   # chunk_size=3 exercises the padded last chunk (7 = 3 + 3 + 1).
-  out = metrics.pairwise_ssim(q, c, chunk_size=3)
+  out = ssim.pairwise_ssim(q, c, chunk_size=3)
   assert out.shape == (7, 9) and out.dtype == jnp.float32
   # Against dm_pix in float64: the float32 engine's `_ssim_bound` (~1e-4 here) plus the
   # reference's own (u = 2^-53). A wrong window, padding or constant moves SSIM by >~1e-2.
@@ -295,10 +295,10 @@ def test_pairwise_ssim_real_images_and_chunking(x64):
   ref = _dm_pix_all_pairs(q, c, jnp.float64)
   bound = _against_float64_bound(q, c)
   for chunk in (1, 4, 256):
-    out = metrics.pairwise_ssim(q, c, chunk_size=chunk)
+    out = ssim.pairwise_ssim(q, c, chunk_size=chunk)
     _assert_within(out, ref, bound)
   # Leading batch dims of the queries.
-  out = metrics.pairwise_ssim(q.reshape(2, 5, 32, 32, 3), c)
+  out = ssim.pairwise_ssim(q.reshape(2, 5, 32, 32, 3), c)
   assert out.shape == (2, 5, 16)
   _assert_within(out.reshape(10, 16), ref, bound)
 
@@ -319,25 +319,25 @@ def test_pairwise_ssim_window_equals_dm_pix_float64(x64, filter_size):
   imgs = _real_images(12, rng)
   q = np.clip(imgs[:5] + 0.05 * rng.standard_normal(imgs[:5].shape), 0, 1).astype(np.float32)
   c = imgs[4:]
-  out = np.asarray(metrics.pairwise_ssim(q, c, filter_size=filter_size, chunk_size=2))
+  out = np.asarray(ssim.pairwise_ssim(q, c, filter_size=filter_size, chunk_size=2))
   ref = np.asarray(jax.jit(jax.vmap(jax.vmap(
       lambda x, y: dm_pix.ssim(x, y, filter_size=filter_size), (None, 0)), (0, None)))(
           jnp.asarray(q, jnp.float64), jnp.asarray(c, jnp.float64)))
   bound = _against_float64_bound(q, c, filter_size)
   _assert_within(out, ref, bound)
-  nn = metrics.nearest_neighbours(q, c, filter_size=filter_size)
+  nn = ssim.nearest_neighbours(q, c, filter_size=filter_size)
   # The same float32 SSIMs from a program of another chunk size: each within its bound of
   # the exact value, so the argmax is the same where the exact leader's margin is larger
   # than the two bounds (checked).
   _assert_clear_leader(ref, bound)
   np.testing.assert_array_equal(nn.index, np.argmax(out, axis=1))
   # The two windows are different scales: a window size that is ignored fails here.
-  other = np.asarray(metrics.pairwise_ssim(q, c, filter_size=14 - filter_size))
+  other = np.asarray(ssim.pairwise_ssim(q, c, filter_size=14 - filter_size))
   assert np.max(np.abs(other - out)) > 1e-2
 
 
 def _eq10_starts(rng, n=5, lambdas=(0.0, 0.3, 1.0)):
-  """Eq. 10 starts as a landscape makes them (`trdr.starts`): the three sets shifted by a
+  """Eq. 10 starts as a landscape makes them (`trdr.experiment.starts`): the three sets shifted by a
   task mean, mixed in float32 by `init.grid_images`, shifted back. Returns (starts
   float32[G, n, 32, 32, 3] in pixels, weights float64[G, 3], sets: train, partition and
   noise, float32[n, 32, 32, 3] each, in pixels as `evaluate.comparison_sets` gives them)."""
@@ -371,7 +371,7 @@ def test_pairwise_ssim_of_mixtures_equals_dm_pix_float64(x64):
   starts, weights, sets = _eq10_starts(rng)
   bases = np.stack(list(sets.values()))
   c = np.concatenate([_real_images(14, rng)[10:], sets["noise"][:2]])
-  out = np.asarray(metrics.pairwise_ssim_of_mixtures(starts, c, weights, bases, chunk_size=4))
+  out = np.asarray(ssim.pairwise_ssim_of_mixtures(starts, c, weights, bases, chunk_size=4))
   assert out.shape == (9, 5, 6) and out.dtype == np.float32
   ref = _dm_pix_all_pairs(starts.reshape(-1, 32, 32, 3), c, jnp.float64).reshape(out.shape)
   bound = (_mixture_bound(starts, weights, bases, c)
@@ -393,14 +393,14 @@ def test_nearest_neighbours_of_mixtures_equal_the_search_of_the_images():
   rng = np.random.default_rng(22)
   starts, weights, sets = _eq10_starts(rng)
   bases = np.stack(list(sets.values()))
-  found = metrics.nearest_neighbours_per_set(starts, sets, mixture=(weights, bases),
-                                             chunk_size=4)
-  plain = metrics.nearest_neighbours_per_set(starts, sets)
+  found = ssim.nearest_neighbours_per_set(starts, sets, mixture=(weights, bases),
+                                          chunk_size=4)
+  plain = ssim.nearest_neighbours_per_set(starts, sets)
   clear_queries = 0
   for name, candidates in sets.items():
     margin = (_mixture_bound(starts, weights, bases, candidates)
               + _all_pairs_bound(starts, candidates, engine="pairwise"))
-    sims = np.asarray(metrics.pairwise_ssim(starts, candidates), np.float64)
+    sims = np.asarray(ssim.pairwise_ssim(starts, candidates), np.float64)
     mine, theirs = np.asarray(found[name].index), np.asarray(plain[name].index)
     assert mine.shape == (9, 5)
     top2 = np.sort(sims - margin, axis=-1)[..., -2]
@@ -424,25 +424,25 @@ def test_a_mixture_that_does_not_give_the_queries_is_refused():
   bases = np.stack(list(sets.values()))
   c = sets["train"]
   with pytest.raises(ValueError, match="not the mixtures of the bases"):
-    metrics.pairwise_ssim_of_mixtures(starts, c, weights[::-1], bases)
+    ssim.pairwise_ssim_of_mixtures(starts, c, weights[::-1], bases)
   bad = starts.copy()
   bad[3, 1, 0, 0, 0] += 1 / 255  # one pixel one level off
   with pytest.raises(ValueError, match="not the mixtures of the bases"):
-    metrics.nearest_neighbours_per_set(bad, sets, mixture=(weights, bases))
+    ssim.nearest_neighbours_per_set(bad, sets, mixture=(weights, bases))
   with pytest.raises(ValueError, match=r"queries of a mixture must have shape \(G, n"):
-    metrics.pairwise_ssim_of_mixtures(starts[:, :4], c, weights, bases)
+    ssim.pairwise_ssim_of_mixtures(starts[:, :4], c, weights, bases)
   with pytest.raises(ValueError, match="bases must have shape"):
-    metrics.pairwise_ssim_of_mixtures(starts, c, weights, bases[:2])
+    ssim.pairwise_ssim_of_mixtures(starts, c, weights, bases[:2])
   with pytest.raises(ValueError, match="weights must be a finite"):
-    metrics.pairwise_ssim_of_mixtures(starts, c, weights * np.nan, bases)
+    ssim.pairwise_ssim_of_mixtures(starts, c, weights * np.nan, bases)
   with pytest.raises(ValueError, match="mixture must be a pair"):
-    metrics.nearest_neighbours_per_set(starts, {"train": c}, mixture=weights)
+    ssim.nearest_neighbours_per_set(starts, {"train": c}, mixture=weights)
 
 
 def test_pairwise_ssim_max_val(x64):
   rng = np.random.default_rng(6)
   q, c = 255 * _smooth(rng, 3), 255 * _smooth(rng, 4)
-  out = metrics.pairwise_ssim(q, c, max_val=255.0)
+  out = ssim.pairwise_ssim(q, c, max_val=255.0)
   f = jax.jit(jax.vmap(jax.vmap(lambda x, y: dm_pix.ssim(x, y, max_val=255.0), (None, 0)),
                        (0, None)))
   # Against dm_pix in float64 on the same (rounded) float32 inputs: `_ssim_bound` scales
@@ -455,7 +455,7 @@ def test_pairwise_ssim_max_val(x64):
 def test_pairwise_ssim_empty():
   rng = np.random.default_rng(7)
   c = _rand(rng, (4, 16, 16, 1))
-  assert metrics.pairwise_ssim(np.zeros((0, 16, 16, 1), np.float32), c).shape == (0, 4)
+  assert ssim.pairwise_ssim(np.zeros((0, 16, 16, 1), np.float32), c).shape == (0, 4)
 
 
 # --------------------------------------------------------------------- pairwise_l2
@@ -488,7 +488,7 @@ def test_l2_of_identical_images_is_zero_and_matched_l2_is_accurate():
     c[:4] = _smooth(rng, 4, *shape)
     noisy = np.clip(c[[5, 2, 7]] + 0.01 * rng.standard_normal((3,) + shape), 0, 1)
     q = np.concatenate([c[[6, 1]], noisy.astype(np.float32)])  # 2 identical, 3 noisy
-    nn = metrics.nearest_neighbours(q, c, chunk_size=2)
+    nn = ssim.nearest_neighbours(q, c, chunk_size=2)
     np.testing.assert_array_equal(nn.index, [6, 1, 5, 2, 7])
     assert nn.l2.dtype == jnp.float32
     assert np.all(np.asarray(nn.l2[:2]) == 0.0)  # exactly, not merely small
@@ -502,13 +502,12 @@ def test_l2_of_identical_images_is_zero_and_matched_l2_is_accurate():
 
 
 def test_nearest_l2_is_the_min_of_pairwise_l2():
-  """`evaluate.nearest_l2` (the Fig. 9 trace's distance to the nearest training image)
+  """`metrics.nearest_l2` (the Fig. 9 trace's distance to the nearest training image)
   computes only the pairs its float64 prefilter cannot rule out; its result is still
   ``pairwise_l2(q, c).min(-1)``: the same float32 formula on the pair that attains it.
   Planted: identical images (0), near-ties q ± e (equal in exact arithmetic, so both
   must survive the prefilter), bright images (large |q|, where the identity's error
   bound is widest), a NaN query, and leading batch dims."""
-  from trdr import evaluate
   rng = np.random.default_rng(21)
   c = np.concatenate([_smooth(rng, 30), (0.9 + 0.1 * _rand(rng, (10, 32, 32, 3)))])
   e = 0.004 * rng.standard_normal((5, 32, 32, 3)).astype(np.float32)
@@ -518,7 +517,7 @@ def test_nearest_l2_is_the_min_of_pairwise_l2():
                       (0.9 + 0.1 * _rand(rng, (4, 32, 32, 3)))]).astype(np.float32)
   q[-1, 5, 5, 1] = np.nan
   full = np.asarray(metrics.pairwise_l2(q, c)).min(axis=-1)
-  got = evaluate.nearest_l2(q.reshape(4, 6, 32, 32, 3), c)
+  got = metrics.nearest_l2(q.reshape(4, 6, 32, 32, 3), c)
   assert got.shape == (4, 6) and got.dtype == np.float32
   got = got.reshape(-1)
   assert np.isnan(got[-1]) and np.isnan(full[-1])
@@ -538,7 +537,7 @@ def test_nearest_neighbours_planted():
   perm = rng.permutation(40)[:12]
   q = np.clip(c[perm] + 0.03 * rng.standard_normal((12, 32, 32, 3)), 0, 1)
   q = q.astype(np.float32)
-  nn = metrics.nearest_neighbours(q, c, chunk_size=5)
+  nn = ssim.nearest_neighbours(q, c, chunk_size=5)
   np.testing.assert_array_equal(nn.index, perm)
   assert nn.index.dtype == jnp.int32
   assert nn.ssim.dtype == jnp.float32 and nn.l2.dtype == jnp.float32
@@ -566,9 +565,9 @@ def test_nearest_neighbours_ranks_by_ssim_not_l2():
   c = np.stack([brighter, flat, _rand(rng, x.shape)]).astype(np.float32)
   q = x[None].astype(np.float32)
   l2 = np.asarray(metrics.pairwise_l2(q, c))[0]
-  s = np.asarray(metrics.pairwise_ssim(q, c))[0]
+  s = np.asarray(ssim.pairwise_ssim(q, c))[0]
   assert np.argmin(l2) == 1 and np.argmax(s) == 0  # the two criteria disagree
-  nn = metrics.nearest_neighbours(q, c)
+  nn = ssim.nearest_neighbours(q, c)
   assert int(nn.index[0]) == 0
   _assert_within(nn.ssim[0], dm_pix.ssim(q[0], c[0]),  # two float32 evaluations
                  2 * _ssim_bound(q[0], c[0], engine="dm_pix"))
@@ -582,19 +581,19 @@ def test_nearest_neighbours_leading_batch_dims():
   idx = rng.integers(0, 10, size=(2, 3, 4))
   q = np.clip(c[idx] + 0.05 * rng.standard_normal(idx.shape + (28, 28, 1)), 0, 1)
   q = q.astype(np.float32)
-  nn = metrics.nearest_neighbours(q, c, chunk_size=7)
+  nn = ssim.nearest_neighbours(q, c, chunk_size=7)
   assert nn.index.shape == nn.ssim.shape == nn.l2.shape == (2, 3, 4)
   np.testing.assert_array_equal(nn.index, idx)
-  flat = metrics.nearest_neighbours(q.reshape(24, 28, 28, 1), c)
+  flat = ssim.nearest_neighbours(q.reshape(24, 28, 28, 1), c)
   # Programs of other shapes: each SSIM within its bound of the exact value, so the argmax
   # agrees where the leader clears twice the bounds (checked on this float32 evaluation).
   q24 = q.reshape(24, 28, 28, 1)
-  _assert_clear_leader(metrics.pairwise_ssim(q24, c),
+  _assert_clear_leader(ssim.pairwise_ssim(q24, c),
                        2 * _all_pairs_bound(q24, c, engine="pairwise"))
   np.testing.assert_array_equal(nn.index.reshape(-1), flat.index)
   _assert_within(nn.ssim.reshape(-1), flat.ssim,
                  2 * _ssim_bound(q24, c[idx.reshape(-1)], engine="dm_pix"))
-  single = metrics.nearest_neighbours(q[1, 2, 3], c)
+  single = ssim.nearest_neighbours(q[1, 2, 3], c)
   assert single.index.shape == () and int(single.index) == idx[1, 2, 3]
 
 
@@ -613,19 +612,19 @@ def test_nearest_neighbours_per_set_equals_one_search_per_set():
   planted = rng.integers(0, 9, size=(2, 5))
   q = np.clip(sets["train"][planted] + 0.05 * rng.standard_normal((2, 5, 32, 32, 3)), 0, 1)
   q = q.astype(np.float32)
-  found = metrics.nearest_neighbours_per_set(q, sets, chunk_size=4)
+  found = ssim.nearest_neighbours_per_set(q, sets, chunk_size=4)
   assert list(found) == list(sets)
   np.testing.assert_array_equal(found["train"].index, planted)
   for name, candidates in sets.items():
-    _assert_clear_leader(metrics.pairwise_ssim(q, candidates),  # the premise
+    _assert_clear_leader(ssim.pairwise_ssim(q, candidates),  # the premise
                          2 * _all_pairs_bound(q, candidates, engine="pairwise"))
-    alone = metrics.nearest_neighbours(q, candidates, chunk_size=4)
+    alone = ssim.nearest_neighbours(q, candidates, chunk_size=4)
     np.testing.assert_array_equal(found[name].index, alone.index)
     np.testing.assert_allclose(found[name].l2, alone.l2, rtol=2 * _l2_rtol(32 * 32 * 3))
     _assert_within(found[name].ssim, alone.ssim, 2 * _ssim_bound(
         q, candidates[np.asarray(alone.index)], engine="dm_pix"))
   with pytest.raises(ValueError, match="candidates 'noise' must contain at least one"):
-    metrics.nearest_neighbours_per_set(q, {**sets, "noise": sets["noise"][:0]})
+    ssim.nearest_neighbours_per_set(q, {**sets, "noise": sets["noise"][:0]})
 
 
 # ------------------------------------------------------------------------- errors
@@ -636,28 +635,28 @@ def test_errors():
   x32 = _rand(rng, (2, 32, 32, 3))
   x28 = _rand(rng, (2, 28, 28, 3))
   tiny = _rand(rng, (2, 10, 32, 3))
-  all_fns = (metrics.ssim, metrics.pairwise_ssim, metrics.nearest_neighbours, metrics.pairwise_l2)
+  all_fns = (ssim.ssim, ssim.pairwise_ssim, ssim.nearest_neighbours, metrics.pairwise_l2)
   for fn in all_fns:
     with pytest.raises(ValueError, match="same image shape"):
       fn(x32, x28)
-  for fn in (metrics.ssim, metrics.pairwise_ssim, metrics.nearest_neighbours):
+  for fn in (ssim.ssim, ssim.pairwise_ssim, ssim.nearest_neighbours):
     with pytest.raises(ValueError, match="smaller than the 11x11"):
       fn(tiny, tiny)
   with pytest.raises(ValueError, match="do not broadcast"):
-    metrics.ssim(_rand(rng, (2, 16, 16, 1)), _rand(rng, (3, 16, 16, 1)))
+    ssim.ssim(_rand(rng, (2, 16, 16, 1)), _rand(rng, (3, 16, 16, 1)))
   with pytest.raises(ValueError, match=r"\(M, H, W, C\)"):
-    metrics.pairwise_ssim(x32, x32[0])
+    ssim.pairwise_ssim(x32, x32[0])
   with pytest.raises(ValueError, match="at least one"):
-    metrics.nearest_neighbours(x32, x32[:0])
+    ssim.nearest_neighbours(x32, x32[:0])
   with pytest.raises(ValueError, match="chunk_size"):
-    metrics.pairwise_ssim(x32, x32, chunk_size=0)
+    ssim.pairwise_ssim(x32, x32, chunk_size=0)
   with pytest.raises(ValueError, match="smaller than the 3x3"):
-    metrics.pairwise_ssim(_rand(rng, (2, 2, 8, 1)), _rand(rng, (2, 2, 8, 1)), filter_size=3)
+    ssim.pairwise_ssim(_rand(rng, (2, 2, 8, 1)), _rand(rng, (2, 2, 8, 1)), filter_size=3)
   for bad in (0, 4, 2.5):
     with pytest.raises(ValueError, match="filter_size"):
-      metrics.nearest_neighbours(x32, x32, filter_size=bad)
+      ssim.nearest_neighbours(x32, x32, filter_size=bad)
   with pytest.raises(TypeError, match="floating-point"):
-    metrics.ssim(np.zeros((16, 16, 1), np.uint8), np.zeros((16, 16, 1), np.uint8))
+    ssim.ssim(np.zeros((16, 16, 1), np.uint8), np.zeros((16, 16, 1), np.uint8))
 
 
 def test_best_buddies_are_mutual_nearest_neighbours():

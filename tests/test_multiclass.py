@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trdr import data, experiment, io, models, victim
+from trdr import data, experiment, models, victim
 from trdr.configs import decoreco_cifar, decoreco_multiclass
+from trdr.runtime import files, rundir
 
 
 def test_a_task_of_c_groups_has_labels_0_to_c_minus_1():
@@ -62,7 +63,7 @@ def test_the_smoke_ten_class_attack_end_to_end(tmp_path):
   """decoreco_multiclass.py:smoke: a D-32-32-10 cross-entropy victim, 2 candidates per
   training image with its class, the multiclass KKT form, and counts per class."""
   config = decoreco_multiclass.get_config("smoke")
-  summary = experiment.run(config, str(tmp_path / "run"), "attack")
+  summary = experiment.run(config, str(tmp_path / "run"), "attack").summary
   n = 10 * config.data.n_per_class
   assert summary["candidates"] == 2 * n and summary["n_train"] == n
   # GD stopped below the loss threshold t: every image's cross-entropy is < n·t, so its
@@ -82,5 +83,5 @@ def test_the_smoke_ten_class_attack_end_to_end(tmp_path):
   assert sum(v["ssim_ge_0.4"] for v in per_class.values()) == summary["reconstructed"][
       "ssim_ge_0.4"]
   assert set(summary["reconstructed_per_class_w3"]) == set(per_class)
-  saved = io.read_json(tmp_path / "run" / io.CONFIG_FILE)
+  saved = files.read_json(tmp_path / "run" / rundir.CONFIG_FILE)
   assert saved["victim"]["num_outputs"] == 10 and saved["attack"]["form"] == "multiclass"

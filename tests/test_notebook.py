@@ -6,8 +6,9 @@ import shutil
 import nbformat
 from nbclient import NotebookClient
 
-from trdr import io, paper
 from trdr.configs import bilevel_affine
+from trdr.report import artefacts
+from trdr.runtime import files, rundir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,9 +25,9 @@ def test_colab_notebook_runs_headless(smoke_report_dir, subprocess_env, tmp_path
   cell's config (decoreco_cifar.py:smoke) is none of the report's, so it trains its victim
   and attacks. The kernel shares the session's compilation cache (conftest.py).
   """
-  shutil.copytree(paper.run_dir(smoke_report_dir, "landscape_bilevel"),
+  shutil.copytree(artefacts.run_dir(smoke_report_dir, "landscape_bilevel"),
                   tmp_path / "bilevel_affine")
-  assert io.read_json(tmp_path / "bilevel_affine" / io.CONFIG_FILE) == io.to_jsonable(
+  assert files.read_json(tmp_path / "bilevel_affine" / rundir.CONFIG_FILE) == files.to_jsonable(
       bilevel_affine.get_config("smoke"))
   for name, value in subprocess_env.items():
     monkeypatch.setenv(name, value)

@@ -8,9 +8,11 @@ import jax
 import numpy as np
 import pytest
 
-from trdr import experiment, io, paper
+from trdr import experiment
 from trdr.attacks import init as inits
 from trdr.configs import report as report_config
+from trdr.report import artefacts
+from trdr.runtime import files
 
 VICTIMS = ("affine", "one_hidden")
 
@@ -18,10 +20,10 @@ VICTIMS = ("affine", "one_hidden")
 @pytest.fixture(scope="module")
 def smoke(smoke_report_dir):
   """The report's :smoke runs and artefacts (conftest.py: experiments/report.py, which
-  calls paper.make for every artefact)."""
+  calls artefacts.make for every artefact)."""
   previous = jax.config.jax_enable_x64
   config = report_config.get_config("smoke")
-  table = io.read_json(os.path.join(smoke_report_dir, "paper_figures", "table1.json"))
+  table = files.read_json(os.path.join(smoke_report_dir, "paper_figures", "table1.json"))
   yield config, smoke_report_dir, None, table
   jax.config.update("jax_enable_x64", previous)
 
@@ -37,7 +39,7 @@ def test_the_ground_truth_is_a_fixed_point_the_paper_lower_level_only_approximat
   rounding of the gradient norm (see the strong-convexity test below), not 0. (The
   one-hidden victim keeps the warm start at :smoke; its bound is not tested.)"""
   config, workdir, _, _ = smoke
-  records = io.read_json(os.path.join(paper.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
+  records = files.read_json(os.path.join(artefacts.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
   gt = records[inits.pure_index(records, "ground_truth")]
   # The start images are x_GT: re-solved from θ* their θ is within ((victim.tol + δ) / wd)²
   # ≈ ((1e-5 + 1e-6) / 1e-2)² ≈ 1.2e-6 of θ* (the bound below), and each is its own nearest
@@ -46,7 +48,7 @@ def test_the_ground_truth_is_a_fixed_point_the_paper_lower_level_only_approximat
   c = config.paper[victim]
   # The paper's U(0, 1) start; the one-hidden victim is warm-started at :smoke (not :cpu).
   assert c.attack.lower_level.start == ("uniform" if victim == "affine" else "previous")
-  with np.load(os.path.join(paper.run_dir(workdir, victim), experiment.RESULTS_FILE)) as r:
+  with np.load(os.path.join(artefacts.run_dir(workdir, victim), experiment.RESULTS_FILE)) as r:
     first = r["history_upper_loss"][inits.pure_index(records, "ground_truth"), 0]
   if victim == "affine":
     bound = ((c.attack.lower_level.tol + c.victim.tol + 1e-6) / c.victim.weight_decay) ** 2
@@ -61,8 +63,8 @@ def test_random_initialisation_stays_noise_while_the_parameters_match(smoke, vic
   row = table["rows"][victim]
   assert row["ssim_to_noise"]["random"] > 0.8
   assert row["ssim_to_train"]["random"] < 0.2
-  run = paper.run_dir(workdir, victim)
-  records = io.read_json(os.path.join(run, experiment.LANDSCAPE_FILE))
+  run = artefacts.run_dir(workdir, victim)
+  records = files.read_json(os.path.join(run, experiment.LANDSCAPE_FILE))
   with np.load(os.path.join(run, experiment.RESULTS_FILE)) as results:
     initial = results["history_upper_loss"][inits.pure_index(records, "noise"), 0]
   distance = row["from_theta_star"]["random"]   # the attack's upper loss is from θ* too
@@ -74,7 +76,7 @@ def test_partition_initialisation_resembles_the_partition_not_the_training_set(s
   _, workdir, _, table = smoke
   row = table["rows"][victim]
   assert row["ssim_to_partition"]["partition"] > row["ssim_to_train"]["partition"] + 0.3
-  records = io.read_json(os.path.join(paper.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
+  records = files.read_json(os.path.join(artefacts.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
   part = records[inits.pure_index(records, "partition")]
   assert part["l2_to_partition"] < part["l2_to_train"]
 
@@ -83,15 +85,15 @@ def test_table1_holds_the_measured_and_the_paper_values(smoke):
   config, workdir, _, table = smoke
   for victim in VICTIMS:
     row = table["rows"][victim]
-    assert row["paper"] == paper.PAPER_TABLE1[victim]
-    records = io.read_json(os.path.join(paper.run_dir(workdir, victim),
-                                        experiment.LANDSCAPE_FILE))
+    assert row["paper"] == artefacts.PAPER_TABLE1[victim]
+    records = files.read_json(os.path.join(artefacts.run_dir(workdir, victim),
+                                           experiment.LANDSCAPE_FILE))
     # The paper's setting: θ(x) re-solved from θ0 ~ U(0, 1), at the tightest tolerance;
     # at :smoke only for the affine victim, the one-hidden one re-solves from θ*.
     tols = config.paper[victim].eval.get("uniform_start_tols", ())
     key = f"param_distance_uniform_tol_{min(tols):g}" if tols else "param_distance"
     assert row["theta0"] == (f"U(0, 1), tol {min(tols):g}" if tols else "θ*")
-    for column, init in paper.TABLE1_COLUMNS.items():
+    for column, init in artefacts.TABLE1_COLUMNS.items():
       record = records[inits.pure_index(records, init)]
       assert row["measured"][column] == record[key]
       assert row["start_measured"][column] == record["start_" + key]
@@ -99,7 +101,7 @@ def test_table1_holds_the_measured_and_the_paper_values(smoke):
     assert row["lower_level_start"] == config.paper[victim].attack.lower_level.start
     # Reported as measured: from θ0 ~ U(0, 1) the one-hidden victim's lower level does not
     # always reach its tolerance within max_iter (README, Table 1).
-    with np.load(os.path.join(paper.run_dir(workdir, victim), experiment.RESULTS_FILE)) as r:
+    with np.load(os.path.join(artefacts.run_dir(workdir, victim), experiment.RESULTS_FILE)) as r:
       converged = np.mean(r["history_grad_norm"] < config.paper[victim].attack.lower_level.tol)
     assert row["lower_level"]["fraction_converged"] == pytest.approx(converged, abs=1e-12)
   with open(os.path.join(workdir, "paper_figures", "table1.md")) as f:
@@ -128,7 +130,7 @@ def test_table1_from_uniform_theta0_obeys_the_strong_convexity_bound(smoke):
 
 def test_every_artefact_is_written(smoke):
   _, workdir, _, _ = smoke
-  figures = [(a.folder, name) for name, a in paper.ARTEFACTS.items() if name != "table1"]
+  figures = [(a.folder, name) for name, a in artefacts.ARTEFACTS.items() if name != "table1"]
   for folder, name in [*figures, ("decoreco_figures", "fig7_ssim_vs_output")]:
     for ext in ("png", "pdf"):
       path = os.path.join(workdir, folder, f"{name}.{ext}")
@@ -139,40 +141,40 @@ def test_every_artefact_is_written(smoke):
 
 def test_sweep_best_setting_feeds_the_tuned_runs(smoke):
   _, workdir, _, _ = smoke
-  best = io.read_json(os.path.join(paper.run_dir(workdir, "sweep"), "best.json"))
+  best = files.read_json(os.path.join(artefacts.run_dir(workdir, "sweep"), "best.json"))
   for run in ("tuned", "partition", "landscape_decoreco"):
-    hp = io.read_json(os.path.join(paper.run_dir(workdir, run), "summary.json"))[
+    hp = files.read_json(os.path.join(artefacts.run_dir(workdir, run), "summary.json"))[
         "hyperparameters"]
     # JSON keeps float64 exactly; approx's 1e-6 absorbs a float32 round trip (u ≈ 6e-8).
     assert hp == {k: pytest.approx(best[k]) for k in hp}, run
   # Fig. 5: N(0, 1), the tuned run's other settings (Runkel et al.: σ alone is untuned).
-  untuned = io.read_json(os.path.join(paper.run_dir(workdir, "untuned"), "summary.json"))
+  untuned = files.read_json(os.path.join(artefacts.run_dir(workdir, "untuned"), "summary.json"))
   assert untuned["init"] == "gaussian" and untuned["hyperparameters"] == {
       **{k: pytest.approx(best[k]) for k in best if k in untuned["hyperparameters"]},
       "init_scale": 1.0}
   # All DecoReco runs attacked the one shared θ*.
-  assert not os.path.exists(os.path.join(paper.run_dir(workdir, "tuned"), "victim"))
+  assert not os.path.exists(os.path.join(artefacts.run_dir(workdir, "tuned"), "victim"))
 
 
 def test_partition_run_is_closer_to_the_partition(smoke):
-  results = np.load(os.path.join(paper.run_dir(smoke[1], "partition"), "results.npz"))
+  results = np.load(os.path.join(artefacts.run_dir(smoke[1], "partition"), "results.npz"))
   assert results["partition_ssim"].mean() > results["train_ssim"].mean()
 
 
 def test_finished_runs_are_reused_not_recomputed(smoke, monkeypatch):
   config, workdir, _, table = smoke
   monkeypatch.setattr(experiment, "run", lambda *a, **k: pytest.fail("a finished run reran"))
-  written = paper.make(config, workdir, ["table1", "fig8"])
+  written = artefacts.make(config, workdir, ["table1", "fig8"])
   assert sorted(os.path.basename(p) for p in written) == [
       "fig8.pdf", "fig8.png", "table1.json", "table1.md"]
-  assert io.read_json(os.path.join(workdir, "paper_figures", "table1.json")) == table
+  assert files.read_json(os.path.join(workdir, "paper_figures", "table1.json")) == table
   other = config.copy_and_resolve_references()
   other.paper.affine.attack.steps = 5
   with pytest.raises(FileExistsError, match=r"different config \(attack.steps: \d+ -> 5\)"):
-    paper.make(other, workdir, ["fig3"])
+    artefacts.make(other, workdir, ["fig3"])
   other = config.copy_and_resolve_references()
   other.decoreco.decoreco.attack.lr = 0.3
   with pytest.raises(FileExistsError, match=r"different config \(attack.lr: \S+ -> 0.3\)"):
-    paper.make(other, workdir, ["fig5"])
+    artefacts.make(other, workdir, ["fig5"])
   with pytest.raises(ValueError, match="unknown artefact"):
-    paper.make(config, workdir, ["fig13"])
+    artefacts.make(config, workdir, ["fig13"])

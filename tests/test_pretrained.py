@@ -1,5 +1,5 @@
 """Attack your own model: θ* from a PyTorch state_dict (the reference code's layout), a
-NumPy .npz, a Flax msgpack or an orbax checkpoint (`trdr.pretrained`)."""
+NumPy .npz, a Flax msgpack or an orbax checkpoint (`trdr.victim.pretrained`)."""
 
 import importlib.util
 import os
@@ -12,8 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trdr import data, experiment, io, models, pretrained, victim
+from trdr import data, experiment, models, victim
 from trdr.configs import decoreco_cifar
+from trdr.runtime import files, rundir
+from trdr.victim import pretrained
 
 try:
   import torch
@@ -268,10 +270,10 @@ def test_the_command_line_attacks_a_loaded_pytorch_theta_star(
     state[f"layers.{k}.bias"] = trained[f"{name}/bias"]
   torch.save({k: torch.from_numpy(np.array(v)) for k, v in state.items()},  # a writable copy
              tmp_path / "model.pth")
-  report_config = io.read_json(os.path.join(smoke_report_dir, "decoreco_figures", "tuned",
-                                            io.CONFIG_FILE))
+  report_config = files.read_json(os.path.join(smoke_report_dir, "decoreco_figures", "tuned",
+                                               rundir.CONFIG_FILE))
   config = decoreco_cifar.get_config("smoke")
-  assert report_config["data"] == io.to_jsonable(config.data)  # the premise: same data
+  assert report_config["data"] == files.to_jsonable(config.data)  # the premise: same data
   assert not config.victim.all_biases
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   workdir = tmp_path / "run"
@@ -282,15 +284,15 @@ def test_the_command_line_attacks_a_loaded_pytorch_theta_star(
        "--config.attack.steps=20", "--config.attack.log_every=10"],
       capture_output=True, text=True, cwd=tmp_path, env=subprocess_env, timeout=600)
   assert done.returncode == 0, done.stderr[-3000:]
-  io.check_finished(str(workdir), experiment.SUMMARY_FILE)
-  saved = io.read_json(workdir / io.CONFIG_FILE)
+  rundir.check_finished(str(workdir), experiment.SUMMARY_FILE)
+  saved = files.read_json(workdir / rundir.CONFIG_FILE)
   assert saved["victim"]["all_biases"] and saved["victim"]["widths"] == list(
       report_config["victim"]["widths"])
   copy = pretrained.read(str(workdir / "victim" / "victim.msgpack"))
   assert copy.keys() == trained.keys()
   for k in trained:
     np.testing.assert_array_equal(copy[k], trained[k])
-  summary = io.read_json(workdir / experiment.SUMMARY_FILE)
+  summary = files.read_json(workdir / experiment.SUMMARY_FILE)
   original = victim.load_metadata(source)["report"]
   assert summary["victim"]["train_accuracy"] == original["train_accuracy"]
   assert summary["victim"]["test_accuracy"] == original["test_accuracy"]

@@ -1,9 +1,9 @@
-"""Figs. 6–8's quiz and realism AUC (trdr.realism)."""
+"""Figs. 6–8's quiz and realism AUC (trdr.evaluation.realism)."""
 
 import numpy as np
 import pytest
 
-from trdr import realism, roc
+from trdr.evaluation import realism, roc
 
 
 def test_ranks_put_the_most_similar_first_and_break_ties_by_index():

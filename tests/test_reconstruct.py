@@ -11,10 +11,14 @@ import ml_collections
 import numpy as np
 import pytest
 
-from trdr import data, evaluate, experiment, io, metrics, models, paper, plotting, sharding
-from trdr import starts as start_images, victim
-from trdr.attacks import decoreco, init as inits
+from trdr import data, experiment, models, plotting, victim
+from trdr.attacks import decoreco
+from trdr.attacks import init as inits
 from trdr.configs import bilevel_affine, decoreco_cifar, decoreco_figures
+from trdr.evaluation import evaluate, metrics, ssim
+from trdr.experiment import starts as start_images
+from trdr.report import artefacts
+from trdr.runtime import files, rundir, sharding
 
 
 def _candidates(key, m, shape, sigma, dtype=jnp.float64):
@@ -191,7 +195,7 @@ def test_the_sweep_starts_from_the_published_settings(x64_module):
 
 def test_hparams_keep_keeps_the_configs_sigma_and_takes_the_rest(tmp_path):
   best = {"init_scale": 0.01, "lr": 0.2, "lambda_min": 0.3, "alpha": 40.0}
-  io.write_json(str(tmp_path / "best.json"), best)
+  files.write_json(str(tmp_path / "best.json"), best)
   config = decoreco_cifar.get_config("smoke")
   config.attack.hparams_file = str(tmp_path / "best.json")
   config.attack.init_scale, config.attack.hparams_keep = 1.0, ("init_scale",)
@@ -240,15 +244,15 @@ def gaussian_run(smoke_report_dir, tmp_path_factory):
   """The :smoke report's tuned run (`tuned_config`), copied, with the run's own figures
   drawn from its files as the command line does; returns (workdir, summary)."""
   workdir = tmp_path_factory.mktemp("tuned") / "tuned"
-  shutil.copytree(paper.run_dir(smoke_report_dir, "tuned"), workdir)
+  shutil.copytree(artefacts.run_dir(smoke_report_dir, "tuned"), workdir)
   plotting.run_figures(str(workdir))
-  return str(workdir), io.read_json(workdir / experiment.SUMMARY_FILE)
+  return str(workdir), files.read_json(workdir / experiment.SUMMARY_FILE)
 
 
 def tuned_config(smoke_report_dir, victim_dir):
   """The report's tuned run: `smoke_config` (Gaussian start) on the sweep's best setting."""
   config = smoke_config(victim_dir)
-  config.attack.hparams_file = os.path.join(paper.run_dir(smoke_report_dir, "sweep"),
+  config.attack.hparams_file = os.path.join(artefacts.run_dir(smoke_report_dir, "sweep"),
                                             experiment.BEST_FILE)
   return config
 
@@ -271,19 +275,19 @@ def test_smoke_run_writes_consistent_numbers(gaussian_run):
   # SSIMs by > 1e-2.
   shown = evaluate.to_display(results["final_images"], results["mean"], "minmax")
   train = np.clip(results["train_images"] + results["mean"], 0, 1)
-  ssim = np.asarray(metrics.pairwise_ssim(shown, train))
-  np.testing.assert_allclose(results["best_ssim_per_train"], ssim.max(axis=0), atol=1e-6)
+  similarity = np.asarray(ssim.pairwise_ssim(shown, train))
+  np.testing.assert_allclose(results["best_ssim_per_train"], similarity.max(axis=0), atol=1e-6)
   for t in (0.3, 0.4, 0.5):
-    assert summary["reconstructed"][f"ssim_ge_{t:g}"] == int(np.sum(ssim.max(axis=0) >= t))
+    assert summary["reconstructed"][f"ssim_ge_{t:g}"] == int(np.sum(similarity.max(axis=0) >= t))
   # Best buddies (Haim et al.'s matching, by NCC): recomputed from scratch, and a pair's
   # SSIM is at most the training image's best, so its counts are at most the others.
   buddy, index = metrics.best_buddies(metrics.ncc_distances(shown, train))
-  pair = np.where(buddy, ssim[np.asarray(index), np.arange(n)], np.nan)
+  pair = np.where(buddy, similarity[np.asarray(index), np.arange(n)], np.nan)
   np.testing.assert_allclose(results["best_buddy_ssim_per_train"], pair, atol=1e-6)
   for k, count in summary["reconstructed_best_buddies"].items():
     assert count <= summary["reconstructed"][k], k
   # Haim et al.'s scale beside: the same counts with a 3x3 SSIM window, the same buddy pairs.
-  ssim3 = np.asarray(metrics.pairwise_ssim(shown, train, filter_size=3))
+  ssim3 = np.asarray(ssim.pairwise_ssim(shown, train, filter_size=3))
   np.testing.assert_allclose(results["best_ssim_per_train_w3"], ssim3.max(axis=0), atol=1e-6)
   pair3 = np.where(buddy, ssim3[np.asarray(index), np.arange(n)], np.nan)
   np.testing.assert_allclose(results["best_buddy_ssim_per_train_w3"], pair3, atol=1e-6)
@@ -301,7 +305,7 @@ def test_smoke_run_writes_consistent_numbers(gaussian_run):
 
 def test_ground_truth_initialisation_keeps_the_training_images(victim_dir, tmp_path):
   summary = experiment.run(smoke_config(victim_dir, kind="ground_truth"), str(tmp_path),
-                           "attack")
+                           "attack").summary
   results = np.load(os.path.join(tmp_path, "results.npz"))
   assert summary["candidates"] == results["train_images"].shape[0]
   # Most candidates' SSIM-nearest training image is still their own starting image (at
@@ -314,14 +318,14 @@ def test_sweep_ranks_settings_and_feeds_the_run(smoke_report_dir, victim_dir, tm
   """The report's :smoke sweep (decoreco_cifar.py:smoke, conftest.py): settings ranked by
   the in-run score, the best one in best.json, which the tuned run read."""
   config = smoke_config(victim_dir)
-  sweep_dir = paper.run_dir(smoke_report_dir, "sweep")
-  rows = io.read_json(os.path.join(sweep_dir, "sweep.json"))
+  sweep_dir = artefacts.run_dir(smoke_report_dir, "sweep")
+  rows = files.read_json(os.path.join(sweep_dir, "sweep.json"))
   assert len(rows) == config.sweep.num_settings
   scores = [r["score"] for r in rows]
   assert scores == sorted(scores) and [r["rank"] for r in rows] == [1, 2, 3]
-  best = io.read_json(os.path.join(sweep_dir, "best.json"))
-  assert best == rows[0] == io.read_json(os.path.join(sweep_dir, "summary.json"))["best"]
-  tuned = io.read_json(os.path.join(paper.run_dir(smoke_report_dir, "tuned"), "summary.json"))
+  best = files.read_json(os.path.join(sweep_dir, "best.json"))
+  assert best == rows[0] == files.read_json(os.path.join(sweep_dir, "summary.json"))["best"]
+  tuned = files.read_json(os.path.join(artefacts.run_dir(smoke_report_dir, "tuned"), "summary.json"))
   for name in start_images.HPARAM_NAMES:
     assert tuned["hyperparameters"][name] == pytest.approx(best[name])
   config.attack.hparams_file = str(tmp_path / "missing.json")
@@ -336,9 +340,9 @@ def test_decoreco_landscape_stays_near_its_initialisation(smoke_report_dir, tmp_
   """The :smoke report's DecoReco landscape (decoreco_landscape.py:smoke on the sweep's
   best setting), and the run's own figures drawn from its files."""
   run = tmp_path / "landscape_decoreco"
-  shutil.copytree(paper.run_dir(smoke_report_dir, "landscape_decoreco"), run)
+  shutil.copytree(artefacts.run_dir(smoke_report_dir, "landscape_decoreco"), run)
   plotting.run_figures(str(run))
-  records = io.read_json(run / experiment.LANDSCAPE_FILE)
+  records = files.read_json(run / experiment.LANDSCAPE_FILE)
   assert len(records) == 9
   point = {(r["lambda1"], r["lambda2"]): r for r in records}
   gt, part, noise = point[1.0, 1.0], point[0.0, 1.0], point[0.0, 0.0]
@@ -408,7 +412,7 @@ def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, smoke_report_di
     calls.append(records)
     raise KeyboardInterrupt("simulated kill after the first checkpoint")
 
-  monkeypatch.setattr(io, "append_metrics", crash)
+  monkeypatch.setattr(rundir, "append_metrics", crash)
   config = tuned_config(smoke_report_dir, victim_dir)
   with pytest.raises(KeyboardInterrupt):
     experiment.run(config, str(tmp_path), "attack")
@@ -420,7 +424,7 @@ def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, smoke_report_di
   assert sorted(a.files) == sorted(b.files)
   for key in a.files:
     np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-  assert [r["step"] for r in io.read_metrics(str(tmp_path))] == [20, 40]
+  assert [r["step"] for r in rundir.read_metrics(str(tmp_path))] == [20, 40]
 
 
 @pytest.mark.parametrize("loss, outputs, form, lr", [("mse", 1, "binary", 0.1),
@@ -433,7 +437,7 @@ def test_other_victim_losses_train_and_attack(x64_module, loss, outputs, form, l
   config.victim.lr = lr
   config.victim.loss_threshold = 1e-3
   config.attack.steps, config.attack.log_every = 20, 20
-  summary = experiment.run(config, str(tmp_path), "attack")
+  summary = experiment.run(config, str(tmp_path), "attack").summary
   assert summary["victim"]["reached_threshold"] and summary["victim"]["train_accuracy"] == 1.0
   losses = np.load(tmp_path / "results.npz")["history_loss"]
   assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]

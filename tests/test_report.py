@@ -9,8 +9,8 @@ import re
 import numpy as np
 import pytest
 
-from trdr import claims, report, verdicts
-
+from trdr.evaluation import evaluate
+from trdr.report import claims, evidence, markdown, verdicts
 
 # ------------------------------------------------------------------------- verdict rules
 
@@ -60,8 +60,8 @@ def _images(own, nearer):
 
 
 def test_own_start_fraction_needs_the_own_start_and_the_partition_nearer():
-  assert verdicts.own_start_fraction(_images([1, 1, 0, 1], [1, 0, 1, 1])) == 0.5
-  assert verdicts.own_start_fraction(_images([1, 1], [1, 1])) == 1.0
+  assert evaluate.own_start_fraction(_images([1, 1, 0, 1], [1, 0, 1, 1])) == 0.5
+  assert evaluate.own_start_fraction(_images([1, 1], [1, 1])) == 1.0
 
 
 def test_partition_initialisation_needs_a_majority_and_a_small_distance():
@@ -224,7 +224,7 @@ def test_fig12_trend_along_lambda1_equal_one_per_attack():
 
 
 def _verdict(**checks):
-  return {"measured": {}, "checks": checks, "verdict": claims._all_any(checks)}
+  return {"measured": {}, "checks": checks, "verdict": verdicts._all_any(checks)}
 
 
 def test_a_verdict_whose_passing_checks_the_start_also_passes_is_uninformative():
@@ -243,9 +243,9 @@ def test_a_verdict_whose_passing_checks_the_start_also_passes_is_uninformative()
 
 
 def test_baseline_evidence_takes_every_start_twin():
-  evidence = {"records": [{"l2_to_train": 3.0, "start_l2_to_train": 9.0, "lambda1": 0.5}],
-              "table": {"measured": {"x": 1.0}, "start_measured": {"x": 2.0}}}
-  assert verdicts.baseline_evidence(evidence) == {
+  found = {"records": [{"l2_to_train": 3.0, "start_l2_to_train": 9.0, "lambda1": 0.5}],
+           "table": {"measured": {"x": 1.0}, "start_measured": {"x": 2.0}}}
+  assert verdicts.baseline_evidence(found) == {
       "records": [{"l2_to_train": 9.0, "start_l2_to_train": 9.0, "lambda1": 0.5}],
       "table": {"measured": {"x": 2.0}, "start_measured": {"x": 2.0}}}
 
@@ -292,7 +292,7 @@ def test_every_claim_is_quoted_from_the_paper_with_its_source():
   """Every claim holds a quotation, and every quoted fragment (split at “…” and at the
   bracketed insertions that stand for the symbols the text extract lacks) stands in the
   paper's text or its captions (../shared/paper, beside the repository)."""
-  for name in (*report.ARTEFACTS, "membership"):
+  for name in (*markdown.ARTEFACTS, "membership"):
     claim, source, rule = claims.claim(name)
     assert source and rule and "{" not in rule and re.search("“[^”]+”", claim), name
   texts = [os.path.join(PAPER_DIR, f) for f in ("runkel2024_text.txt",
@@ -300,8 +300,8 @@ def test_every_claim_is_quoted_from_the_paper_with_its_source():
   if not all(os.path.exists(t) for t in texts):
     pytest.skip(f"the paper's text is not at {PAPER_DIR}")
   paper = " ".join(" ".join(pathlib.Path(t).read_text(encoding="utf-8").split()) for t in texts)
-  for name in (*report.ARTEFACTS, "membership"):
-    for quote in re.findall(r"“([^”]+)”", verdicts.CLAIMS[name][0]):
+  for name in (*markdown.ARTEFACTS, "membership"):
+    for quote in re.findall(r"“([^”]+)”", claims.CLAIMS[name][0]):
       for fragment in re.split(r" … |\[[^\]]*\]", quote):
         fragment = fragment.strip(" .…")
         if len(fragment) > 12:
@@ -333,33 +333,33 @@ def test_report_links_every_figure_table1_and_membership(smoke_report):
 
 def test_report_has_one_computed_verdict_per_artefact(smoke_report):
   workdir, text = smoke_report
-  from trdr import io
+  from trdr.runtime import files
 
-  saved = io.read_json(os.path.join(workdir, "report.json"))
+  saved = files.read_json(os.path.join(workdir, "report.json"))
   sections = re.split(r"\n## ", text)[2:]     # after the counts table
   titles = [s.split("\n", 1)[0] for s in sections]
   assert titles == [*(f"Fig. {i}" for i in range(1, 5)), "Table 1",
                     *(f"Fig. {i}" for i in range(5, 13)), "Membership ambiguity"]
-  for section, name in zip(sections, (*report.ARTEFACTS, "membership")):
+  for section, name in zip(sections, (*markdown.ARTEFACTS, "membership")):
     (line,) = re.findall(r"\*\*Verdict: ([a-z ]+)\*\*", section)
     assert line in verdicts.VERDICTS and line == saved["verdicts"][name]["verdict"], name
   # Recomputing the verdicts from the saved runs gives the same result.
-  again = verdicts.verdicts(report.collect(workdir))
+  again = verdicts.verdicts(evidence.collect(workdir))
   for name, v in again.items():
     assert v["verdict"] == saved["verdicts"][name]["verdict"], name
-  for name in report.ARTEFACTS:   # every verdict beside its baseline, in the file too
+  for name in markdown.ARTEFACTS:   # every verdict beside its baseline, in the file too
     v = saved["verdicts"][name]
     assert v["claim"] and v["source"] and v["baseline"]["verdict"] in verdicts.VERDICTS, name
 
 
 def test_counts_on_both_ssim_windows_and_both_matchings(smoke_report):
   workdir, text = smoke_report
-  from trdr import io
+  from trdr.runtime import files
 
-  rows = io.read_json(os.path.join(workdir, "report.json"))["counts"]
+  rows = files.read_json(os.path.join(workdir, "report.json"))["counts"]
   assert {(r["matching"], r["window"]) for r in rows} == {
       (m, w) for m in ("SSIM-nearest", "best buddies (NCC)") for w in (11, 3)}
-  tuned = io.read_json(os.path.join(workdir, "decoreco_figures", "tuned", "summary.json"))
+  tuned = files.read_json(os.path.join(workdir, "decoreco_figures", "tuned", "summary.json"))
   (row,) = [r for r in rows if r["run"] == "tuned" and r["window"] == 3
             and r["matching"] == "SSIM-nearest"]
   assert row["counts"] == tuned["reconstructed_w3"]
@@ -371,16 +371,17 @@ def test_key_numbers_over_seeds_are_the_repeats_own(smoke_report):
   """Seed 1 repeats the pure-start and DecoReco runs on another data draw; report.json's
   mean and std over seeds are those of the runs' own numbers."""
   workdir, text = smoke_report
-  from trdr import io, paper
+  from trdr.report import artefacts
+  from trdr.runtime import files
 
-  saved = io.read_json(os.path.join(workdir, "report.json"))["verdicts"]
-  seed1 = report.seed_workdir(workdir, 1)
+  saved = files.read_json(os.path.join(workdir, "report.json"))["verdicts"]
+  seed1 = evidence.seed_workdir(workdir, 1)
   distances = []
   images = []
   for directory in (workdir, seed1):
-    records = io.read_json(os.path.join(paper.run_dir(directory, "affine"), "landscape.json"))
+    records = files.read_json(os.path.join(artefacts.run_dir(directory, "affine"), "landscape.json"))
     distances.append(verdicts.pure_record(records, "noise")["param_distance"])
-    with np.load(os.path.join(paper.run_dir(directory, "affine"), "results.npz")) as r:
+    with np.load(os.path.join(artefacts.run_dir(directory, "affine"), "results.npz")) as r:
       images.append(r["train_images"])
   assert not np.array_equal(*images)            # another data draw
   fig1 = saved["fig1"]["seeds"]
@@ -400,7 +401,7 @@ def test_over_seeds_means_the_numbers_and_lists_the_verdicts():
   per_seed = [{"fig1": {"measured": {"a": 1.0, "b": True, "c": [1, 2]}, "verdict": "partly"},
                "fig5": {"measured": {"a": 0.0}, "verdict": "reproduced"}},
               {"fig1": {"measured": {"a": 3.0, "b": False, "c": [3]}, "verdict": "reproduced"}}]
-  out = report.over_seeds(per_seed, (0, 4))
+  out = evidence.over_seeds(per_seed, (0, 4))
   assert list(out) == ["fig1"]                      # fig5 is missing from seed 4
   assert out["fig1"] == {"seeds": [0, 4], "verdicts": ["partly", "reproduced"],
                          "mean": {"a": 2.0}, "std": {"a": pytest.approx(np.sqrt(2.0))},
@@ -411,7 +412,7 @@ def test_no_verdict_says_reproduced_for_an_identity_attack(smoke_report):
   """Every verdict on an attack that returns its start (the runs' own start images as the
   reconstructions) is anything but "reproduced"."""
   workdir, _ = smoke_report
-  identity = verdicts.baseline_evidence(report.collect(workdir))
+  identity = verdicts.baseline_evidence(evidence.collect(workdir))
   for name, v in verdicts.verdicts(identity).items():
     assert v["verdict"] != "reproduced", (name, v["checks"])
 
@@ -421,12 +422,12 @@ def test_the_smoke_attacks_move_their_starts_the_way_they_should(smoke_report):
   loss ||θ* − θ(x)||² below its start's at the noise and partition starts (it minimises
   it), and tuned DecoReco reconstructs more training images than its Gaussian start."""
   workdir, _ = smoke_report
-  evidence = report.collect(workdir)
-  for v, records in evidence["pure"].items():
+  collected = evidence.collect(workdir)
+  for v, records in collected["pure"].items():
     for init in ("noise", "partition"):
       r = verdicts.pure_record(records, init)
       assert r["param_distance"] < r["start_param_distance"], (v, init)
-  tuned = evidence["summaries"]["tuned"]
+  tuned = collected["summaries"]["tuned"]
   level = f"ssim_ge_{verdicts.RULES['ssim_level']:g}"
   assert tuned["reconstructed"][level] > tuned["start_reconstructed"][level]
 
@@ -435,11 +436,12 @@ def test_membership_numbers_match_the_runs(smoke_report):
   """The report's membership numbers are the membership experiment's, and its counts are
   those of the per-image records of its runs."""
   workdir, _ = smoke_report
-  from trdr import io, membership
+  from trdr.report import membership
+  from trdr.runtime import files
 
-  measured = io.read_json(os.path.join(workdir, "report.json"))["membership"]
-  saved = io.read_json(os.path.join(workdir, "membership", membership.MEASURED_FILE))
-  assert io.dumps_json(measured) == io.dumps_json(saved)      # NaN ≠ NaN: compare the files
+  measured = files.read_json(os.path.join(workdir, "report.json"))["membership"]
+  saved = files.read_json(os.path.join(workdir, "membership", membership.MEASURED_FILE))
+  assert files.dumps_json(measured) == files.dumps_json(saved)      # NaN ≠ NaN: compare the files
   per = membership.per_image(os.path.join(workdir, "membership", "decoreco_mlp"))
   rows = [r for r in measured["rows"] if r["attack"] == "decoreco_mlp"]
   assert {r["score"] for r in rows} == set(per["reconstruction"]["scores"]) | set(
@@ -461,14 +463,16 @@ def test_membership_numbers_match_the_runs(smoke_report):
 def test_rescoring_under_the_runs_own_display_gives_its_records(smoke_report):
   """`evaluate.rescored` (the one scale of Figs. 10–12) recomputes a saved run's own
   numbers exactly when given the run's display: the same images, sets and engine."""
-  from trdr import evaluate, io, paper
+  from trdr.evaluation import evaluate
+  from trdr.report import artefacts
+  from trdr.runtime import files
 
   workdir, _ = smoke_report
-  run = paper.run_dir(workdir, "landscape_bilevel")
+  run = artefacts.run_dir(workdir, "landscape_bilevel")
   with np.load(os.path.join(run, "results.npz")) as saved:
     results = dict(saved)
   evaluation = evaluate.rescored(results, str(results["display"]))
-  for g, r in enumerate(io.read_json(os.path.join(run, "landscape.json"))):
+  for g, r in enumerate(files.read_json(os.path.join(run, "landscape.json"))):
     for s in ("train", "partition", "noise"):
       for prefix in ("", evaluate.START):
         assert float(evaluation[f"{prefix}{s}_l2"][g].mean()) == r[f"{prefix}l2_to_{s}"]

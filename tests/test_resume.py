@@ -9,13 +9,14 @@ import time
 import numpy as np
 import pytest
 
-from trdr import io, paper
+from trdr.report import artefacts
+from trdr.runtime import files, rundir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _command(workdir, *extra):
-  """The :smoke landscape, exactly as the :smoke report ran it (paper.RUNS)."""
+  """The :smoke landscape, exactly as the :smoke report ran it (artefacts.RUNS)."""
   return [sys.executable, os.path.join(REPO, "experiments", "landscape.py"),
           f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
           f"--workdir={workdir}", *extra]
@@ -50,27 +51,27 @@ def test_sigkilled_run_resumes_to_the_same_results(smoke_report_dir, subprocess_
   The uninterrupted run is the :smoke report's (conftest.py), with the same config, so
   only the killed run and its resumption run here.
   """
-  reference = paper.run_dir(smoke_report_dir, "landscape_bilevel")
+  reference = artefacts.run_dir(smoke_report_dir, "landscape_bilevel")
   killed = tmp_path / "killed"
   proc = subprocess.Popen(_command(killed), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, cwd=REPO, env=subprocess_env)
   processes.append(proc)
   deadline = time.time() + 300
-  while not os.path.exists(killed / io.CHECKPOINT_FILE):
+  while not os.path.exists(killed / rundir.CHECKPOINT_FILE):
     assert proc.poll() is None, proc.communicate()[1][-3000:]
     assert time.time() < deadline, "no checkpoint within 300 s"
     time.sleep(0.005)
   os.kill(proc.pid, signal.SIGKILL)
   proc.communicate(timeout=60)
   assert proc.returncode == -signal.SIGKILL
-  assert io.read_json(killed / io.CONFIG_FILE) == io.read_json(
-      os.path.join(reference, io.CONFIG_FILE))
+  assert files.read_json(killed / rundir.CONFIG_FILE) == files.read_json(
+      os.path.join(reference, rundir.CONFIG_FILE))
   assert not os.path.exists(killed / "landscape.json")
   assert not os.path.exists(killed / "results.npz")
   # Killed during the attack as a rule (its 30 steps take about a second after the first
   # checkpoint, the evaluation after them ten), often before the checkpointed chunk's
   # metrics line: the resumed run must still log that chunk once.
-  killed_at = len(io.read_metrics(killed))
+  killed_at = len(rundir.read_metrics(killed))
 
   resume = subprocess.run(_command(killed), capture_output=True, text=True, cwd=REPO,
                           env=subprocess_env, timeout=600)
@@ -82,12 +83,12 @@ def test_sigkilled_run_resumes_to_the_same_results(smoke_report_dir, subprocess_
     assert resumed[name].dtype == expected[name].dtype, name
     assert np.array_equal(resumed[name], expected[name],
                           equal_nan=resumed[name].dtype.kind == "f"), name
-  assert io.read_json(killed / "landscape.json") == io.read_json(
+  assert files.read_json(killed / "landscape.json") == files.read_json(
       os.path.join(reference, "landscape.json"))
   # One line per logged step, no duplicate or lost chunk, with the uninterrupted numbers.
-  expected_metrics = _without_timing(io.read_metrics(reference))
+  expected_metrics = _without_timing(rundir.read_metrics(reference))
   assert [r["step"] for r in expected_metrics] == [10, 20, 30]
-  assert _without_timing(io.read_metrics(killed)) == expected_metrics
+  assert _without_timing(rundir.read_metrics(killed)) == expected_metrics
   print(f"killed after {killed_at} of 3 metrics lines")
 
   # A finished run is left alone without --overwrite (--overwrite: test_landscape.py).
@@ -101,14 +102,14 @@ def test_sigkilled_run_resumes_to_the_same_results(smoke_report_dir, subprocess_
 def test_metrics_file_survives_a_kill_mid_append(tmp_path):
   """A line cut short by a kill is skipped when read and replaced on resume; a corrupt
   line before others is an error, not silently dropped."""
-  io.write_metrics(tmp_path, [{"step": 1}, {"step": 2}])
-  with open(tmp_path / io.METRICS_FILE, "a") as f:
+  rundir.write_metrics(tmp_path, [{"step": 1}, {"step": 2}])
+  with open(tmp_path / rundir.METRICS_FILE, "a") as f:
     f.write('{"step": 3, "upper_lo')
-  assert io.read_metrics(tmp_path) == [{"step": 1}, {"step": 2}]
-  io.write_metrics(tmp_path, io.read_metrics(tmp_path))
-  io.append_metrics(tmp_path, [{"step": 3}])
-  assert [r["step"] for r in io.read_metrics(tmp_path)] == [1, 2, 3]
-  (tmp_path / io.METRICS_FILE).write_text('{"step": 1}\n{"ste\n{"step": 3}\n')
+  assert rundir.read_metrics(tmp_path) == [{"step": 1}, {"step": 2}]
+  rundir.write_metrics(tmp_path, rundir.read_metrics(tmp_path))
+  rundir.append_metrics(tmp_path, [{"step": 3}])
+  assert [r["step"] for r in rundir.read_metrics(tmp_path)] == [1, 2, 3]
+  (tmp_path / rundir.METRICS_FILE).write_text('{"step": 1}\n{"ste\n{"step": 3}\n')
   with pytest.raises(ValueError):
-    io.read_metrics(tmp_path)
-  assert io.read_metrics(tmp_path / "missing") == []
+    rundir.read_metrics(tmp_path)
+  assert rundir.read_metrics(tmp_path / "missing") == []

@@ -9,8 +9,9 @@ import numpy as np
 import optax.tree
 import pytest
 
-from trdr import models, solver, victim
+from trdr import models, victim
 from trdr.attacks import bilevel
+from trdr.victim import solver
 
 _MODEL = models.Affine()
 WD = 1e-2

@@ -2,6 +2,30 @@
 
 Reproduces and extends Runkel, Gandikota, Geiping, Schönlieb, Moeller, "Training Data
 Reconstruction: Privacy due to Uncertainty?" (arXiv 2412.08544).
+
+The packages and modules are the pipeline, in the order data flows through it:
+
+  runtime     files, the run directory, sharding, distributed: knows nothing of the rest
+  data        loaders (the shipped CIFAR-10 sample, .npz, CIFAR-10 python, tfds) -> task
+  models      the Flax victims (MODELS): affine (eq. 8), one-hidden (eq. 9), Haim's MLP
+  configs     every experiment config, `get_config(variant)`
+  victim      E(x, y; θ), its solver, training to θ*, θ* cached or read from a file
+  attacks     the Attack protocol and ATTACKS: bilevel (eq. 2, 7), DecoReco; INITS (eq. 10)
+  evaluation  SSIM, nearest neighbours, distances, ||θ* − θ||², records, ROC statistics
+  experiment  run(config, workdir, mode): starts, the checkpointed loop, one function per mode
+  plotting    the runs' figures, from saved files only
+  report      the paper's artefacts, claims, verdicts, membership, report.md
+  api         the Python entry points (`trdr.<name>`)
+  cli         the scripts' flags and mains
+
+Rules (tests/test_layout.py checks them against this list):
+  * A package or module imports only those above it in this list, never one below: a
+    new attack touches `attacks` alone, and every later stage serves it unchanged.
+  * Inside a package, modules import one another without a cycle, and never through the
+    package's own ``__init__``, which only gathers the stage's public names.
+  * Process-wide switches (jax_enable_x64, the matplotlib backend, XLA flags) are set by
+    the entry points (`cli`, tests), never as a side effect of importing or calling the
+    library: inside it, float64 is the `jax.enable_x64` context of a config's run.
 """
 
 import warnings as _warnings
@@ -14,7 +38,7 @@ _warnings.filterwarnings(
 
 __version__ = "0.1.0"
 
-# The Python API (`trdr.api`), imported on first use so that `import trdr.io` stays light.
+# The Python API (`trdr.api`), imported on first use so that `import trdr.runtime.files` stays light.
 API = ("get_config", "load_task", "train_victim", "load_victim", "attack",
        "evaluate_reconstructions", "run_experiment")
 

@@ -19,8 +19,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from trdr import data, evaluate, experiment, loop, models, pretrained, starts, victim
-from trdr.attacks import ATTACKS, init as inits
+from trdr import data, experiment, models, victim
+from trdr.attacks import ATTACKS
+from trdr.attacks import init as inits
+from trdr.evaluation import evaluate
+from trdr.experiment import loop, starts
+from trdr.victim import pretrained
 
 
 def get_config(name: str, variant: str = "") -> ml_collections.ConfigDict:
@@ -46,14 +50,14 @@ def train_victim(config: ml_collections.ConfigDict, task: data.BinaryTask,
                  directory: str) -> victim.Victim:
   """θ* of ``config.victim`` trained on ``task`` (L-BFGS, or Haim et al.'s GD when
   ``victim.training="gd"``), cached in ``directory`` (`trdr.victim.load_or_train`)."""
-  jax.config.update("jax_enable_x64", bool(config.float64))
   models.check_labels(config.victim, task.train_labels)
-  return victim.load_or_train(config, task, directory)
+  with jax.enable_x64(bool(config.float64)):
+    return victim.load_or_train(config, task, directory)
 
 
 def load_victim(path: str, config: ml_collections.ConfigDict,
                 task: data.BinaryTask) -> victim.Victim:
-  """θ* from a .pth, .npz, Flax .msgpack or orbax directory (`trdr.pretrained`); its
+  """θ* from a .pth, .npz, Flax .msgpack or orbax directory (`trdr.victim.pretrained`); its
   architecture is read from the arrays where unambiguous, else from ``config.victim``.
 
   ``config.victim.load`` is set to ``path`` and its architecture fields to the file's
@@ -63,11 +67,11 @@ def load_victim(path: str, config: ml_collections.ConfigDict,
     ValueError: a key, shape, dtype or value that does not fit, naming it.
     ModuleNotFoundError: a .pth without PyTorch installed.
   """
-  jax.config.update("jax_enable_x64", bool(config.float64))
   with config.unlocked():
     config.victim.load = path
     config.victim = pretrained.resolve(config, task.train_images.shape[1:]).victim
-  return pretrained.load(config, task)
+  with jax.enable_x64(bool(config.float64)):
+    return pretrained.load(config, task)
 
 
 def attack(target: victim.Victim, config: ml_collections.ConfigDict, task: data.BinaryTask,
@@ -85,15 +89,13 @@ def attack(target: victim.Victim, config: ml_collections.ConfigDict, task: data.
   Raises:
     ValueError: bad attack settings; FloatingPointError: the attack diverged.
   """
-  jax.config.update("jax_enable_x64", bool(config.float64))
-  dtype = jnp.float64 if config.float64 else jnp.float32
-  a = experiment.attack_config(config)
-  x0, labels, init_key, _, build_key, _ = starts.make_starts("attack", config, a, task,
-                                                                 dtype)
-  reconstruction = ATTACKS[a.name](target, a, labels, key=build_key,
-                                   box=inits.pixel_box(task.mean))
-  states = jax.vmap(reconstruction.init, in_axes=(0, None))(x0, init_key)
-  with tempfile.TemporaryDirectory() as scratch:
+  with jax.enable_x64(bool(config.float64)), tempfile.TemporaryDirectory() as scratch:
+    dtype = jnp.float64 if config.float64 else jnp.float32
+    a = experiment.attack_config(config)
+    start = starts.attack_starts(config, a, task, dtype)
+    reconstruction = ATTACKS[a.name](target, a, start.labels, key=start.build_key,
+                                     box=inits.pixel_box(task.mean))
+    states = jax.vmap(reconstruction.init, in_axes=(0, None))(start.images, start.init_keys)
     states, _, _ = loop.run(reconstruction, states, steps=a.steps, log_every=a.log_every,
                             grid_batch_size=a.grid_batch_size, workdir=workdir or scratch,
                             resume=False, stop_on_divergence=True)
@@ -104,7 +106,7 @@ def evaluate_reconstructions(images: np.ndarray, task: data.BinaryTask, *,
                              ssim_window: int = evaluate.SSIM_WINDOW,
                              thresholds=(0.4,)) -> dict[str, np.ndarray]:
   """Nearest neighbours of reconstructions float[m, H, W, C] (victim input space) in the
-  training set and the partition by SSIM (`trdr.evaluate.reconstructions`, images shown
+  training set and the partition by SSIM (`trdr.evaluation.evaluate.reconstructions`, images shown
   as pixels): train_index/train_ssim/train_l2 [m], the same for partition, and each
   training image's best reconstruction (best_ssim_per_train [n]) and the count of
   training images with SSIM ≥ each threshold (count_ssim_ge)."""
@@ -114,8 +116,9 @@ def evaluate_reconstructions(images: np.ndarray, task: data.BinaryTask, *,
 
 
 def run_experiment(config: ml_collections.ConfigDict, workdir: str, mode: str = "attack",
-                   overwrite: bool = False):
+                   overwrite: bool = False) -> experiment.Finished:
   """`trdr.experiment.run`: ``mode`` "landscape", "attack", "sweep" or "membership" (one
-  run of `trdr.membership`; the whole measurement is `trdr.membership.run`) with every file
-  written, checked and resumable; returns landscape.json's records or the summary."""
+  run of `trdr.report.membership`; the whole measurement is `trdr.report.membership.run`)
+  with every file written, checked and resumable; returns its `experiment.Finished`
+  (``.summary``, and ``.records`` of a landscape)."""
   return experiment.run(config, workdir, mode, overwrite=overwrite)

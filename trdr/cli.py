@@ -3,7 +3,7 @@
 Each script is `app.run(cli.<main>)`. Importing this module defines the flags
 --config (an ml_collections config file, locked: a typo in --config.x.y=... is an
 error), --workdir (``~`` and $VARS expanded), --overwrite, the flags of a run across processes
-(--distributed, --coordinator_address, --num_processes, --process_id; `trdr.distributed`),
+(--distributed, --coordinator_address, --num_processes, --process_id; `trdr.runtime.distributed`),
 --cpu_devices (JAX CPU devices: one per core by default) and for the artefact scripts
 --artefacts.
 """
@@ -12,10 +12,12 @@ import os
 import sys
 import time
 
+import matplotlib
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from trdr import distributed, experiment, io, plotting, sharding
+from trdr import experiment, plotting
+from trdr.runtime import distributed, files, sharding
 
 # paper, report and membership (and scipy.stats through them, ~1 s) are imported by the
 # mains that use them, not by every experiment script.
@@ -26,7 +28,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Where results are written (expe
                                "default runs/<config name>[_<variant>][_sweep]).")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a finished run in --workdir.")
 _ARTEFACTS = flags.DEFINE_list("artefacts", None, "Which artefacts to write (paper.py; "
-                               "names from trdr.paper.ARTEFACTS, default: all of them).")
+                               "names from trdr.report.artefacts.ARTEFACTS, default: all of them).")
 _COORDINATOR = flags.DEFINE_string(
     "coordinator_address", None, "host:port of process 0 when the grid runs across "
     "processes (jax.distributed); with --num_processes and --process_id.")
@@ -38,13 +40,16 @@ _DISTRIBUTED = flags.DEFINE_bool(
 _CPU_DEVICES = flags.DEFINE_integer(
     "cpu_devices", 0, "JAX CPU devices of this process (jax_num_cpu_devices); 0: one per "
     "CPU core it may use (JAX_NUM_CPU_DEVICES, if set, stands), so that a grid attacked "
-    "one start at a time runs one start per core (trdr.loop). Not changed across "
+    "one start at a time runs one start per core (trdr.experiment.loop). Not changed across "
     "processes or when XLA_FLAGS sets --xla_force_host_platform_device_count.")
 flags.mark_flags_as_required(["config"])
 
 
 def run(main) -> None:
-  """`absl.app.run` of ``main`` with `parse_flags`, after `trdr.sharding.set_cpu_devices`."""
+  """`absl.app.run` of ``main`` with `parse_flags`, after `trdr.runtime.sharding.set_cpu_devices`
+  and with matplotlib's Agg backend (the figures are written to files; no display)."""
+  matplotlib.use("Agg")
+
   def with_devices(argv):
     sharding.set_cpu_devices(_CPU_DEVICES.value,
                              _DISTRIBUTED.value or bool(_COORDINATOR.value))
@@ -107,9 +112,9 @@ def experiment_main(mode: str):
 def paper_main(argv):
   """``main`` of experiments/paper.py (--workdir required): the requested artefacts."""
   del argv
-  from trdr import paper
-  for path in paper.make(_CONFIG.value, _workdir(_WORKDIR.value),
-                         _ARTEFACTS.value or tuple(paper.ARTEFACTS)):
+  from trdr.report import artefacts
+  for path in artefacts.make(_CONFIG.value, _workdir(_WORKDIR.value),
+                             _ARTEFACTS.value or tuple(artefacts.ARTEFACTS)):
     print(path)
 
 
@@ -125,17 +130,17 @@ def report_main(argv):
 
 
 def membership_main(argv):
-  """``main`` of experiments/membership.py: the membership experiment (`trdr.membership`;
+  """``main`` of experiments/membership.py: the membership experiment (`trdr.report.membership`;
   finished runs reused), its verdict, WORKDIR/membership.{png,pdf} and membership.md."""
   del argv
-  from trdr import membership, report, report_figures, verdicts
+  from trdr.report import figures, markdown, membership, verdicts
   workdir = _workdir(_WORKDIR.value or default_workdir(
       config_flags.get_config_filename(flags.FLAGS["config"])))
   measured = membership.run(_CONFIG.value, workdir)
   verdict = verdicts.verdict_membership(measured)
-  plotting.save_figure(report_figures.membership_figure(measured), workdir, "membership")
-  io.atomic_write(os.path.join(workdir, "membership.md"),
-                  report.membership_page(measured, verdict).encode())
+  plotting.save_figure(figures.membership_figure(measured), workdir, "membership")
+  files.atomic_write(os.path.join(workdir, "membership.md"),
+                     markdown.membership_page(measured, verdict).encode())
   for check, ok in verdict["checks"].items():
     print(f"{check}: {ok}")
   print(f"membership: {verdict['verdict']} (baseline: {verdict['baseline']['verdict']})")

@@ -22,18 +22,18 @@
 from __future__ import annotations
 
 import ast
-import itertools
 import importlib.resources
+import itertools
 import os
 import pickle
 import tarfile
 import zipfile
 from typing import Any, Callable, NamedTuple, Optional
 
-from absl import logging
 import ml_collections
-from ml_collections import config_dict
 import numpy as np
+from absl import logging
+from ml_collections import config_dict
 
 CIFAR10_VEHICLES_VS_ANIMALS = ((0, 1, 8, 9), (2, 3, 4, 5, 6, 7))
 MNIST_EVEN_VS_ODD = ((0, 2, 4, 6, 8), (1, 3, 5, 7, 9))

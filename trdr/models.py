@@ -160,10 +160,10 @@ def check_labels(victim_config: ml_collections.ConfigDict, labels) -> None:
     ValueError: they do not fit, naming the victim's outputs and the labels found.
   """
   labels = np.unique(np.asarray(labels))
-  outputs = victim_config.get("num_outputs", 1) if victim_config.arch == "haim_mlp" else 1
+  outputs = victim_config.num_outputs if victim_config.arch == "haim_mlp" else 1
   binary = set(labels.tolist()) <= {-1.0, 1.0}
-  lbfgs = victim_config.get("training", "lbfgs") == "lbfgs"
-  if (outputs == 1 or lbfgs or victim_config.get("loss") in ("bce", "mse")) and not binary:
+  lbfgs = victim_config.training == "lbfgs"
+  if (outputs == 1 or lbfgs or victim_config.loss in ("bce", "mse")) and not binary:
     raise ValueError(
         f"labels {labels.tolist()[:12]} are not a binary task's ±1: a C-class task (data."
         "classes with C > 2 groups) needs victim.arch='haim_mlp', num_outputs=C, "

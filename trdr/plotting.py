@@ -1,23 +1,22 @@
 """Every figure of trdr, drawn from saved files only (landscape.json, results.npz, ...).
 
 Every function returns a matplotlib Figure and never shows it; `save_figure` writes PNG
-and PDF, and `run_figures` draws a finished run's figures into its directory. The Agg
-backend is used, so no display is needed. Reconstructions are shown through the one
-display transform of the evaluation (`trdr.evaluate.to_display`, the run's "display").
+and PDF, and `run_figures` draws a finished run's figures into its directory. The backend
+is the caller's choice (the scripts choose Agg, `trdr.cli`; a notebook keeps its inline
+one). Reconstructions are shown through the one display transform of the evaluation
+(`trdr.evaluation.evaluate.to_display`, the run's "display").
 """
 
 import collections.abc
 import io as _bytes_io
 import os
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from trdr import evaluate, io  # noqa: E402
-from trdr.attacks import init as inits  # noqa: E402
+from trdr.attacks import init as inits
+from trdr.evaluation import evaluate
+from trdr.runtime import files, rundir
 
 _SETS = (("train", "training set"), ("partition", "distinct partition"), ("noise", "noise set"))
 # The paper's colours in Figs. 10–12 (Runkel et al. Sec. 4.5): red = training set,
@@ -180,7 +179,7 @@ def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
 
 
 def shown_images(results, images):
-  """``images`` as the run shows and scores them (its display, `trdr.evaluate.to_display`)."""
+  """``images`` as the run shows and scores them (its display, `trdr.evaluation.evaluate.to_display`)."""
   mean = results["mean"]
   display = str(results["display"]) if "display" in results else "pixels"
   return evaluate.to_display(images, mean, display)
@@ -286,7 +285,7 @@ def save_figure(fig, directory: str, name: str) -> list[str]:
     path = os.path.join(directory, f"{name}.{ext}")
     buf = _bytes_io.BytesIO()
     fig.savefig(buf, format=ext, dpi=150, bbox_inches=box)
-    io.atomic_write(path, buf.getvalue())
+    files.atomic_write(path, buf.getvalue())
     paths.append(path)
   plt.close(fig)
   return paths
@@ -331,16 +330,16 @@ def run_figures(workdir: str, check: bool = True) -> list[str]:
   Returns:
     The paths written.
   Raises:
-    ValueError: the run's files fail their SHA256SUMS (`trdr.io.check_finished`).
+    ValueError: the run's files fail their SHA256SUMS (`trdr.runtime.rundir.check_finished`).
   """
   landscape = os.path.exists(os.path.join(workdir, "landscape.json"))
   if check:
-    io.check_finished(workdir, "landscape.json" if landscape else "summary.json")
-  config = io.read_json(os.path.join(workdir, io.CONFIG_FILE))
+    rundir.check_finished(workdir, "landscape.json" if landscape else "summary.json")
+  config = files.read_json(os.path.join(workdir, rundir.CONFIG_FILE))
   n_show = config["eval"]["n_show"]
   figures = {}
   if landscape:
-    records = io.read_json(os.path.join(workdir, "landscape.json"))
+    records = files.read_json(os.path.join(workdir, "landscape.json"))
     results = _load(workdir, "results.npz")
     figures.update(landscape_figures(records, tuple(results["grid_shape"])))
     for name in inits.PURE_INITS:
@@ -354,7 +353,7 @@ def run_figures(workdir: str, check: bool = True) -> list[str]:
       if name == "partition":
         figures["reconstructions_partition_vs_partition"] = reconstruction_grid(
             results, "partition", n_show=n_show, grid_index=g, title=title)
-  elif "init" in io.read_json(os.path.join(workdir, "summary.json")):
+  elif "init" in files.read_json(os.path.join(workdir, "summary.json")):
     results = _load(workdir, "results.npz")
     title = f"{config['attack']['name']}, {config['init']['kind']} initialisation"
     for reference in ("train", "partition"):

@@ -35,9 +35,10 @@ import optax
 import optax.tree
 from jaxopt import implicit_diff
 
-from trdr import models, solver, victim
+from trdr import models, victim
 from trdr.attacks.linear_solve import LINEAR_SOLVES, damp_memory
 from trdr.attacks.protocol import Attack
+from trdr.victim import solver
 
 Params = Any
 
@@ -92,7 +93,7 @@ def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_s
     energy_fn: E(params, images, labels) -> float[].
     max_iter, tol, memory_size: lower-level L-BFGS settings (`trdr.victim.minimize_energy`).
     method: the lower-level solver, a name in `LOWER_LEVEL_METHODS`: "lbfgs"
-      (`trdr.solver.minimize_energy`) or "newton_cg" (`trdr.solver.minimize_newton_cg`,
+      (`trdr.victim.solver.minimize_energy`) or "newton_cg" (`trdr.victim.solver.minimize_newton_cg`,
       branch-free when vmapped over a grid; max_iter counts its Newton iterations,
       memory_size is unused).
     cg_iters: Newton–CG's conjugate-gradient steps per iteration (``method="newton_cg"``).
@@ -223,18 +224,16 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
   Args:
     target: the victim (its model and θ*; ``target.config.weight_decay`` is the wd of the
       E that θ* minimises).
-    attack_config: lower_level.{start, max_iter, tol, memory_size, and optionally method
-      ("lbfgs"), cg_iters (100)},
-      hypergradient.{solve, cg_tol, cg_maxiter, and optionally damping (default 0),
-      neumann_alpha (0), neumann_steps (100)}, optimizer, lr, lr_schedule, steps, project.
+    attack_config: lower_level.{start, max_iter, tol, memory_size, method, cg_iters},
+      hypergradient.{solve, cg_tol, cg_maxiter, damping, neumann_alpha, neumann_steps},
+      optimizer, lr, lr_schedule, steps, project (configs/bilevel_affine.py).
     labels: float[n] in {−1, +1}, the known labels of the unknown images.
     key: PRNG key for the U(0, 1) lower-level starts: folded with the step number
       (``"uniform"``), or used as it is at every step (``"uniform_once"``).
     box: (low, high) pixel bounds for the projection, broadcastable to the images.
   Returns:
     The `Attack`; its state is an `AttackState`, its metrics `StepMetrics` (the first,
-    ``upper_loss``, is l before the step), ``parts`` holds ``lower_level`` and
-    ``upper_loss`` for evaluation and tests.
+    ``upper_loss``, is l before the step), its ``energy`` the victim's E.
   Raises:
     ValueError: unknown lower-level start, method, solve, optimizer or schedule; max_iter
       < 1 or tol <= 0; Newton–CG for a lower level that is not strongly convex.
@@ -245,12 +244,12 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
   if not (int(ll.max_iter) >= 1 and float(ll.tol) > 0):  # max_iter 0 would report l = 0
     raise ValueError(f"need lower_level.max_iter >= 1 and lower_level.tol > 0, got "
                      f"{ll.max_iter} and {ll.tol}")
-  method = ll.get("method", "lbfgs")
-  if method == "newton_cg" and not (target.config.get("arch") == "affine"
+  method = ll.method
+  if method == "newton_cg" and not (target.config.arch == "affine"
                                     and target.config.weight_decay > 0):
     raise ValueError(
         "lower_level.method 'newton_cg' is for a strongly convex lower level (victim arch "
-        f"'affine' with weight_decay > 0), not arch {target.config.get('arch')!r} with "
+        f"'affine' with weight_decay > 0), not arch {target.config.arch!r} with "
         f"weight_decay {target.config.weight_decay}: on a non-convex E it stops where no "
         "Armijo step exists (use 'lbfgs')")
   hg = attack_config.hypergradient
@@ -260,11 +259,10 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
   lower_level = make_lower_level(energy_fn, max_iter=ll.max_iter, tol=ll.tol,
                                  memory_size=ll.memory_size, solve=hg.solve,
                                  cg_tol=hg.cg_tol, cg_maxiter=hg.cg_maxiter,
-                                 damping=hg.get("damping", 0.0),
-                                 neumann_alpha=hg.get("neumann_alpha", 0.0),
-                                 neumann_steps=hg.get("neumann_steps", 100),
+                                 damping=hg.damping, neumann_alpha=hg.neumann_alpha,
+                                 neumann_steps=hg.neumann_steps,
                                  method=method,
-                                 cg_iters=ll.get("cg_iters", 100))
+                                 cg_iters=ll.cg_iters)
   optimizer = make_optimizer(attack_config)
 
   def upper_loss(images, theta_init):
@@ -296,6 +294,4 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
     return new_state, StepMetrics(loss, info.grad_norm, info.num_iter)
 
   return Attack(name="bilevel", init=init, step=step, images=lambda s: s.images,
-                batches_well=False, display="pixels",
-                parts={"lower_level": lower_level, "upper_loss": upper_loss,
-                       "energy": energy_fn})
+                batches_well=False, display="pixels", energy=energy_fn)

@@ -305,14 +305,14 @@ def make_loss_and_grad(target: victim.Victim, attack_config, labels: jax.Array) 
   if a.form not in FORMS:
     raise ValueError(f"unknown attack.form {a.form!r}; known: "
                      f"{sorted(FORMS) + ['gradient_norm']}")
-  outputs = v.get("num_outputs", 1)
+  outputs = v.num_outputs
   if (a.form == "multiclass") != (outputs > 1):
     raise ValueError(f"attack.form {a.form!r} does not fit a victim with num_outputs = "
                      f"{outputs}: use 'multiclass' exactly when it is > 1")
   if a.form == "multiclass":  # class indices (Buzaglo et al.): ±1 -> 0 / 1 when C = 2
     labels = victim.class_index(labels, outputs)
   weight_decay = v.weight_decay if a.form == "weight_decay" else 0.0
-  if a.get("fused", True) and fused_applies(target):
+  if a.fused and fused_applies(target):
     scale = weight_decay if a.form == "weight_decay" else 1.0
 
     def fused(images, lambdas, alpha, lambda_min):
@@ -330,7 +330,7 @@ def fused_applies(target: victim.Victim) -> bool:
   """Whether `kkt_mlp.value_and_grad` computes the attack's loss for this victim: a ReLU
   Haim MLP with one output (`kkt_mlp.supports`)."""
   v = target.config
-  return (v.arch == "haim_mlp" and v.activation == "relu" and v.get("num_outputs", 1) == 1
+  return (v.arch == "haim_mlp" and v.activation == "relu" and v.num_outputs == 1
           and kkt_mlp.supports(target.params))
 
 
@@ -363,6 +363,5 @@ def build(target: victim.Victim, attack_config, labels: jax.Array, *, key=None, 
     return State(new, state.hparams), StepMetrics(loss)
 
   return Attack(name="decoreco", init=init, step=step, images=lambda s: s.attack.images,
-                batches_well=True, display="minmax",
-                parts={"loss_and_grad": loss_and_grad, "hyperparameters": hp,
-                       "outputs": lambda s: {"final_lambdas": s.attack.lambdas}})
+                batches_well=True, display="minmax", hyperparameters=hp,
+                outputs=lambda s: {"final_lambdas": s.attack.lambdas})

@@ -59,7 +59,7 @@ def mixture(x_gt: jax.Array, x_part: jax.Array, x_rnd: jax.Array, lambda1, lambd
 def mixture_weights(lambda1, lambda2) -> np.ndarray:
   """The weights of (x_GT, x_part, x_rnd) in `mixture`: float64[..., 3] = (λ2 λ1,
   λ2 (1 − λ1), 1 − λ2), summing to 1, so a start in pixels (the task mean added back) is
-  the same mixture of the three sets in pixels (`trdr.evaluate.reconstructions` searches
+  the same mixture of the three sets in pixels (`trdr.evaluation.evaluate.reconstructions` searches
   a grid's starts this way).
 
   Args:
@@ -180,7 +180,7 @@ def _images(kind):
 
 
 # Test-split images an attacker may start from ("public"); the others, test[1::2], are the
-# membership experiment's public reference for "natural-looking" (`trdr.membership`).
+# membership experiment's public reference for "natural-looking" (`trdr.report.membership`).
 PUBLIC_STARTS = slice(0, None, 2)
 PUBLIC_REFERENCE = slice(1, None, 2)
 

@@ -9,7 +9,7 @@ is then a bundle of pure, vmappable functions over its own state pytree:
                                     whose FIRST field is the attack's objective
   images(state) -> float[m, H, W, C] the current reconstruction
 
-`trdr.loop.run` maps ``step`` over a grid of starts under `lax.scan`; `trdr.experiment`
+`trdr.experiment.loop.run` maps ``step`` over a grid of starts under `lax.scan`; `trdr.experiment`
 builds the attack through the `trdr.attacks.ATTACKS` registry.
 """
 
@@ -32,11 +32,19 @@ class Attack(NamedTuple):
       them (no data-dependent loops, e.g. DecoReco's fixed-length step); False when a
       batched start runs every member's branches (the bilevel lower level's L-BFGS line
       search), which makes vmapping on CPU slower than a sequential map. The loop's
-      `trdr.loop.batch_size` policy reads it.
+      `trdr.experiment.loop.batch_size` policy reads it.
     display: how the evaluation shows and scores its images: "pixels" (the mean added
       back) or "minmax" (the mean added back, then each image min-max scaled to [0, 1],
       as Haim et al. show DecoReco's reconstructions).
-    parts: attack-specific pieces for evaluation and tests (e.g. the bilevel lower level).
+    energy: for an attack with a lower level (the bilevel attack), the victim's training
+      objective E(params, images float[n, H, W, C], labels float[n]) -> float[] whose
+      minimiser θ(x) it compares with θ*: the evaluation then re-solves θ(x) of the
+      reconstructions and reports ||θ* − θ(x)||² (Runkel et al. Table 1). None otherwise.
+    hyperparameters: the attack's tunable settings as configured (a NamedTuple of
+      floats, e.g. DecoReco's (σ, lr, λ_min, α)), recorded in the run's summary; None
+      when it has none.
+    outputs: state -> {name: float[...]}, arrays beside the images that the run saves
+      in results.npz (e.g. DecoReco's final λ); None for none.
   """
   name: str
   init: Callable[[jax.Array, jax.Array], Any]
@@ -44,4 +52,6 @@ class Attack(NamedTuple):
   images: Callable[[Any], jax.Array]
   batches_well: bool
   display: str
-  parts: dict
+  energy: Callable[..., jax.Array] | None = None
+  hyperparameters: tuple | None = None  # a NamedTuple
+  outputs: Callable[[Any], dict[str, jax.Array]] | None = None

@@ -34,13 +34,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
   config.victim = ml_collections.ConfigDict()
   config.victim.arch = "affine"
+  config.victim.training = "lbfgs"  # L-BFGS to ||∇θE|| < tol (the bilevel lower level's E)
   config.victim.weight_decay = 1e-2
   config.victim.tol = 1e-5          # ||∇θE(θ*)|| at the end of training
   config.victim.max_iter = 5000
   config.victim.memory_size = 10
   config.victim.seed = 0
   config.victim.checkpoint_dir = config_dict.placeholder(str)  # default: WORKDIR/victim
-  # θ* from a file instead of training (.pth, .npz, .msgpack, orbax dir; trdr.pretrained)
+  # θ* from a file instead of training (.pth, .npz, .msgpack, orbax dir; trdr.victim.pretrained)
   config.victim.load = config_dict.placeholder(str)
 
   config.attack = ml_collections.ConfigDict()
@@ -81,6 +82,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.init.lambda2 = (0.0, 0.25, 0.5, 0.75, 1.0)
 
   config.eval = ml_collections.ConfigDict()
+  # SSIM window of the nearest neighbours (dm_pix's default 11) and further windows of the
+  # per-training-image counts; the counts' SSIM thresholds (none: no per-image counts).
+  config.eval.ssim_window = 11
+  config.eval.count_windows = ()
+  config.eval.ssim_thresholds = ()
+  config.eval.public_set = False  # nearest neighbours in the test split too
+  config.eval.score_k = 10        # Haim et al.'s in-run score: the k best matches
+  # ||θ* − θ(x)||² re-solved from θ* to lower_level_tol, and from θ0 ~ U(0, 1) at each of
+  # uniform_start_tols (Table 1's setting; none: not computed).
+  config.eval.uniform_start_tols = ()
   config.eval.lower_level_tol = 1e-6
   config.eval.lower_level_max_iter = 2000
   config.eval.ssim_chunk_size = 500

@@ -70,7 +70,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.victim.log_every = 10_000
   config.victim.seed = 0
   config.victim.checkpoint_dir = config_dict.placeholder(str)  # default: WORKDIR/victim
-  # θ* from a file instead of training (.pth, .npz, .msgpack, orbax dir; trdr.pretrained)
+  # θ* from a file instead of training (.pth, .npz, .msgpack, orbax dir; trdr.victim.pretrained)
   config.victim.load = config_dict.placeholder(str)
 
   config.attack = ml_collections.ConfigDict()
@@ -79,6 +79,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.candidates_per_image = 2   # m = 2n
   config.attack.steps = 50_000
   config.attack.log_every = 1000
+  config.attack.checkpoint_every = 0   # steps between checkpoints; 0: after every chunk
   config.attack.init_scale = 8.857e-4  # σ
   config.attack.lr = 0.4
   config.attack.lambda_min = 0.05
@@ -117,9 +118,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.eval.ssim_window = 11
   config.eval.count_windows = (3,)
   # Nearest neighbours also in the test split ("public", disjoint from the training set):
-  # the realism score of Figs. 6–8 (trdr/realism.py), which needs no training set.
+  # the realism score of Figs. 6–8 (trdr/evaluation/realism.py), which needs no training set.
   config.eval.public_set = True
   config.eval.score_k = 10
+  config.eval.uniform_start_tols = ()  # no lower level: no ||θ* − θ(x)||² re-solves
   config.eval.ssim_chunk_size = 500
   config.eval.n_show = 32
 

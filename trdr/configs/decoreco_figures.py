@@ -8,7 +8,7 @@ Command:
 
 Sections: decoreco (configs/decoreco_cifar.py, same variant), landscape
 (configs/decoreco_landscape.py), bilevel (configs/bilevel_affine.py, "smoke" for :smoke):
-see `trdr.paper` for which run feeds which figure. The sweep runs first (from the published
+see `trdr.report.artefacts` for which run feeds which figure. The sweep runs first (from the published
 reference settings, `sweep.include`); its best.json sets (σ, lr, λ_min, α) of the tuned,
 partition and landscape runs, and (lr, λ_min, α) of Fig. 5's untuned run (σ = 1). The
 victim has a bias in every layer, as Runkel et al.'s.
@@ -22,9 +22,7 @@ now, its attack takes 32 s more). ":smoke": 1.5 min.
 
 import ml_collections
 
-from trdr.configs import bilevel_affine
-from trdr.configs import decoreco_cifar
-from trdr.configs import decoreco_landscape
+from trdr.configs import bilevel_affine, decoreco_cifar, decoreco_landscape
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:

@@ -14,7 +14,7 @@ of each kind of its ``init.kinds``, with the same budget and stopping rule
   "public"    test-split images of the same classes (an attacker can have them)
   "mixed"     each start, at random and recorded, training image i or partition image i
               (a non-member of the same distribution): the controlled comparison.
-Rule, fixed before any run (`trdr.claims.RULES`): for a start kind, the adversary "cannot tell"
+Rule, fixed before any run (`trdr.report.claims.RULES`): for a start kind, the adversary "cannot tell"
 when, for every score, the AUC's 95 % CI contains 0.5 or the TPR at 1 % FPR is ≤ 5 %.
 "Natural-looking": SSIM ≥ ``natural_threshold`` to the nearest image of test[1::2] (the
 public images not used as starts); 0.15 is below the 5th percentile (0.177) of that SSIM

@@ -9,7 +9,7 @@ Command:
 Figures: Fig. 1 (random U(0,1) initialisation; affine (a), one-hidden (b)), Fig. 2
 (ground truth), Fig. 3 (affine, partition; nearest training (a) / partition (b) image),
 Fig. 4 (the same for the one-hidden victim), Table 1 (||θ* − θ||², table1.md/.json beside
-the paper's values). Assembled by `trdr.paper` from two landscape runs:
+the paper's values). Assembled by `trdr.report.artefacts` from two landscape runs:
   affine:      configs/bilevel_affine.py (its victim and attack; "smoke" for :smoke), grid
                λ1, λ2 ∈ {0, 1} — the three pure initialisations plus (1, 0) = noise again;
   one_hidden:  configs/bilevel_one_hidden.py with the same variant ("" paper size, "cpu",
@@ -30,8 +30,7 @@ Paper size on one GPU: not run. On an H200 the one-hidden victim's outer step ta
 
 import ml_collections
 
-from trdr.configs import bilevel_affine
-from trdr.configs import bilevel_one_hidden
+from trdr.configs import bilevel_affine, bilevel_one_hidden
 
 PURE_GRID = (0.0, 1.0)  # λ1 = λ2 ∈ {0, 1}: noise, partition, ground truth (and noise again)
 # Table 1 as the paper measures it, "for a random initialisation of θ": ||θ* − θ(x)||² with

@@ -11,7 +11,7 @@ WORKDIR/paper_figures), decoreco (configs/decoreco_figures.py, same variant: Fig
 into WORKDIR/decoreco_figures), membership (configs/membership.py, same variant: the
 adversary's membership experiment, into WORKDIR/membership), repeat_seeds / repeat_runs
 (the repeats over seeds, into WORKDIR/seeds/seed_{s}). Finished runs are reused; see
-trdr/claims.py and trdr/verdicts.py for the rules.
+trdr/report/claims.py and trdr/report/verdicts.py for the rules.
 
 Runtime (this 2-core CPU): ":smoke" 230 s from scratch (2026-11-22, with the one-hidden
 victim warm-started; its seed-1 repeats of the two bilevel runs ~55 s of it). ":cpu":
@@ -27,8 +27,7 @@ GPU").
 
 import ml_collections
 
-from trdr.configs import decoreco_figures, membership
-from trdr.configs import paper_figures
+from trdr.configs import decoreco_figures, membership, paper_figures
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -38,7 +37,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.variant = variant
   # Seeds of the repeats beside the main runs' seed 0 (data draw, victim initialisation and
-  # attack start) and the runs repeated (`trdr.report.SEED_RUNS`): Figs. 1–4, 6–9 and Table 1
+  # attack start) and the runs repeated (`trdr.report.evidence.SEED_RUNS`): Figs. 1–4, 6–9 and Table 1
   # as mean ± std over seeds. ":smoke" repeats only the bilevel runs once (Figs. 1–4, Table
   # 1; each DecoReco repeat costs ~25 s of compilation there).
   config.repeat_seeds = (1,) if variant == "smoke" else (1, 2)

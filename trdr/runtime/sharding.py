@@ -19,7 +19,7 @@ README, *Performance*). On CPU, ``XLA_FLAGS=--xla_force_host_platform_device_cou
 sharded grid against the single-device one that way.
 
 The scripts give JAX one CPU device per core (`set_cpu_devices`, --cpu_devices): on CPU,
-`trdr.loop` runs a grid attacked one start at a time as one start per device at once,
+`trdr.experiment.loop` runs a grid attacked one start at a time as one start per device at once,
 and a vmapped batch on the first device (README, *Performance*).
 """
 
@@ -112,7 +112,7 @@ def replicate(tree: PyTree, devices: Sequence[jax.Device] | None = None) -> PyTr
     return tree
   if target.is_fully_addressable:
     return jax.device_put(tree, target)
-  # Devices of other processes (`trdr.distributed`): every process holds the same tree
+  # Devices of other processes (`trdr.runtime.distributed`): every process holds the same tree
   # and supplies the copies on its own devices.
   def put(leaf):
     host = np.asarray(leaf)
@@ -209,7 +209,7 @@ def round_robin(fn: Callable[..., PyTree], blocks: Sequence[tuple], shared: PyTr
                 devices: Sequence[jax.Device] | None = None) -> list[PyTree]:
   """``[fn(shared, *args) for args in blocks]`` with block i on device i mod k of
   ``devices`` (default all local ones), for independent blocks of one jitted computation
-  (e.g. `trdr.metrics`' SSIM search, chunk by chunk). JAX dispatches asynchronously, so
+  (e.g. `trdr.evaluation.metrics`' SSIM search, chunk by chunk). JAX dispatches asynchronously, so
   the k devices compute their blocks at once; ``shared`` is copied to each device once.
   Each block runs the same program on the same inputs as on one device (bitwise equal on
   CPU: tests/sharded_grid.py), and the results are moved to the first device."""
@@ -226,7 +226,7 @@ def gather(tree: PyTree, size: int) -> PyTree:
 
   Raises:
     ValueError: a leaf has shards on other processes' devices (a run across processes,
-      `trdr.distributed`, whose outputs `grid_map` replicates by default).
+      `trdr.runtime.distributed`, whose outputs `grid_map` replicates by default).
   """
   def host(leaf):
     if isinstance(leaf, jax.Array) and not leaf.is_fully_addressable:
@@ -252,7 +252,7 @@ def set_cpu_devices(requested: int, across_processes: bool = False) -> int | Non
   """Sets JAX's number of CPU devices before its backend starts; returns it (None: left).
 
   The scripts call it first (`trdr.cli`, --cpu_devices): a grid attacked one start at a
-  time then runs one start per device, i.e. per core, at once (`trdr.loop`).
+  time then runs one start per device, i.e. per core, at once (`trdr.experiment.loop`).
 
   ``requested`` 0 means one per CPU core this process may use (`os.sched_getaffinity`),
   unless JAX's own JAX_NUM_CPU_DEVICES is set (then JAX's count stands). Left unchanged
@@ -260,7 +260,7 @@ def set_cpu_devices(requested: int, across_processes: bool = False) -> int | Non
 
   Args:
     requested: CPU devices wanted, >= 0.
-    across_processes: this process joins a run across processes (`trdr.distributed`).
+    across_processes: this process joins a run across processes (`trdr.runtime.distributed`).
   Raises:
     ValueError: ``requested`` < 0.
     RuntimeError: JAX's backend has already started (from JAX's config).

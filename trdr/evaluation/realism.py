@@ -16,7 +16,7 @@ of the training dataset" (Sec. 4.4). This module makes that a number:
                   training set — for the top-ranked against the low-ranked reconstructions
 
 The realism score trdr uses is each reconstruction's SSIM to its nearest image of a public
-set disjoint from the training set (the test split: `trdr.evaluate.comparison_sets` with
+set disjoint from the training set (the test split: `trdr.evaluation.evaluate.comparison_sets` with
 ``public=True``, the ``public_ssim`` of a run's results). An AUC whose interval contains 0.5
 means the score does not tell top-ranked from low-ranked reconstructions.
 """
@@ -26,7 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import scipy.stats
 
-from trdr import roc
+from trdr.evaluation import roc
 
 # The paper's ranks: Fig. 6 shows four "among the top 10" and one "not even in the top 50".
 QUIZ_TOP = 4
@@ -106,7 +106,7 @@ def quiz(similarity, nearest, realism, *, top: int = QUIZ_TOP,
 
 def auc_interval(scores, positive, *, confidence: float = 0.95, n_resamples: int = 2000,
                  seed: int = 0) -> tuple[float, float, float]:
-  """The AUC of ``scores`` for ``positive`` (`trdr.roc.auc`: P(score of a positive >
+  """The AUC of ``scores`` for ``positive`` (`trdr.evaluation.roc.auc`: P(score of a positive >
   score of a negative)) and its percentile bootstrap interval, the positives and negatives
   resampled separately (`scipy.stats.bootstrap`).
 
@@ -118,7 +118,7 @@ def auc_interval(scores, positive, *, confidence: float = 0.95, n_resamples: int
   Returns:
     (auc, low, high); NaNs when either class is empty.
   Raises:
-    ValueError: as `trdr.roc.auc`.
+    ValueError: as `trdr.evaluation.roc.auc`.
   """
   scores, positive = np.asarray(scores, np.float64), np.asarray(positive, bool)
   value = roc.auc(scores, positive)

@@ -18,18 +18,21 @@
                     attacks)
   `in_run_score`    Haim et al.'s NCC score, which the sweep ranks settings by
 
-`trdr.records` turns these numbers into landscape.json records and summary counts.
+`trdr.evaluation.records` turns these numbers into landscape.json records and summary counts.
 """
 
-import math
 import types
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from trdr import data, metrics, sharding, solver, victim
-from trdr.attacks import bilevel, init as inits
+from trdr import data, victim
+from trdr.attacks import bilevel
+from trdr.attacks import init as inits
+from trdr.evaluation import metrics, ssim
+from trdr.runtime import sharding
+from trdr.victim import solver
 
 DISPLAYS = ("pixels", "minmax")
 # Prefix of the start images' evaluation (the attack-free baseline of every verdict: the
@@ -37,7 +40,7 @@ DISPLAYS = ("pixels", "minmax")
 START = "start_"
 # The SSIM window side of the nearest neighbours and counts unless a config sets
 # eval.ssim_window: dm_pix's default (Haim et al. count with 3; eval.count_windows adds it).
-SSIM_WINDOW = metrics.FILTER_SIZE
+SSIM_WINDOW = ssim.FILTER_SIZE
 
 
 def to_display(images, mean, display: str = "pixels") -> np.ndarray:
@@ -66,7 +69,7 @@ def to_display(images, mean, display: str = "pixels") -> np.ndarray:
 def comparison_sets(task, noise=None, public: bool = False) -> dict[str, np.ndarray]:
   """name -> float[M, H, W, C] real images in pixels: train, partition (and noise), and with
   ``public`` the test split ("public": images an adversary can hold, disjoint from the
-  training set; the realism score of `trdr.realism` is the SSIM to its nearest image)."""
+  training set; the realism score of `trdr.evaluation.realism` is the SSIM to its nearest image)."""
   sets = {"train": data.to_pixels(task.train_images, task.mean),
           "partition": data.to_pixels(task.partition_images, task.mean)}
   if noise is not None:
@@ -98,7 +101,7 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
       each (a landscape's eq. 10 starts: `trdr.attacks.init.mixture_weights` of the
       training set, the partition and the noise set). The SSIM search then computes its
       pair products once per set instead of once per grid point
-      (`metrics.pairwise_ssim_of_mixtures`), with the same results up to float32 rounding.
+      (`ssim.pairwise_ssim_of_mixtures`), with the same results up to float32 rounding.
   Returns:
     For each set s: s_index int, s_ssim and s_l2 float (each [..., m]: every
     reconstruction's SSIM-nearest image of s, its SSIM and the L2 distance to it). With
@@ -139,7 +142,7 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
       np.stack([np.asarray(w, np.float64) for w in mixture.values()], axis=1),
       np.stack([np.asarray(sets[name], recon.dtype) for name in mixture]))
   out = {}
-  found = metrics.nearest_neighbours_per_set(
+  found = ssim.nearest_neighbours_per_set(
       recon, {name: np.asarray(c, recon.dtype) for name, c in sets.items()},
       chunk_size=chunk_size, filter_size=ssim_window, mixture=mixed)
   for name, nn in found.items():
@@ -150,11 +153,11 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
     for w in (ssim_window, *(w for w in count_windows if w != ssim_window)):
       suffix = "" if w == ssim_window else f"_w{w}"
       train = np.asarray(sets["train"], recon.dtype)
-      ssim = np.asarray(metrics.pairwise_ssim(recon, train, chunk_size=chunk_size,
-                                              filter_size=w) if mixed is None else
-                        metrics.pairwise_ssim_of_mixtures(recon, train, *mixed,
-                                                          chunk_size=chunk_size, filter_size=w))
-      counts = _per_train(ssim, buddies, thresholds)
+      similarity = np.asarray(
+          ssim.pairwise_ssim(recon, train, chunk_size=chunk_size, filter_size=w)
+          if mixed is None else ssim.pairwise_ssim_of_mixtures(
+              recon, train, *mixed, chunk_size=chunk_size, filter_size=w))
+      counts = _per_train(similarity, buddies, thresholds)
       if suffix:
         counts.pop("best_index_per_train")
       out.update({k + suffix: v for k, v in counts.items()})
@@ -253,14 +256,14 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
     labels: float[n].
     tol: the lower-level tolerance, a float, or a sequence of T of them (a tolerance
       sweep: one re-solve to the tightest, read where each would have stopped it,
-      `trdr.solver.observe_at_tolerances`).
+      `trdr.victim.solver.observe_at_tolerances`).
     max_iter, memory_size: the lower-level L-BFGS settings.
-    batch: grid points per vmapped batch and device (`trdr.loop.batch_size`).
+    batch: grid points per vmapped batch and device (`trdr.experiment.loop.batch_size`).
     theta_init: the re-solves' start θ0 (like θ*); None: θ* itself. Runkel et al. start
       from θ0 ~ U(0, 1) (`trdr.models.uniform_params`; Table 1: "for a random
       initialisation of θ").
     devices: the devices the grid is sharded over (None: all local ones; a run passes
-      `trdr.loop.grid_layout`'s).
+      `trdr.experiment.loop.grid_layout`'s).
   Returns:
     float[G] for a float ``tol``, float[G, T] for a sequence.
   """
@@ -288,7 +291,7 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
 
 
 def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pixels"):
-  """The ``trace`` of `trdr.loop.run` that follows the reconstructions of some grid points
+  """The ``trace`` of `trdr.experiment.loop.run` that follows the reconstructions of some grid points
   along the attack: the mean L2 distance (display space) of their images to the nearest
   training and partition image, and to their own start.
 
@@ -307,55 +310,12 @@ def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pi
 
   def fn(images):
     shown = to_display(np.asarray(images), mean, display)
-    out = {f"l2_to_{s}": nearest_l2(shown, np.asarray(sets[s], shown.dtype)).mean(axis=-1)
+    out = {f"l2_to_{s}": metrics.nearest_l2(shown, np.asarray(sets[s], shown.dtype)).mean(-1)
            for s in ("train", "partition")}
     moved = (shown - start).reshape(*shown.shape[:2], -1)
     out["l2_to_start"] = np.sqrt(np.sum(moved.astype(np.float64) ** 2, axis=-1)).mean(-1)
     return out
   return traced, fn
-
-
-# float32 unit roundoff, and float64's for the prefilter of `nearest_l2`.
-_U32, _U64 = 2.0**-24, 2.0**-53
-_l2_pairs = jax.jit(metrics._l2_rows)
-
-
-def nearest_l2(queries, candidates) -> np.ndarray:
-  """The distance of each query to its nearest candidate: ``metrics.pairwise_l2(queries,
-  candidates).min(-1)``, computing only the pairs that can attain the minimum.
-
-  The exact distances of `metrics.pairwise_l2` (from the differences) cost D operations
-  per pair; the float64 identity |q|² + |c|² − 2 q·c, one matrix product, bounds them
-  first. Its error is at most (D + 2) u64 (|q| + |c|)² (each of the three length-D sums
-  within D·u64 of |q|², |c|², 2|q||c| in any order, Higham 2002 sec. 3.1, and two
-  additions; doubled here for the second-order terms). A float32 distance is within
-  δ = (D + 4) u32 / 2 of the true one (`metrics._l2_rows`; doubled too), so a candidate
-  whose squared distance exceeds the smallest upper bound times ((1 + δ)/(1 − δ))² can
-  beat no other in float32: only the rest is computed, by `pairwise_l2`'s own float32
-  formula (`metrics._l2_rows`), as the Fig. 9 trace needs after every chunk.
-
-  Args:
-    queries: float[..., H, W, C]; candidates: float[M, H, W, C], M ≥ 1 (any range).
-  Returns:
-    float32[...], ≥ 0 (NaN for a query with a non-finite pixel).
-  """
-  lead, shape = np.shape(queries)[:-3], np.shape(candidates)[1:]
-  q = np.asarray(queries, np.float32).reshape(-1, math.prod(shape))
-  c = np.asarray(candidates, np.float32).reshape(len(candidates), -1)
-  q64, c64 = q.astype(np.float64), c.astype(np.float64)
-  qq, cc = np.einsum("ij,ij->i", q64, q64), np.einsum("ij,ij->i", c64, c64)
-  approx = qq[:, None] + cc[None, :] - 2 * (q64 @ c64.T)
-  err = 2 * (q.shape[1] + 2) * _U64 * (np.sqrt(qq)[:, None] + np.sqrt(cc)[None, :]) ** 2
-  delta = (q.shape[1] + 4) * _U32
-  bound = np.min(approx + err, axis=1, keepdims=True) * ((1 + delta) / (1 - delta)) ** 2
-  rows, cols = np.nonzero(approx - err <= bound)
-  size = 1 << max(len(rows) - 1, 0).bit_length()  # padded: one compilation per power of 2
-  pick = lambda x, i: np.pad(x[i], ((0, size - len(i)), (0, 0)))
-  d = np.asarray(_l2_pairs(pick(q, rows), pick(c, cols)))[:len(rows)]
-  out = np.full(len(q), np.inf, np.float32)
-  np.minimum.at(out, rows, d)
-  out[~np.isfinite(approx).all(axis=1)] = np.nan  # a non-finite query, as pairwise_l2
-  return out.reshape(lead)
 
 
 def own_start_fraction(images: dict) -> float:

@@ -38,7 +38,9 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import io, models, victim
+from trdr import models
+from trdr.runtime import files, rundir
+from trdr.victim import cache, energy
 
 FORMATS = (".pth", ".pt", ".npz", ".msgpack", "an orbax checkpoint directory")
 
@@ -66,7 +68,7 @@ def read(path: str) -> dict[str, np.ndarray]:
       with open(path, "rb") as f:
         tree = flax.serialization.msgpack_restore(f.read())
       if isinstance(tree, dict) and set(tree) == {"body", "sha256"}:  # trdr's victim.msgpack
-        tree = io.read_verified(path, "use another file")["params"]
+        tree = files.read_verified(path, "use another file")["params"]
     else:
       raise ValueError(f"victim.load: {path} has an unknown format; known: {FORMATS}")
   except (ModuleNotFoundError, ValueError):
@@ -235,10 +237,10 @@ def resolve(config: ml_collections.ConfigDict, image_shape) -> ml_collections.Co
     ValueError: as `read`, `layers` and `architecture`; also ``victim.checkpoint_dir``
       set together with ``victim.load``.
   """
-  path = config.victim.get("load")
+  path = config.victim.load
   if not path:
     return config
-  if config.victim.get("checkpoint_dir"):
+  if config.victim.checkpoint_dir:
     raise ValueError("victim.load and victim.checkpoint_dir are both set: a loaded θ* is "
                      "not trained, so it has no cache; unset victim.checkpoint_dir")
   resolved = ml_collections.ConfigDict(config.to_dict())
@@ -272,7 +274,7 @@ def sha256(path: str) -> str:
   return h.hexdigest()
 
 
-def load(config: ml_collections.ConfigDict, task) -> victim.Victim:
+def load(config: ml_collections.ConfigDict, task) -> cache.Victim:
   """The `trdr.victim.Victim` of the file ``config.victim.load``.
 
   Args:
@@ -299,18 +301,18 @@ def load(config: ml_collections.ConfigDict, task) -> victim.Victim:
     raise ValueError(f"θ* of {path} does not fit victim {config.victim.to_dict()}: "
                      f"expected {expected}, found {jax.tree.map(np.shape, theta)}")
   apply = lambda x: model.apply({"params": theta}, jnp.asarray(x, dtype))
-  acc = lambda x, y: float(jnp.mean(victim.predictions(apply(x)) == jnp.asarray(y)))
+  acc = lambda x, y: float(jnp.mean(energy.predictions(apply(x)) == jnp.asarray(y)))
   report = {"loaded_from": os.path.abspath(path),
             "train_accuracy": acc(task.train_images, task.train_labels),
             "test_accuracy": acc(task.test_images, task.test_labels),
             "n_train": int(len(task.train_images)), "n_test": int(len(task.test_images))}
   meta = {"config": {"load": os.path.abspath(path), "sha256": sha256(path)},
           "report": report}
-  return victim.Victim(model, theta, config.victim, meta)
+  return cache.Victim(model, theta, config.victim, meta)
 
 
 def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
-            ) -> tuple[ml_collections.ConfigDict, victim.Victim | None]:
+            ) -> tuple[ml_collections.ConfigDict, cache.Victim | None]:
   """For `trdr.experiment.run`, before it writes: (``config`` `resolve`d, the loaded
   victim or None when ``victim.load`` is unset). ``workdir``: the run directory to be
   resumed, None for a fresh one (--overwrite).
@@ -319,14 +321,14 @@ def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
     ValueError: as `resolve` and `load`; or ``workdir`` holds a checkpoint of an attack on
       another θ* read from the same path (the file changed since that run started).
   """
-  if not config.victim.get("load"):
+  if not config.victim.load:
     return config, None
   config = resolve(config, task.train_images.shape[1:])
   loaded = load(config, task)
-  copy = os.path.join(workdir, "victim")
-  if workdir and os.path.exists(os.path.join(workdir, io.CHECKPOINT_FILE)) and os.path.exists(
-      os.path.join(copy, victim.VICTIM_FILE)):
-    old = victim.load_metadata(copy)["config"]
+  copy = workdir and os.path.join(workdir, "victim")
+  if copy and os.path.exists(os.path.join(workdir, rundir.CHECKPOINT_FILE)) and os.path.exists(
+      os.path.join(copy, cache.VICTIM_FILE)):
+    old = cache.load_metadata(copy)["config"]
     if old != loaded.metadata["config"]:
       raise ValueError(f"{config.victim.load} changed since the run in {workdir} started "
                        f"(SHA-256 {loaded.metadata['config']['sha256'][:12]}…, the run's "
@@ -335,8 +337,8 @@ def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
   return config, loaded
 
 
-def keep(loaded: victim.Victim, workdir: str) -> victim.Victim:
+def keep(loaded: cache.Victim, workdir: str) -> cache.Victim:
   """Saves a copy of the loaded θ* as the run's ``victim/`` (`trdr.victim.save`), so the
   run's files alone suffice to evaluate it later; returns ``loaded``."""
-  victim.save(os.path.join(workdir, "victim"), loaded.params, loaded.metadata)
+  cache.save(os.path.join(workdir, "victim"), loaded.params, loaded.metadata)
   return loaded

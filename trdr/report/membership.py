@@ -31,8 +31,12 @@ import ml_collections
 import numpy as np
 import optax.tree
 
-from trdr import data, evaluate, experiment, io, metrics, paper, roc, victim
-from trdr.attacks import bilevel, init as inits
+from trdr import data, experiment, victim
+from trdr.attacks import bilevel
+from trdr.attacks import init as inits
+from trdr.evaluation import evaluate, metrics, roc, ssim
+from trdr.report import artefacts
+from trdr.runtime import files, rundir
 
 MEASURED_FILE = "membership.json"
 SCORES = {
@@ -134,8 +138,8 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0) -> di
     FileNotFoundError: not a finished run.
     ValueError: its files fail their SHA256SUMS, or the victim is not binary.
   """
-  io.check_finished(run_dir, experiment.MEMBERSHIP_FILE)
-  config = ml_collections.ConfigDict(io.read_json(os.path.join(run_dir, io.CONFIG_FILE)))
+  rundir.check_finished(run_dir, experiment.MEMBERSHIP_FILE)
+  config = ml_collections.ConfigDict(files.read_json(os.path.join(run_dir, rundir.CONFIG_FILE)))
   with np.load(os.path.join(run_dir, experiment.RESULTS_FILE)) as saved:
     results = dict(saved)
   task = data.make_binary_task(config.data)
@@ -153,7 +157,7 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0) -> di
          "start_member": results["start_member"].reshape(-1),
          "grid_point": np.repeat(np.arange(grid), m)}
   with jax.enable_x64(bool(config.float64)):
-    target = victim.load_saved(config, config.victim.get("checkpoint_dir")
+    target = victim.load_saved(config, config.victim.checkpoint_dir
                                or os.path.join(run_dir, "victim"),
                                results["final_images"].shape[-3:])
     dtype = jnp.float64 if config.float64 else jnp.float32
@@ -178,8 +182,8 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0) -> di
       shown = evaluate.to_display(images, mean, display)
       truth = _ground_truth(shown, pool, n_train, results[prefix + "train_ssim"],
                             results[prefix + "partition_ssim"])
-      natural = metrics.nearest_neighbours(shown.reshape((-1, *shown.shape[-3:])), reference,
-                                           chunk_size=chunk_size)
+      natural = ssim.nearest_neighbours(shown.reshape((-1, *shown.shape[-3:])), reference,
+                                        chunk_size=chunk_size)
       out[stage] = {**{k: v.reshape(-1) for k, v in truth.items()},
                     "natural_ssim": np.asarray(natural.ssim, np.float64), "scores": scores}
   return out
@@ -260,7 +264,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   Args:
     config: configs/membership.py.
-    workdir: output directory; one sub-directory per attack (`trdr.paper.run_or_reuse`:
+    workdir: output directory; one sub-directory per attack (`trdr.report.artefacts.run_or_reuse`:
       finished runs of the same config are reused, unfinished ones resumed).
   Returns:
     `measure` output.
@@ -272,8 +276,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   images = {}
   for name, attack in config.attacks.items():
     directory = os.path.join(workdir, name)
-    paper.run_or_reuse("membership", attack, directory)
+    artefacts.run_or_reuse("membership", attack, directory)
     images[name] = per_image(directory, config.chunk_size, config.loo_per_start)
   measured = measure(images, config)
-  io.write_json(os.path.join(workdir, MEASURED_FILE), measured)
+  files.write_json(os.path.join(workdir, MEASURED_FILE), measured)
   return measured

@@ -1,15 +1,17 @@
-"""Run directories: config.json, metrics.jsonl, results.npz and checkpoints.
+"""The run directory: its lock, config.json, metrics.jsonl, checkpoints and finished marker.
 
-Every file is written to a temporary name and moved into place (`os.replace`), so a run
-killed at any moment leaves either the previous complete file or the new one, never a
-truncated file. θ* and checkpoints carry a SHA-256 (`write_verified`), checked when they
-are read. A run holds its work dir's lock (`locked`) from before its first write.
+A run holds its work dir's lock (`locked`) from before its first write. `prepare_workdir`
+writes the run's config.json and says whether a checkpoint of the same config can be
+resumed; the attack loop checkpoints through `save_checkpoint` (checksummed, tied to the
+config.json's SHA-256) and appends one metrics.jsonl line per chunk; `finish` writes
+SHA256SUMS and the finished marker that `check_finished` verifies before a run is reused.
+Replacing a finished run builds the new one beside it (`staging_dir`, `replace_dir`).
+Every file goes through `trdr.runtime.files` (atomic, strict JSON, checksummed).
 """
 
 import contextlib
 import fcntl
 import hashlib
-import io
 import json
 import os
 import re
@@ -18,109 +20,13 @@ from typing import Any
 
 import flax.serialization
 import ml_collections
-import msgpack
-import numpy as np
+
+from trdr.runtime.files import (atomic_write, dumps_json, loads_json, read_json, read_verified,
+                                sha256_file, to_jsonable, write_json, write_verified)
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_FILE = "checkpoint.msgpack"
-
-
-def atomic_write(path: str, *payloads: bytes) -> None:
-  """Writes the ``payloads`` in turn (none copied into one buffer) to a temporary file
-  beside ``path``, then moves it into place; on any error (e.g. ENOSPC) the temporary
-  file is removed and ``path`` left as it was."""
-  tmp = f"{path}.tmp{os.getpid()}"
-  try:
-    with open(tmp, "wb") as f:
-      for payload in payloads:
-        f.write(payload)
-    os.replace(tmp, path)
-  except BaseException:  # a full disk (OSError), an interrupt: leave no partial file
-    with contextlib.suppress(OSError):
-      os.remove(tmp)
-    raise
-
-
-NOT_FINITE = "_not_finite"
-
-
-def to_jsonable(obj: Any) -> Any:
-  """Nested dicts/lists/tuples of Python and NumPy scalars as plain JSON values. JSON
-  has no NaN or ±inf: a non-finite number is written as null, and its dict entry ``k``
-  gets a sibling ``k_not_finite`` giving the value ("nan", "inf" or "-inf"; for a list,
-  {"i.j": value} by index path), which `from_jsonable` puts back. (A non-finite number
-  outside any dict is written as null, without its value.)"""
-  if isinstance(obj, ml_collections.ConfigDict):
-    obj = obj.to_dict()
-  if isinstance(obj, dict):
-    out = {}
-    for k, v in obj.items():
-      out[str(k)] = to_jsonable(v)
-      if lost := dict(_non_finite(v)):
-        out[str(k) + NOT_FINITE] = lost.get("", lost)
-    return out
-  if isinstance(obj, (list, tuple)):
-    return [to_jsonable(v) for v in obj]
-  if isinstance(obj, np.ndarray):
-    return to_jsonable(obj.tolist())
-  if isinstance(obj, np.generic):
-    obj = obj.item()
-  if isinstance(obj, float) and not np.isfinite(obj):
-    return None
-  return obj
-
-
-def _non_finite(obj: Any, path: str = ""):
-  """(index path, "nan" | "inf" | "-inf") of the non-finite numbers in a list value."""
-  if isinstance(obj, (list, tuple, np.ndarray)) and not isinstance(obj, np.generic):
-    for i, v in enumerate(obj):
-      yield from _non_finite(v, f"{path}.{i}" if path else str(i))
-  elif isinstance(obj, (float, np.floating)) and not np.isfinite(obj):
-    yield path, str(float(obj))
-
-
-def from_jsonable(obj: Any) -> Any:
-  """Inverts `to_jsonable`'s nulls: each ``k_not_finite`` sibling's values put back in
-  ``k`` (as floats) and the sibling dropped."""
-  if isinstance(obj, list):
-    return [from_jsonable(v) for v in obj]
-  if not isinstance(obj, dict):
-    return obj
-  out = {k: from_jsonable(v) for k, v in obj.items()}
-  for key in [k for k in out if k.endswith(NOT_FINITE) and k[:-len(NOT_FINITE)] in out]:
-    lost, base = out.pop(key), key[:-len(NOT_FINITE)]
-    if isinstance(lost, str):
-      out[base] = float(lost)
-      continue
-    for path, value in lost.items():
-      *outer, last = map(int, path.split("."))
-      target = out[base]
-      for i in outer:
-        target = target[i]
-      target[last] = float(value)
-  return out
-
-
-def dumps_json(obj: Any, **kwargs) -> str:
-  """``obj`` as strict JSON (`to_jsonable`; no NaN or inf token in the text)."""
-  return json.dumps(to_jsonable(obj), allow_nan=False, **kwargs)
-
-
-def loads_json(text: str) -> Any:
-  """The object `dumps_json` wrote, its non-finite numbers restored (`from_jsonable`)."""
-  return from_jsonable(json.loads(text))
-
-
-def write_json(path: str, obj: Any) -> None:
-  """Writes ``obj`` as indented strict JSON (`dumps_json`), atomically."""
-  atomic_write(path, dumps_json(obj, indent=2, sort_keys=True).encode())
-
-
-def read_json(path: str) -> Any:
-  """The object `write_json` wrote to ``path`` (`loads_json`)."""
-  with open(path) as f:
-    return loads_json(f.read())
 
 
 LOCK_FILE = ".lock"
@@ -176,6 +82,8 @@ def replace_dir(staging: str, workdir: str) -> None:
   shutil.rmtree(old, ignore_errors=True)
 
 
+# Config keys that change how a run is executed but none of its results: a run is the
+# same run whatever their values (a finished one is reused, a checkpoint resumed).
 EXECUTION_KEYS = frozenset({"attack.checkpoint_every"})
 
 
@@ -232,12 +140,6 @@ def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_fi
 
 SUMS_FILE = "SHA256SUMS"
 
-
-def _sha256_file(path: str) -> str:
-  with open(path, "rb") as f:
-    return hashlib.file_digest(f, "sha256").hexdigest()
-
-
 def finish(workdir: str, marker: str, obj: Any) -> None:
   """Marks a run finished: SHA256SUMS of every file in ``workdir`` (config.json,
   results.npz, metrics.jsonl, …, and the marker's own bytes, last), then the marker
@@ -246,7 +148,7 @@ def finish(workdir: str, marker: str, obj: Any) -> None:
   payload = dumps_json(obj, indent=2, sort_keys=True).encode()
   names = sorted(n for n in os.listdir(workdir) if os.path.isfile(os.path.join(workdir, n))
                  and n not in (LOCK_FILE, SUMS_FILE, marker) and ".tmp" not in n)
-  lines = [f"{_sha256_file(os.path.join(workdir, n))}  {n}\n" for n in names]
+  lines = [f"{sha256_file(os.path.join(workdir, n))}  {n}\n" for n in names]
   lines.append(f"{hashlib.sha256(payload).hexdigest()}  {marker}\n")
   atomic_write(os.path.join(workdir, SUMS_FILE), "".join(lines).encode())
   atomic_write(os.path.join(workdir, marker), payload)
@@ -276,7 +178,7 @@ def check_finished(workdir: str, marker: str) -> None:
     file = os.path.join(workdir, entry[2].decode())
     if not os.path.isfile(file):
       raise ValueError(f"{file} is missing from the finished run; {remedy}")
-    if _sha256_file(file) != entry[1].decode():
+    if sha256_file(file) != entry[1].decode():
       raise ValueError(f"{file} was changed or corrupted after the run finished (its "
                        f"SHA-256 differs from {path}); {remedy}")
 
@@ -317,52 +219,6 @@ def read_metrics(workdir: str) -> list[dict]:
   return records
 
 
-def array_digest(*arrays: np.ndarray) -> str:
-  """SHA-256 (hex) of arrays' dtypes, shapes and bytes: their content's identity."""
-  h = hashlib.sha256()
-  for a in arrays:
-    a = np.ascontiguousarray(a)
-    h.update(f"{a.dtype.str}{a.shape}".encode())
-    h.update(a.tobytes())
-  return h.hexdigest()
-
-
-def write_verified(path: str, tree: Any) -> None:
-  """Writes a pytree of arrays, strings and dicts (flax msgpack) with its SHA-256,
-  atomically (`read_verified` checks it): the msgpack map {"body": the tree's msgpack,
-  "sha256": its digest}, written in three parts so that the body (hundreds of MB in a
-  landscape's checkpoint) is not copied again into the map's encoding."""
-  body = flax.serialization.msgpack_serialize(tree)
-  n = len(body)  # msgpack's bin 8/16/32 header: its type byte, then the length big-endian
-  size = 1 if n < 1 << 8 else 2 if n < 1 << 16 else 4
-  head = bytes([{1: 0xC4, 2: 0xC5, 4: 0xC6}[size]]) + n.to_bytes(size, "big")
-  packer = msgpack.Packer()  # the encoding flax uses: str for the keys and the digest
-  atomic_write(path, packer.pack_map_header(2) + packer.pack("body") + head, body,
-               packer.pack("sha256") + packer.pack(hashlib.sha256(body).hexdigest()))
-
-
-def read_verified(path: str, remedy: str) -> Any:
-  """The pytree `write_verified` wrote to ``path``.
-
-  Raises:
-    FileNotFoundError: no file at ``path``.
-    ValueError: the file is truncated, corrupted (its SHA-256 does not match) or not by
-      `write_verified`; the message names ``path`` and ``remedy``.
-  """
-  with open(path, "rb") as f:
-    raw = f.read()
-  try:
-    outer = flax.serialization.msgpack_restore(raw)
-  except Exception as e:  # msgpack raises several types for malformed input
-    raise ValueError(f"{path} is unreadable ({type(e).__name__}: {e}); {remedy}") from e
-  if not (isinstance(outer, dict) and isinstance(outer.get("body"), bytes)
-          and isinstance(outer.get("sha256"), str)):
-    raise ValueError(f"{path} is not a file this trdr version wrote (no checksum); {remedy}")
-  if hashlib.sha256(outer["body"]).hexdigest() != outer["sha256"]:
-    raise ValueError(f"{path} is corrupted: its SHA-256 does not match; {remedy}")
-  return flax.serialization.msgpack_restore(outer["body"])
-
-
 def save_checkpoint(workdir: str, tree: Any, name: str = CHECKPOINT_FILE) -> None:
   """Saves a pytree of arrays (NamedTuples and dicts allowed) as ``workdir``/``name``,
   with its checksum and the SHA-256 of the work dir's config.json (`load_checkpoint`)."""
@@ -373,7 +229,7 @@ def save_checkpoint(workdir: str, tree: Any, name: str = CHECKPOINT_FILE) -> Non
 
 def _config_digest(workdir: str) -> str:
   path = os.path.join(workdir, CONFIG_FILE)
-  return _sha256_file(path) if os.path.exists(path) else ""
+  return sha256_file(path) if os.path.exists(path) else ""
 
 
 def load_checkpoint(workdir: str, name: str = CHECKPOINT_FILE) -> dict:
@@ -391,10 +247,3 @@ def load_checkpoint(workdir: str, name: str = CHECKPOINT_FILE) -> dict:
   if saved["config_sha256"] != _config_digest(workdir):
     raise ValueError(f"{path} was written by a run with another {CONFIG_FILE}; {remedy}")
   return saved["run"]
-
-
-def save_npz(path: str, **arrays) -> None:
-  """np.savez, atomically (uncompressed: zlib took 12 s of the main job)."""
-  buf = io.BytesIO()
-  np.savez(buf, **arrays)
-  atomic_write(path, buf.getbuffer())

@@ -18,7 +18,7 @@ def quiz_figure(results, quiz, *, reveal: bool = False, title: str = "") -> plt.
   Args:
     results: a DecoReco run's results.npz contents (final_images, train_index / _ssim,
       train_images, mean, display; public_ssim with ``reveal``).
-    quiz: `trdr.realism.quiz` output.
+    quiz: `trdr.evaluation.realism.quiz` output.
   """
   recon = plotting.shown_images(results, results["final_images"][quiz.index])
   rows = 2 if reveal else 1
@@ -70,7 +70,7 @@ def membership_figure(measured: dict) -> plt.Figure:
   above (symlog: the low-FPR regime of Carlini et al. 2022), chance dashed.
 
   Args:
-    measured: `trdr.membership.measure` output ("roc": "attack/kind/score" -> [fpr, tpr]).
+    measured: `trdr.report.membership.measure` output ("roc": "attack/kind/score" -> [fpr, tpr]).
   Returns:
     A Figure; a panel without an informative score says so.
   """

@@ -1,10 +1,10 @@
 """One grid of starts across processes: JAX's multi-controller runtime (`jax.distributed`).
 
 A grid (the eq. 10 landscape, a sweep, the membership starts) is sharded by
-`trdr.sharding.grid_map` over a 1-D mesh. In one process the mesh holds the local
+`trdr.runtime.sharding.grid_map` over a 1-D mesh. In one process the mesh holds the local
 devices. Once `initialize` has joined this process to others (TPU pod slices, several
 GPU hosts, or several CPU processes talking over gloo), `grid_devices` is every process's
-devices, and every process runs the same program (`trdr.loop.run`) on the same inputs:
+devices, and every process runs the same program (`trdr.experiment.loop.run`) on the same inputs:
 
   * each device attacks its block of grid points; the chunk's results are gathered so
     that every process holds the whole grid (`grid_map`'s replicated outputs);
@@ -88,7 +88,7 @@ def process_dir(workdir: str) -> str:
 
 def rows(padded: int, devices: list[jax.Device]) -> slice:
   """The rows of a grid padded to ``padded`` points (a multiple of len(devices)) that
-  this process's devices compute under `trdr.sharding.grid_map`.
+  this process's devices compute under `trdr.runtime.sharding.grid_map`.
 
   Raises:
     ValueError: ``padded`` is not a multiple of the device count, or this process's

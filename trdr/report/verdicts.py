@@ -1,8 +1,8 @@
 """Verdicts: each paper artefact's claim, quoted, the rule that tests it, and a pure
 function that applies the rule to the runs' numbers — and to the start images' numbers.
 
-`trdr.claims.CLAIMS` holds, per artefact, the paper's sentence (quoted), where it stands
-and the rule in words; `trdr.claims.RULES` the thresholds. The verdict functions
+`trdr.report.claims.CLAIMS` holds, per artefact, the paper's sentence (quoted), where it stands
+and the rule in words; `trdr.report.claims.RULES` the thresholds. The verdict functions
 (`verdict_fig1` … `verdict_membership`) are pure: plain records, summaries and arrays in,
 a verdict dict out:
 
@@ -14,7 +14,7 @@ reproduced" when none does, unless the function says otherwise; "not tested" whe
 rule of trdr tests the paper's sentence yet (the reason is in the rule).
 
 **Baseline.** Every run also evaluates its start images x0 as if they were the
-reconstructions (`trdr.evaluate.START`). `verdicts` applies every rule to those numbers
+reconstructions (`trdr.evaluation.evaluate.START`). `verdicts` applies every rule to those numbers
 too (`baseline_evidence`: an attack that returns its start) and adds the result as
 "baseline". A check that the start images pass as well says nothing about the attack:
 when every check the reconstructions pass is also passed by the start images, the verdict
@@ -22,21 +22,57 @@ is "uninformative" (`with_baseline`).
 """
 
 import numpy as np
+import scipy.stats
 
 from trdr.attacks import init as inits
-from trdr.claims import (  # noqa: F401 (CLAIMS, VERDICTS: the rules and verdicts of this module)
-    CLAIMS, NOT_REPRODUCED, NOT_TESTED, PARTLY, REPRODUCED, RULES, UNINFORMATIVE, VERDICTS,
-    verdict_of, with_baseline)
-from trdr.decoreco_verdicts import (spearman, verdict_fig5, verdict_fig6, verdict_fig7,
-                                    verdict_fig8, verdict_fig9)
-from trdr.evaluate import START, own_start_fraction
+from trdr.evaluation import realism
+from trdr.evaluation.evaluate import START, own_start_fraction
+from trdr.report.claims import RULES, claim
 
 VICTIMS = ("affine", "one_hidden")
 ATTACKS = ("bilevel", "decoreco")
 
+# The verdicts a rule can give.
+REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, NOT_TESTED = (
+    "reproduced", "partly", "not reproduced", "uninformative", "not tested")
+VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, NOT_TESTED)
+
+
+def _all_any(checks: dict) -> str:
+  passed = list(checks.values())
+  return REPRODUCED if all(passed) else PARTLY if any(passed) else NOT_REPRODUCED
+
+
+def verdict_of(name: str, measured: dict, checks: dict, verdict: str | None = None,
+               rules: dict | None = None) -> dict:
+  """Artefact ``name``'s verdict dict (`trdr.report.verdicts`): its claim, source and rule, the
+  ``measured`` numbers, the ``checks`` {name: bool} and ``verdict`` (default: reproduced
+  when every check passes, partly when some do, not reproduced when none does)."""
+  quote, source, rule = claim(name, rules or RULES)
+  return {"artefact": name, "claim": quote, "source": source, "rule": rule,
+          "measured": measured, "checks": checks, "verdict": verdict or _all_any(checks)}
+
+
+def with_baseline(verdict: dict, baseline: dict) -> dict:
+  """``verdict`` with the same rule's result on the start images (``baseline``) beside it,
+  and "uninformative" when the start images pass every check the reconstructions pass.
+
+  Args:
+    verdict, baseline: one verdict function's output on the runs' numbers and on
+      `baseline_evidence`.
+  Returns:
+    A copy of ``verdict`` with "baseline": {"measured", "checks", "verdict"}.
+  """
+  passed = [k for k, ok in verdict["checks"].items() if ok]
+  informative = [k for k in passed if not baseline["checks"].get(k, False)]
+  out = {**verdict, "baseline": {k: baseline[k] for k in ("measured", "checks", "verdict")}}
+  if verdict["verdict"] in (REPRODUCED, PARTLY) and not informative:
+    out["verdict"] = UNINFORMATIVE
+  return out
+
 
 def baseline_evidence(evidence):
-  """`trdr.report.collect`'s evidence of an attack that returns its start: every number
+  """`trdr.report.evidence.collect`'s evidence of an attack that returns its start: every number
   with a `START` twin replaced by it (the twin kept), recursively through dicts and lists."""
   if isinstance(evidence, dict):
     out = {k: baseline_evidence(v) for k, v in evidence.items()}
@@ -105,7 +141,7 @@ def verdict_partition_init(name: str, records: list[dict], images: dict,
 
 
 def verdict_table1(table: dict, rules: dict = RULES) -> dict:
-  """Table 1 from table1.json (`trdr.paper.table1`)."""
+  """Table 1 from table1.json (`trdr.report.artefacts.table1`)."""
   measured, checks = {}, {}
   small = _small(rules)
   for v, row in table["rows"].items():
@@ -203,7 +239,7 @@ def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, d
 
 
 def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
-  """The membership verdict from `trdr.membership.measure` output, beside its baseline (the
+  """The membership verdict from `trdr.report.membership.measure` output, beside its baseline (the
   same rule on the start images), `with_baseline`."""
   results = []
   for stage in ("reconstruction", "start"):
@@ -211,6 +247,134 @@ def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
     results.append(verdict_of("membership", numbers, checks,
                            None if checks else UNINFORMATIVE, rules))
   return with_baseline(*results)
+
+
+# ------------------------------------------------ DecoReco: Sec. 4.4, Figs. 5–9
+
+
+def _count(summary: dict, level: float) -> int:
+  return int(summary["reconstructed"][f"ssim_ge_{level:g}"])
+
+
+def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES) -> dict:
+  """Fig. 5 from the summary.json of the untuned (σ = 1) and the tuned DecoReco runs."""
+  level, most = rules["ssim_level"], rules["fig5_max_untuned"]
+  u, t = _count(untuned, level), _count(tuned, level)
+  buddies = lambda summary: int(summary["reconstructed_best_buddies"][f"ssim_ge_{level:g}"])
+  measured = {"untuned: reconstructed": u, "tuned: reconstructed": t,
+              # Haim et al.'s matching, as context: best-buddy pairs (NCC) at the level.
+              "untuned: best buddies": buddies(untuned), "tuned: best buddies": buddies(tuned),
+              "n_train": tuned["n_train"]}
+  checks = {f"untuned ≤ {most}": u <= most, "untuned < tuned": u < t}
+  return verdict_of("fig5", measured, checks, rules=rules)
+
+
+def _quiz(train_ssim, train_index, public_ssim, rules):
+  """Fig. 6's quiz (`trdr.evaluation.realism.quiz`) and its measured numbers; None when there are too
+  few reconstructions for a rank below rules["low_rank"]."""
+  if np.size(train_ssim) <= rules["low_rank"]:
+    return None, {"reconstructions": int(np.size(train_ssim))}
+  q = realism.quiz(train_ssim, train_index, public_ssim, top=rules["fig6_top"],
+                   low_rank=rules["low_rank"])
+  ssim, real = np.asarray(train_ssim)[q.index], np.asarray(public_ssim)[q.index]
+  return q, {"quiz ranks": [int(r) for r in q.rank],
+             "quiz nearest training images": [int(i) for i in np.asarray(train_index)[q.index]],
+             "quiz SSIM to nearest training image": [round(float(x), 3) for x in ssim],
+             "quiz realism (SSIM to nearest public image)": [round(float(x), 3) for x in real],
+             "reconstructions": int(np.size(train_ssim))}
+
+
+def _top_four_and_odd(q, train_ssim, rules) -> dict:
+  """The quiz's checks: its top picks are four distinct training images reconstructed
+  (each SSIM ≥ the level) and "among the top 10"; the odd one is not reconstructed."""
+  ssim = np.asarray(train_ssim)[q.index]
+  top, top_rank = np.delete(ssim, q.odd), np.delete(q.rank, q.odd)
+  level, four = rules["ssim_level"], rules["fig6_top"]
+  return {f"{four} distinct training images, each SSIM ≥ {level}": bool(
+              top.size == four and np.all(top >= level)),
+          f"the {four} among the top {rules['top_rank']}": bool(
+              top.size == four and np.all(top_rank <= rules["top_rank"])),
+          f"the low-ranked one SSIM < {level}": bool(ssim[q.odd] < level)}
+
+
+def verdict_fig6(train_ssim, train_index, public_ssim, rules: dict = RULES) -> dict:
+  """Fig. 6 from the tuned run's per-reconstruction SSIM to the nearest training image
+  float[m], that image's index int[m], and the SSIM to the nearest public (test-split)
+  image float[m]."""
+  q, measured = _quiz(train_ssim, train_index, public_ssim, rules)
+  if q is None:
+    return verdict_of("fig6", measured, {}, NOT_TESTED, rules)
+  return verdict_of("fig6", measured, _top_four_and_odd(q, train_ssim, rules), rules=rules)
+
+
+def spearman(x, y) -> float:
+  """Spearman rank correlation of float[n] x and y (average ranks for ties); NaN when
+  either is constant or n < 2."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  if x.size < 2:
+    return float("nan")
+  if np.all(x == x[0]) or np.all(y == y[0]):  # undefined (scipy would warn and give NaN)
+    return float("nan")
+  return float(scipy.stats.spearmanr(x, y).statistic)
+
+
+def verdict_fig7(train_ssim, train_index, public_ssim, best_ssim_per_train, phi_train,
+                 rules: dict = RULES) -> dict:
+  """Fig. 7 from the tuned run: the quiz's reveal (SSIM to the nearest training / public
+  image float[m] each, the nearest training image's index int[m]) and, as context, Haim et
+  al.'s SSIM-vs-|Φ| finding (best SSIM per training image float[n], the victim's output
+  Φ(x_i) float[n])."""
+  best = np.asarray(best_ssim_per_train, np.float64)
+  rho = spearman(best, np.abs(np.asarray(phi_train, np.float64)))
+  q, measured = _quiz(train_ssim, train_index, public_ssim, rules)
+  measured["ρ(best SSIM, |Φ|) (Haim et al.)"] = rho
+  if q is None:
+    return verdict_of("fig7", measured, {}, NOT_TESTED, rules)
+  real = np.asarray(public_ssim)[q.index]
+  checks = {**_top_four_and_odd(q, train_ssim, rules),
+            "the least realistic-looking of the five is not the low-ranked one": bool(
+                np.argmin(real) != q.odd)}
+  return verdict_of("fig7", measured, checks, rules=rules)
+
+
+def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
+  """Fig. 8 from the tuned run's per-reconstruction SSIM to the nearest training image and
+  to the nearest public image, float[m] each: does the realism score tell top-ranked from
+  low-ranked reconstructions (`trdr.evaluation.realism.top_vs_low`)?"""
+  ssim = np.asarray(train_ssim, np.float64)
+  level, top_rank = rules["ssim_level"], rules["top_rank"]
+  measured = {"reconstructions": int(ssim.size),
+              f"reconstructions with SSIM ≥ {level}": int(np.sum(ssim >= level))}
+  if ssim.size <= rules["low_rank"]:
+    return verdict_of("fig8", measured, {}, NOT_TESTED, rules)
+  t = realism.top_vs_low(ssim, public_ssim, top_rank=top_rank, low_rank=rules["low_rank"])
+  measured.update({"realism AUC, top vs low-ranked": t["auc"],
+                   "95% interval": [t["low"], t["high"]], "top": t["n_top"],
+                   "low-ranked": t["n_low"]})
+  top = ssim[realism.ranks(ssim) <= top_rank]
+  checks = {f"the top {top_rank} each SSIM ≥ {level}": bool(np.all(top >= level)),
+            "the realism AUC's interval reaches 0.5": bool(t["low"] <= 0.5)}
+  return verdict_of("fig8", measured, checks, rules=rules)
+
+
+def verdict_fig9(results: dict, rules: dict = RULES) -> dict:
+  """Fig. 9 from the partition run's results (per reconstruction: train_l2, partition_l2,
+  train_ssim, partition_ssim, partition_index, start_partition_index, float/int[m]; per
+  training image best_ssim_per_train and best_buddy_ssim_per_train float[n])."""
+  fraction = own_start_fraction(results)
+  level = rules["ssim_level"]
+  buddies = np.nan_to_num(np.asarray(results["best_buddy_ssim_per_train"], np.float64),
+                          nan=-np.inf)
+  count = int(np.sum(buddies >= level))
+  measured = {"own start nearest (fraction)": fraction,
+              "training images recovered (best buddies)": count,
+              "training images with a reconstruction ≥ level": int(np.sum(
+                  np.asarray(results["best_ssim_per_train"]) >= level)),
+              **{k: float(np.mean(results[k]))
+                 for k in ("train_l2", "partition_l2", "train_ssim", "partition_ssim")}}
+  checks = {f"own start nearest for > {rules['majority']:g}": fraction > rules["majority"],
+            "≥ 1 training image recovered (best buddies)": count >= 1}
+  return verdict_of("fig9", measured, checks, rules=rules)
 
 
 def _verdicts_of(evidence: dict, rules: dict) -> dict:
@@ -243,7 +407,7 @@ def _verdicts_of(evidence: dict, rules: dict) -> dict:
 
 
 def verdicts(evidence: dict, rules: dict = RULES) -> dict:
-  """Every figure's and Table 1's verdict from `trdr.report.collect` output (or the part of
+  """Every figure's and Table 1's verdict from `trdr.report.evidence.collect` output (or the part of
   it a seed's repeats give), keyed by artefact, each beside its baseline (`with_baseline`:
   the same rule on the start images)."""
   measured = _verdicts_of(evidence, rules)

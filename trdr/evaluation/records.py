@@ -1,14 +1,14 @@
 """A run's numbers as records: landscape.json's per-grid-point records, summary counts.
 
   `grid_records`        one landscape.json record per eq. 10 grid point, with the start
-                        images' numbers beside (prefix `trdr.evaluate.START`: the baseline)
+                        images' numbers beside (prefix `trdr.evaluation.evaluate.START`: the baseline)
   `counts`, `per_class_counts`  training images reconstructed at SSIM thresholds
   `lower_level_summary` how well the bilevel lower level converged over a run
 """
 
 import numpy as np
 
-from trdr.evaluate import START
+from trdr.evaluation.evaluate import START
 
 
 def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(),
@@ -17,7 +17,7 @@ def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(
 
   Args:
     lambda1, lambda2: float[G] grid coordinates.
-    history: metric name -> float[G, steps] (`trdr.loop.run`); the first metric is the
+    history: metric name -> float[G, steps] (`trdr.experiment.loop.run`); the first metric is the
       attack's objective, reported as ``upper_loss`` (its last value). None: no history
       (a saved run rescored, `rescored`): no upper_loss and no lower-level fields.
     evaluation: `reconstructions` output [G, ...] (plus param_distance float[G]), and

@@ -2,13 +2,13 @@
 
 `CLAIMS`: per artefact, the paper's sentence (Runkel et al. 2024, arXiv 2412.08544; the
 text in ../shared/paper/runkel2024_text.txt, captions in runkel2024_with_equations.txt),
-where it stands, and the rule of `trdr.verdicts` that tests it, in words. Square brackets
+where it stands, and the rule of `trdr.report.verdicts` that tests it, in words. Square brackets
 in a quotation stand for symbols or words the quotation leaves implicit. `RULES`: the
-rules' thresholds, which the rule texts name in braces. `verdict_of` and `with_baseline`:
-how a rule's checks make a verdict, and when its baseline makes it "uninformative".
+rules' thresholds, which the rule texts name in braces. How a rule's checks make a verdict
+is `trdr.report.verdicts`.
 """
 
-from trdr import realism
+from trdr.evaluation import realism
 
 # Thresholds of the verdict rules. SSIM is dm-pix's (11 × 11 window); L2 is the Euclidean
 # distance over all pixel values in [0, 1] (3072 for CIFAR-10).
@@ -147,7 +147,7 @@ CLAIMS = {
                    "training dataset, an adversary yet cannot identify whether it is a valid "
                    "or invalid training data sample with certainty”",
                    "Sec. 5 (conclusion)",
-                   "per attack and start kind (`trdr.membership`, configs/membership.py): "
+                   "per attack and start kind (`trdr.report.membership`, configs/membership.py): "
                    "among natural-looking reconstructions, for every per-image score the "
                    "adversary can compute, the AUC's CI contains 0.5 or the TPR at "
                    "{membership_fpr:.0%} FPR is ≤ {membership_max_tpr:.0%} (a check per attack "
@@ -157,46 +157,7 @@ CLAIMS = {
                    "the same rule on the start images"),
 }
 
-# Verdicts (`trdr.verdicts`): how the checks of a rule make one.
-REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, NOT_TESTED = (
-    "reproduced", "partly", "not reproduced", "uninformative", "not tested")
-VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, NOT_TESTED)
-
-
 def claim(name: str, rules: dict = RULES) -> tuple[str, str, str]:
   """(quotation, source, rule in words with ``rules``' thresholds) of artefact ``name``."""
   quote, source, rule = CLAIMS[name]
   return quote, source, rule.format(**rules)
-
-
-def _all_any(checks: dict) -> str:
-  passed = list(checks.values())
-  return REPRODUCED if all(passed) else PARTLY if any(passed) else NOT_REPRODUCED
-
-
-def verdict_of(name: str, measured: dict, checks: dict, verdict: str | None = None,
-               rules: dict | None = None) -> dict:
-  """Artefact ``name``'s verdict dict (`trdr.verdicts`): its claim, source and rule, the
-  ``measured`` numbers, the ``checks`` {name: bool} and ``verdict`` (default: reproduced
-  when every check passes, partly when some do, not reproduced when none does)."""
-  quote, source, rule = claim(name, rules or RULES)
-  return {"artefact": name, "claim": quote, "source": source, "rule": rule,
-          "measured": measured, "checks": checks, "verdict": verdict or _all_any(checks)}
-
-
-def with_baseline(verdict: dict, baseline: dict) -> dict:
-  """``verdict`` with the same rule's result on the start images (``baseline``) beside it,
-  and "uninformative" when the start images pass every check the reconstructions pass.
-
-  Args:
-    verdict, baseline: one verdict function's output on the runs' numbers and on
-      `baseline_evidence`.
-  Returns:
-    A copy of ``verdict`` with "baseline": {"measured", "checks", "verdict"}.
-  """
-  passed = [k for k, ok in verdict["checks"].items() if ok]
-  informative = [k for k in passed if not baseline["checks"].get(k, False)]
-  out = {**verdict, "baseline": {k: baseline[k] for k in ("measured", "checks", "verdict")}}
-  if verdict["verdict"] in (REPRODUCED, PARTLY) and not informative:
-    out["verdict"] = UNINFORMATIVE
-  return out

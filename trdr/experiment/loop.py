@@ -3,7 +3,7 @@
 Every experiment (a single attack, the eq. 10 landscape, a hyperparameter sweep) and
 every attack (`trdr.attacks.ATTACKS`) runs through `run`: the attack's ``step`` under
 `lax.scan`, mapped over the leading grid axis G of the states and sharded over all local
-devices (`trdr.sharding.grid_map`, in vmapped batches of `batch_size` per device; one
+devices (`trdr.runtime.sharding.grid_map`, in vmapped batches of `batch_size` per device; one
 start at a time on CPU is a loop of jitted calls, one start per CPU device at once).
 
 Checkpoint-first protocol: the attack runs in chunks of ``log_every`` steps, and after a
@@ -17,7 +17,7 @@ run's numbers: the chunks are the same jitted computations on the same inputs. T
 checkpoint is written by a second thread while the next chunk computes (one write in
 flight; `run` returns or raises only after it). Bit-identical starts are attacked once.
 
-Across processes (`trdr.distributed`) the grid is sharded over every process's devices,
+Across processes (`trdr.runtime.distributed`) the grid is sharded over every process's devices,
 each process checkpoints its own block of grid points in its own directory (keeping the
 previous checkpoint), and a resumed run continues from the last step all of them have.
 """
@@ -33,8 +33,8 @@ import jax
 import numpy as np
 from absl import logging
 
-from trdr import distributed, io, sharding
 from trdr.attacks.protocol import Attack
+from trdr.runtime import distributed, files, rundir, sharding
 
 PREVIOUS_FILE = "checkpoint.previous.msgpack"
 
@@ -70,7 +70,7 @@ def run_grid(step_fn, states: Any, num_steps: int, batch: int, devices=None,
   Starts are independent, so results do not depend on the sharding, and on the batching
   only through the attack's solver tolerances. Returns (states [G, ...], metrics
   NamedTuple of float[G, num_steps]); with ``replicate`` False, on k > 1 devices, left
-  sharded and padded (`trdr.sharding.grid_map`)."""
+  sharded and padded (`trdr.runtime.sharding.grid_map`)."""
   return sharding.grid_map(lambda s: run_steps(step_fn, s, num_steps), states, batch,
                            devices, replicate=replicate)
 
@@ -232,11 +232,11 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
                        "run records; remove it (or the run directory) to start again")
     traced = {k: np.asarray(v).reshape((-1,) if k == "step" else (grid, -1))
               for k, v in saved.get("trace", {}).items()} if trace else {}
-    records = io.loads_json(saved["metrics"])
+    records = files.loads_json(saved["metrics"])
     logging.info("Resuming from step %d", history_steps(history))
   elif trace:
     traced = _traced({}, 0, trace_at(states), trace[0], grid)
-  io.write_metrics(workdir, records)  # no line for a chunk that is not in the checkpoint
+  rundir.write_metrics(workdir, records)  # no line for a chunk that is not in the checkpoint
   logging.info("%s, %d images per start%s: %s", attack.name,
                attack.images(jax.tree.map(lambda x: x[0], states)).shape[0],
                f" ({size} distinct of {grid})" if size < grid else "",
@@ -282,7 +282,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
           previous, pending = pending, None
           previous.result()
         pending = writer.submit(_save, workdir, {
-            "state": block, "history": history, "metrics": io.dumps_json(records),
+            "state": block, "history": history, "metrics": files.dumps_json(records),
             **({"trace": traced} if trace else {})},
             [r for r in records if r["step"] > saved_step])
         saved_step = done
@@ -317,7 +317,7 @@ def _settle(pending) -> BaseException | None:
 
 
 def _block(states, size: int, padded: int, rows: slice):
-  """This process's ``rows`` of the grid padded as `trdr.sharding.grid_map` pads it, as
+  """This process's ``rows`` of the grid padded as `trdr.runtime.sharding.grid_map` pads it, as
   host arrays."""
   host = sharding.pad(jax.tree.map(np.asarray, states), size, padded)
   return jax.tree.map(lambda x: x[rows], host)
@@ -325,15 +325,15 @@ def _block(states, size: int, padded: int, rows: slice):
 
 def _save(workdir: str, tree: dict, lines: list[dict]) -> None:
   """The chunk's checkpoint, then the metrics ``lines`` of the chunks since the last one.
-  Across processes (`trdr.distributed`) the previous checkpoint is kept as
+  Across processes (`trdr.runtime.distributed`) the previous checkpoint is kept as
   `PREVIOUS_FILE`: a process may be killed one checkpoint ahead of another, and the run
   resumes from the last step that all of them have."""
   if distributed.active():
-    latest = os.path.join(workdir, io.CHECKPOINT_FILE)
+    latest = os.path.join(workdir, rundir.CHECKPOINT_FILE)
     if os.path.exists(latest):
       os.replace(latest, os.path.join(workdir, PREVIOUS_FILE))
-  io.save_checkpoint(workdir, tree)
-  io.append_metrics(workdir, lines)
+  rundir.save_checkpoint(workdir, tree)
+  rundir.append_metrics(workdir, lines)
 
 
 def _restore(workdir: str, resume: bool, size: int, rows: slice) -> dict | None:
@@ -348,7 +348,7 @@ def _restore(workdir: str, resume: bool, size: int, rows: slice) -> dict | None:
     ValueError: a checkpoint that is corrupted, of another config, or (across
       processes) of other rows of the grid, or no checkpoint of the common step.
   """
-  saved = io.load_checkpoint(workdir) if resume else None
+  saved = rundir.load_checkpoint(workdir) if resume else None
   if not distributed.active():
     return saved
   step = history_steps(saved["history"]) if saved else 0
@@ -356,7 +356,7 @@ def _restore(workdir: str, resume: bool, size: int, rows: slice) -> dict | None:
   if common == 0:
     return None
   if step != common:
-    saved = io.load_checkpoint(workdir, PREVIOUS_FILE)
+    saved = rundir.load_checkpoint(workdir, PREVIOUS_FILE)
     if history_steps(saved["history"]) != common:
       raise ValueError(f"{os.path.join(workdir, PREVIOUS_FILE)} is not of step {common}, the "
                        "last step every process checkpointed; delete the run's checkpoints "
@@ -372,8 +372,8 @@ def _restore(workdir: str, resume: bool, size: int, rows: slice) -> dict | None:
 def _check_resumed(workdir, states, history, size, steps, finite) -> None:
   """Raises ValueError, naming the checkpoint, unless its state fits this run: G grid
   points, at most ``steps`` steps done, and (``finite``) no NaN/inf in the state."""
-  path = os.path.join(workdir, io.CHECKPOINT_FILE)
-  remedy = f"delete {path} (and {io.METRICS_FILE}) to start the run again"
+  path = os.path.join(workdir, rundir.CHECKPOINT_FILE)
+  remedy = f"delete {path} (and {rundir.METRICS_FILE}) to start the run again"
   shapes = {k: v.shape for k, v in history.items()}
   if any(len(s) != 2 or s[0] != size or s[1] > steps for s in shapes.values()):
     raise ValueError(f"{path} does not fit this run: its history has shapes {shapes}, "

@@ -27,9 +27,12 @@ import ml_collections
 import numpy as np
 from absl import logging
 
-from trdr import experiment, io, plotting, realism, report_figures
+from trdr import experiment, plotting
 from trdr.attacks import init as inits
-from trdr.evaluate import START
+from trdr.evaluation import realism
+from trdr.evaluation.evaluate import START
+from trdr.report import figures
+from trdr.runtime import files, rundir
 
 # run name -> (sub-directory of the work directory, experiment mode)
 RUNS = {
@@ -95,12 +98,12 @@ def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -
   Raises:
     FileExistsError: ``directory`` holds a finished run of a different config (finished
       results are never replaced silently: remove the folder to recompute).
-    ValueError: a finished run's files fail their SHA256SUMS (`trdr.io.check_finished`).
+    ValueError: a finished run's files fail their SHA256SUMS (`trdr.runtime.rundir.check_finished`).
   """
   if os.path.exists(os.path.join(directory, experiment.FINISHED[mode])):
-    io.check_finished(directory, experiment.FINISHED[mode])
-    if change := io.config_change(io.read_json(os.path.join(directory, io.CONFIG_FILE)),
-                                  config):
+    rundir.check_finished(directory, experiment.FINISHED[mode])
+    if change := rundir.config_change(files.read_json(os.path.join(directory, rundir.CONFIG_FILE)),
+                                      config):
       raise FileExistsError(f"{directory} holds a finished run of a different config "
                             f"({change}); remove it or use another --workdir")
     logging.info("Reusing the finished run %s", directory)
@@ -112,7 +115,7 @@ def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -
 
 
 def _records(runs, name):
-  return io.read_json(os.path.join(runs[name], experiment.LANDSCAPE_FILE))
+  return files.read_json(os.path.join(runs[name], experiment.LANDSCAPE_FILE))
 
 
 def _results(runs, name):
@@ -121,7 +124,7 @@ def _results(runs, name):
 
 
 def _summary(runs, name):
-  return io.read_json(os.path.join(runs[name], experiment.SUMMARY_FILE))
+  return files.read_json(os.path.join(runs[name], experiment.SUMMARY_FILE))
 
 
 def _pure_figure(name, panels):
@@ -153,7 +156,7 @@ def table1(runs, config) -> dict:
   table1.json and table1.md."""
   rows, sweeps = {}, {}
   for name in ("affine", "one_hidden"):
-    sweeps[name] = sorted(config.paper[name].eval.get("uniform_start_tols", ()), reverse=True)
+    sweeps[name] = sorted(config.paper[name].eval.uniform_start_tols, reverse=True)
     rows[name] = _table1_row(_records(runs, name), _summary(runs, name), sweeps[name])
     rows[name]["paper"] = PAPER_TABLE1[name]
   sizes = {v: _describe(config.paper[v]) for v in rows}
@@ -235,7 +238,7 @@ def _decoreco_grid(name, run, title, order="ssim"):
 
 
 def _quiz(results):
-  """Fig. 6's quiz of the tuned run (`trdr.realism.quiz`), the odd one ranked below the
+  """Fig. 6's quiz of the tuned run (`trdr.evaluation.realism.quiz`), the odd one ranked below the
   paper's 50 where the run has more reconstructions, else below half of them."""
   m = len(results["train_ssim"])
   low = realism.LOW_RANK if m > realism.LOW_RANK else m // 2
@@ -247,7 +250,7 @@ def fig6(runs, config):
   del config
   results = _results(runs, "tuned")
   quiz, low = _quiz(results)
-  return {"fig6": report_figures.quiz_figure(results, quiz, title=(
+  return {"fig6": figures.quiz_figure(results, quiz, title=(
       f"Fig. 6: {realism.QUIZ_TOP} of these are the best reconstructions of different "
       f"training images (by SSIM to their nearest one), one is ranked below {low}. "
       "Which one?"))}
@@ -256,7 +259,7 @@ def fig6(runs, config):
 def fig7(runs, config):
   results, summary = _results(runs, "tuned"), _summary(runs, "tuned")
   quiz, low = _quiz(results)
-  return {"fig7": report_figures.quiz_figure(results, quiz, reveal=True, title=(
+  return {"fig7": figures.quiz_figure(results, quiz, reveal=True, title=(
               f"Fig. 7: the reveal: #rank by SSIM to the nearest training image (bottom row); "
               f"realism = SSIM to the nearest public test image ({_hp_text(summary)})")),
           "fig7_best_per_train": plotting.best_per_train_grid(
@@ -277,12 +280,12 @@ def fig9(runs, config):
 
 
 def trajectories(runs, config):
-  """The partition starts of both attacks along their iterations (`report_figures.trajectories`)."""
+  """The partition starts of both attacks along their iterations (`figures.trajectories`)."""
   del config
   panels = {"(a) bilevel, affine": _results(runs, "affine"),
             "(b) bilevel, one-hidden": _results(runs, "one_hidden"),
             "(c) DecoReco (min-max display)": _results(runs, "partition")}
-  return {"trajectories": report_figures.trajectories(
+  return {"trajectories": figures.trajectories(
       panels, "Partition starts: distance to the training set, the partition and the start "
       "against iterations")}
 
@@ -365,10 +368,10 @@ def make(config: ml_collections.ConfigDict, workdir: str, artefacts=tuple(ARTEFA
     os.makedirs(folder, exist_ok=True)
     for file_name, item in ARTEFACTS[artefact].draw(runs, config).items():
       if isinstance(item, dict):
-        io.write_json(os.path.join(folder, file_name), item)
+        files.write_json(os.path.join(folder, file_name), item)
         written.append(os.path.join(folder, file_name))
       elif isinstance(item, str):
-        io.atomic_write(os.path.join(folder, file_name), item.encode())
+        files.atomic_write(os.path.join(folder, file_name), item.encode())
         written.append(os.path.join(folder, file_name))
       else:
         written += plotting.save_figure(item, folder, file_name)

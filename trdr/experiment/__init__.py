@@ -1,0 +1,9 @@
+"""One experiment: run(config, workdir) → files (`runner`), over the start images of each
+mode (`starts`) and the checkpointed attack loop (`loop`)."""
+
+from trdr.experiment.runner import (BEST_FILE, FINISHED, LANDSCAPE_FILE, MEMBERSHIP_FILE, MODES,
+                                    RESULTS_FILE, SUMMARY_FILE, SWEEP_FILE, Finished,
+                                    attack_config, run)
+
+__all__ = ["BEST_FILE", "FINISHED", "Finished", "LANDSCAPE_FILE", "MEMBERSHIP_FILE", "MODES",
+           "RESULTS_FILE", "SUMMARY_FILE", "SWEEP_FILE", "attack_config", "run"]

@@ -1,0 +1,65 @@
+"""The reproduction report: every figure and Table 1 beside the paper's claim, with a verdict.
+
+  artefacts   which runs each paper artefact needs, and how it is drawn from them
+  claims      the paper's sentences, quoted, and the thresholds of the rules that test them
+  verdicts    the rules: each artefact's checks on the runs' numbers and on the start
+              images' (the baseline), and the verdict they make
+  evidence    the numbers behind the verdicts, read from the runs (and their repeats)
+  membership  membership ambiguity measured as an adversary faces it
+  markdown    report.md and membership.md
+  figures     the report's own figures (the quiz, the trajectories, membership)
+
+`run` regenerates Figs. 1–12 and Table 1 (`artefacts.make`, into WORKDIR/paper_figures
+and WORKDIR/decoreco_figures; finished runs of an unchanged config are reused), reads the
+numbers behind every verdict (`evidence.collect`), applies the rules of `verdicts`,
+measures membership ambiguity (`membership`) and writes WORKDIR/report.md, report.json
+and membership.{png,pdf}.
+"""
+
+import os
+
+import ml_collections
+
+from trdr import plotting
+from trdr.report import artefacts, evidence, figures, markdown, membership, verdicts
+from trdr.report.claims import RULES
+from trdr.runtime import files
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Regenerates every figure and Table 1 (reusing finished runs) and writes the report.
+
+  Args:
+    config: configs/report.py: sections paper (configs/paper_figures.py), decoreco
+      (configs/decoreco_figures.py), membership (configs/membership.py, into
+      WORKDIR/membership) and variant.
+    workdir: output directory: paper_figures/, decoreco_figures/, report.md, report.json,
+      membership.{png,pdf}.
+  Returns:
+    artefact -> verdict dict (Figs. 1–12, table1, membership).
+  Raises:
+    FileExistsError: a run directory holds a finished run of another config.
+  """
+  os.makedirs(workdir, exist_ok=True)
+  artefacts.make(config, workdir)
+  collected = evidence.collect(workdir)
+  results = verdicts.verdicts(collected)
+  # The repeats over seeds: each artefact's verdict per seed and mean ± std of its numbers.
+  repeats = [verdicts.verdicts(evidence.collect(d, repeats=True))
+             for d in evidence.make_seeds(config, workdir)]
+  for name, stats in evidence.over_seeds([results, *repeats],
+                                (0, *config.repeat_seeds)).items():
+    results[name]["seeds"] = stats
+  count_rows = evidence.counts(collected["summaries"])
+  measured = membership.run(config.membership, os.path.join(workdir, "membership"))
+  results["membership"] = verdicts.verdict_membership(measured)
+  plotting.save_figure(figures.membership_figure(measured), workdir, "membership")
+  with open(os.path.join(workdir, "paper_figures", "table1.md")) as f:
+    table1_md = f.read()
+  files.write_json(os.path.join(workdir, "report.json"),
+                   {"verdicts": results, "counts": count_rows, "membership": measured,
+                    "rules": RULES})
+  files.atomic_write(os.path.join(workdir, "report.md"),
+                     markdown.report_page(results, table1_md, measured, config.variant,
+                                          count_rows).encode())
+  return results

@@ -1,0 +1,190 @@
+"""The numbers behind the report's verdicts, read from the runs: each artefact's records,
+summaries and per-image arrays beside their start images' (the baseline), the same runs
+repeated over seeds, both attacks' landscapes on one scale, and the counts table.
+"""
+
+import os
+
+import ml_collections
+import numpy as np
+
+from trdr import experiment
+from trdr.attacks import init as inits
+from trdr.evaluation import evaluate, records
+from trdr.evaluation.evaluate import START
+from trdr.report import artefacts
+from trdr.report.verdicts import ATTACKS, VICTIMS
+from trdr.runtime import files
+
+# The one display both attacks' landscapes are compared under (Figs. 10–12's claims compare
+# the attacks): Haim et al.'s min-max view, DecoReco's own; bilevel images are rescored.
+COMPARABLE_DISPLAY = "minmax"
+
+
+# The runs that can be repeated for every seed of the report's ``repeat_seeds`` (the data
+# draw, the victim's initialisation and the attack's start: config.data.seed =
+# config.victim.seed = config.seed = s), into WORKDIR/seeds/seed_{s}/, as the report's
+# ``repeat_runs`` choose: the numbers of Figs. 1–4, 6–9 and Table 1 as mean ± std over
+# seeds. The sweep is not repeated (seed 0's best.json sets every seed's tuned and
+# partition runs), nor are the untuned run and the two landscapes (minutes to hours).
+SEED_RUNS = ("affine", "one_hidden", "tuned", "partition")
+
+
+def seed_workdir(workdir: str, seed: int) -> str:
+  """The work directory of seed ``seed``'s repeats (`SEED_RUNS`)."""
+  return os.path.join(workdir, "seeds", f"seed_{seed}")
+
+
+def make_seeds(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
+  """Runs (or reuses) ``config.repeat_runs`` (of `SEED_RUNS`) for every seed of
+  ``config.repeat_seeds`` and writes each seed's table1.json (with both victims' runs);
+  needs the main runs' sweep (`trdr.report.artefacts.make`) for the DecoReco runs. Returns the seeds'
+  work dirs.
+
+  Raises:
+    ValueError: a seed is 0 or repeated, or a run is not in `SEED_RUNS`.
+  """
+  seeds, names = tuple(config.repeat_seeds), tuple(config.repeat_runs)
+  if any(not isinstance(s, int) or s == 0 for s in seeds) or len(set(seeds)) != len(seeds):
+    raise ValueError(f"repeat_seeds must be distinct ints other than 0 (the main runs' "
+                     f"seed), got {seeds}")
+  if set(names) - set(SEED_RUNS):
+    raise ValueError(f"repeat_runs {names} may name only {SEED_RUNS}")
+  sweep = os.path.join(artefacts.run_dir(workdir, "sweep"), experiment.BEST_FILE)
+  dirs = []
+  for seed in seeds:
+    directory = seed_workdir(workdir, seed)
+    configs = artefacts.run_configs(config, directory)
+    runs = {name: artefacts.run_dir(directory, name) for name in names}
+    for name in names:
+      c = configs[name]
+      c.seed = c.data.seed = c.victim.seed = int(seed)
+      if "hparams_file" in c.attack and c.attack.hparams_file:
+        c.attack.hparams_file = sweep
+      artefacts.run_or_reuse(artefacts.RUNS[name][1], c, runs[name])
+    if {"affine", "one_hidden"} <= set(names):
+      files.write_json(os.path.join(directory, "paper_figures", "table1.json"),
+                       artefacts.table1(runs, config)["table1.json"])
+    dirs.append(directory)
+  return dirs
+
+
+def collect(workdir: str, repeats: bool = False) -> dict:
+  """The numbers behind every verdict, read from the runs under ``workdir``, with the
+  start images' numbers beside them (prefix `trdr.evaluation.evaluate.START`, the baseline).
+
+  Args:
+    workdir: the report's work directory, or with ``repeats`` a seed's
+      (`seed_workdir`), which holds some of `SEED_RUNS`.
+
+  Returns:
+    {"pure": {victim: records}, "partition_images": {victim: per-reconstruction arrays
+     of its partition start}, "table1": table1.json, "summaries": {run: summary.json},
+     "results": {run: {key: array}} for the untuned / tuned / partition DecoReco runs,
+     "landscapes": {"bilevel": records, "decoreco": records} (each attack's own scale),
+     "comparable": the same on one scale (`comparable_records`)}; with ``repeats`` only
+    the parts the seed's runs give (no untuned run, no landscapes).
+  Raises:
+    ValueError: a run predates the start images' evaluation (delete it to recompute).
+  """
+  per_image = ("train_ssim", "partition_ssim", "train_l2", "partition_l2", "partition_index")
+  per_train = ("best_ssim_per_train", "best_buddy_ssim_per_train")
+  run = lambda name, file: os.path.join(artefacts.run_dir(workdir, name), file)
+
+  def arrays(name, names, index=()):
+    """Run ``name``'s results.npz arrays ``names`` and their start twins (at grid point
+    ``index``), and phi_train where saved."""
+    keys = (*names, *(START + k for k in names))
+    path = run(name, "results.npz")
+    with np.load(path) as saved:
+      missing = [k for k in keys if k not in saved]
+      if missing:
+        raise ValueError(f"{path} lacks {missing}: the run predates the evaluation of its "
+                         "start images; delete its directory to recompute it")
+      return {k: saved[k][index] for k in keys} | (
+          {"phi_train": saved["phi_train"]} if "phi_train" in saved else {})
+
+  done = lambda name: not repeats or artefacts.finished(workdir, name)
+  pure = {v: files.read_json(run(v, "landscape.json")) for v in VICTIMS if done(v)}
+  decoreco = [n for n in ("untuned", "tuned", "partition") if done(n)]
+  evidence = {
+      "pure": pure,
+      "partition_images": {v: arrays(v, per_image, inits.pure_index(pure[v], "partition"))
+                           for v in pure},
+      "summaries": {name: files.read_json(run(name, "summary.json")) for name in decoreco},
+      "results": {name: arrays(name, (*per_image, *per_train, "public_ssim", "train_index"))
+                  for name in decoreco},
+  }
+  table = os.path.join(workdir, "paper_figures", "table1.json")
+  if os.path.exists(table) or not repeats:
+    evidence["table1"] = files.read_json(table)
+  if not repeats:
+    evidence["landscapes"] = {a: files.read_json(run(f"landscape_{a}", "landscape.json"))
+                              for a in ATTACKS}
+    evidence["comparable"] = {a: comparable_records(artefacts.run_dir(workdir, f"landscape_{a}"))
+                              for a in ATTACKS}
+  return evidence
+
+
+def over_seeds(per_seed: list[dict], seeds) -> dict:
+  """Each artefact's verdict per seed and its measured numbers' mean and std over seeds.
+
+  Args:
+    per_seed: `trdr.report.verdicts.verdicts` output per seed (the main runs' first).
+    seeds: the seeds, in the same order.
+  Returns:
+    artefact -> {"seeds", "verdicts", "mean", "std" (ddof 1; NaN for one seed), "lists"},
+    for the artefacts every seed has; numbers are the scalar (not boolean) measured
+    values, "lists" each list-valued one per seed (e.g. Fig. 6's quiz ranks).
+  """
+  out = {}
+  for name, first in per_seed[0].items():
+    if not all(name in p for p in per_seed):
+      continue
+    keys = [k for k, x in first["measured"].items()
+            if isinstance(x, (int, float, np.number)) and not isinstance(x, (bool, np.bool_))]
+    values = {k: np.asarray([p[name]["measured"][k] for p in per_seed], np.float64)
+              for k in keys}
+    out[name] = {"seeds": [int(s) for s in seeds],
+                 "verdicts": [p[name]["verdict"] for p in per_seed],
+                 "mean": {k: float(np.mean(v)) for k, v in values.items()},
+                 "std": {k: float(np.std(v, ddof=1)) if v.size > 1 else float("nan")
+                         for k, v in values.items()},
+                 "lists": {k: [p[name]["measured"][k] for p in per_seed]
+                           for k, x in first["measured"].items() if isinstance(x, list)}}
+  return out
+
+
+def comparable_records(run_dir: str) -> list[dict]:
+  """A landscape run's records on the scale both attacks share (`COMPARABLE_DISPLAY`):
+  its own records where it was scored so, else its saved images scored again
+  (`trdr.evaluation.evaluate.rescored`)."""
+  with np.load(os.path.join(run_dir, "results.npz")) as saved:
+    results = dict(saved)
+  if str(results["display"]) == COMPARABLE_DISPLAY:
+    return files.read_json(os.path.join(run_dir, "landscape.json"))
+  return records.grid_records(results["lambda1"], results["lambda2"], None,
+                               evaluate.rescored(results, COMPARABLE_DISPLAY))
+
+
+def counts(summaries: dict) -> list[dict]:
+  """Training images reconstructed by each DecoReco run on both scales: SSIM-nearest
+  reconstruction vs Haim et al.'s best buddies, at every SSIM window the run counted with
+  (`trdr.evaluation.evaluate.reconstructions`), beside the same counts of its start images.
+
+  Returns:
+    Rows {run, matching, window, counts: {"ssim_ge_t": int}, start: {...}, n_train}.
+  """
+  rows = []
+  for name, summary in summaries.items():
+    window = summary.get("ssim_window", evaluate.SSIM_WINDOW)
+    for key in summary:
+      base, _, suffix = key.partition("_w")
+      if base not in ("reconstructed", "reconstructed_best_buddies"):
+        continue
+      rows.append({"run": name, "window": int(suffix) if suffix else window,
+                   "matching": "best buddies (NCC)" if base.endswith("buddies")
+                   else "SSIM-nearest", "counts": summary[key],
+                   "start": summary[START + key], "n_train": summary["n_train"]})
+  return sorted(rows, key=lambda r: (list(summaries).index(r["run"]), r["matching"],
+                                     -r["window"]))

@@ -1,0 +1,166 @@
+"""report.md and membership.md: each artefact's claim, rule, measured numbers, checks,
+baseline and verdict as Markdown, with the counts and membership tables.
+"""
+
+import numpy as np
+
+ARTEFACTS = ("fig1", "fig2", "fig3", "fig4", "table1", "fig5", "fig6", "fig7", "fig8",
+             "fig9", "fig10", "fig11", "fig12")
+# Artefact -> image files (relative to the report's work dir).
+IMAGES = {
+    **{f"fig{i}": [f"paper_figures/fig{i}.png"] for i in range(1, 5)},
+    **{f"fig{i}": [f"decoreco_figures/fig{i}.png"] for i in range(5, 13)},
+    "table1": [],
+}
+IMAGES["fig7"].append("decoreco_figures/fig7_ssim_vs_output.png")
+IMAGES["fig9"].append("decoreco_figures/trajectories.png")
+
+
+def _fmt(value) -> str:
+  if isinstance(value, (bool, np.bool_)):
+    return "yes" if value else "no"
+  if isinstance(value, (int, np.integer)):
+    return str(int(value))
+  if isinstance(value, float):
+    if not np.isfinite(value):
+      return "n/a"
+    return f"{value:.3e}" if value != 0 and (abs(value) < 1e-2 or abs(value) >= 1e4) else (
+        f"{value:.3f}")
+  if isinstance(value, (list, tuple)):
+    return "[" + ", ".join(_fmt(v) for v in value) + "]"
+  return str(value)
+
+
+def _section(title: str, v: dict, images: list[str], extra: list[str] = ()) -> list[str]:
+  lines = [f"## {title}", ""]
+  lines += [f"![{title}]({path})" for path in images]
+  if images:
+    lines.append("")
+  if extra:
+    lines += [*extra, ""]
+  lines += [f"- **Paper** ({v['source']}): {v['claim']}", f"- **Rule:** {v['rule']}",
+            "- **Measured:** " + _pairs(v["measured"]), "- **Checks:** " + _pairs(v["checks"])]
+  if "seeds" in v:
+    s = v["seeds"]
+    lines.append(f"- **Over seeds** {_fmt(s['seeds'])}: verdicts {', '.join(s['verdicts'])}; "
+                 "mean ± std: " + "; ".join(f"{k} = {_fmt(m)} ± {_fmt(s['std'][k])}"
+                                            for k, m in s["mean"].items())
+                 + "".join(f"; {k} per seed: " + " | ".join(map(_fmt, per))
+                           for k, per in s.get("lists", {}).items()))
+  if "baseline" in v:
+    b = v["baseline"]
+    lines += ["- **Baseline** (the same rule on the start images): " + _pairs(b["measured"]),
+              "- **Baseline checks:** " + _pairs(b["checks"]) + f" (baseline: {b['verdict']})"]
+  lines += ["", f"**Verdict: {v['verdict']}**", ""]
+  return lines
+
+
+def _pairs(values: dict) -> str:
+  return "; ".join(f"{k} = {_fmt(x)}" for k, x in values.items()) or "none"
+
+
+def counts_markdown(rows: list[dict]) -> list[str]:
+  """The counts table of `counts`: "count (start count)" per threshold."""
+  if not rows:
+    return []
+  levels = list(rows[0]["counts"])
+  lines = ["Training images reconstructed (of n): a training image counts when its SSIM to "
+           "its SSIM-nearest reconstruction, or to its best buddy (Haim et al.'s mutual "
+           "nearest neighbours under their NCC distance), reaches t; SSIM with an 11×11 "
+           "window (dm-pix's default) and a 3×3 window (Haim et al.'s counts; theirs pads "
+           "'same', ours 'valid'). In parentheses: the same count for the start images.", "",
+           "| run | matching | window | n | " + " | ".join(
+               f"SSIM ≥ {k.removeprefix('ssim_ge_')}" for k in levels) + " |",
+           "|---|---|---:|---:|" + "---:|" * len(levels)]
+  for r in rows:
+    cells = [f"{r['counts'][k]} ({r['start'][k]})" for k in levels]
+    lines.append(f"| {r['run']} | {r['matching']} | {r['window']} | {r['n_train']} | "
+                 + " | ".join(cells) + " |")
+  return lines + [""]
+
+
+def membership_markdown(measured: dict) -> list[str]:
+  """The membership tables (`trdr.report.membership.measure`): AUC per attack × start kind × score
+  with its bootstrap CI, spread over seeds and TPR at low FPR, on the reconstructions and
+  on their start images; natural-looking counts and member fractions."""
+  fprs = [f"{f:g}" for f in measured["fprs"]]
+  lines = [f"Natural-looking: SSIM ≥ {measured['natural_threshold']:g} to the nearest public "
+           "reference image (test[1::2], never a start). Member: the nearest real image "
+           "(SSIM) in training set ∪ partition is a training image. AUC = P(score of a member "
+           f"> score of a non-member), {measured['confidence']:.0%} stratified bootstrap CI "
+           "over images (all seeds pooled); seeds: the AUC per seed, mean ± std. Scores are "
+           f"oriented before running (higher = member); fewer than {measured['min_per_class']}"
+           " members or non-members: no AUC.", "",
+           "| attack | start | stage | score | members | non-members | AUC [CI] | per seed "
+           "(mean ± std) | " + " | ".join(f"TPR at {f} FPR" for f in fprs) + " |",
+           "|---|---|---|---|---:|---:|---|---|" + "---:|" * len(fprs)]
+  for r in measured["rows"]:
+    if not r["informative"]:
+      cells = ["too few", "—", *("—" for _ in fprs)]
+    else:
+      cells = [f"{_fmt(r['auc'])} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]",
+               f"{_fmt(r['per_seed'])} ({_fmt(r['seed_mean'])} ± {_fmt(r['seed_std'])})",
+               *(_fmt(r["tpr_at_fpr"][f]) for f in fprs)]
+    lines.append(f"| {r['attack']} | {r['kind']} | {r['stage']} | {r['score']} | "
+                 f"{r['members']} | {r['non_members']} | " + " | ".join(cells) + " |")
+  ts = [row["threshold"] for row in measured["fractions"][0]["rows"]]
+  lines += ["", "Natural-looking images at SSIM ≥ t: count (member fraction; for mixed starts "
+            "also the fraction whose nearest real image has the start's membership).", "",
+            "| attack | start | stage | " + " | ".join(f"t = {t:g}" for t in ts) + " |",
+            "|---|---|---|" + "---|" * len(ts)]
+  for f in measured["fractions"]:
+    cells = [f"{x['natural']} ({_fmt(x['fraction_member'])}"
+             + (f"; {_fmt(x['start_member_agree'])}" if x["start_member_agree"] is not None
+                else "") + ")" for x in f["rows"]]
+    lines.append(f"| {f['attack']} | {f['kind']} | {f['stage']} | " + " | ".join(cells) + " |")
+  return lines
+
+
+def membership_page(measured: dict, verdict: dict) -> str:
+  """membership.md of experiments/membership.py: the claim, rule, verdict and tables."""
+  return "\n".join(["# trdr membership ambiguity", "",
+                    *_section("Membership ambiguity", verdict, ["membership.png"],
+                              membership_markdown(measured))]) + "\n"
+
+
+def report_page(results: dict, table1_md: str, measured: dict, variant: str,
+             count_rows: list[dict] = ()) -> str:
+  """report.md from the verdicts, Table 1's Markdown and the membership measurements.
+
+  Args:
+    results: artefact -> verdict dict (`verdicts`, plus "membership").
+    table1_md: Table 1 as Markdown (`trdr.report.artefacts.table1`, table1.md).
+    measured: `trdr.report.membership.measure` output.
+    variant: the config variant ("", "cpu" or "smoke"), named in the header.
+    count_rows: `counts` output (the counts table; none: no table).
+  """
+  size = variant or "paper"
+  lines = [f"# trdr reproduction report: Runkel et al. 2024 (size: {size})", "",
+           "Generated by `make figures` (`experiments/report.py`). Every verdict is computed "
+           "from the runs' numbers by the rule stated beside it (`trdr/report/claims.py`: `RULES`, "
+           "`CLAIMS`). Claims are quoted from the paper, with where they stand. Every rule "
+           "is also applied to the start images of the same runs (the baseline: an attack "
+           "that returns its start); a verdict whose passing checks the start images pass "
+           "too is **uninformative**: it says nothing about the attack. **Not tested**: no "
+           "rule of trdr tests that sentence yet, or these runs are too small for it (the "
+           "reason is in the rule). **Per seed**: the verdict of each repeat of the runs on "
+           "another data draw, victim initialisation and attack start (seed 0 first), with "
+           "the numbers' mean ± std in each section."]
+  if size != "paper":
+    lines.append(f"\nThese are **{size}-size** runs (smaller victims, fewer images and "
+                 "iterations than the paper): the verdicts say what these runs show.")
+  lines += ["", "| artefact | verdict | baseline | per seed | source |", "|---|---|---|---|---|"]
+  for name, v in results.items():
+    baseline = v["baseline"]["verdict"] if "baseline" in v else "—"
+    seeds = ", ".join(v["seeds"]["verdicts"]) if "seeds" in v else "—"
+    lines.append(f"| {name} | {v['verdict']} | {baseline} | {seeds} | {v['source']} |")
+  lines.append("")
+  if count_rows:
+    lines += ["## Counts on both scales", "", *counts_markdown(count_rows)]
+  for name in ARTEFACTS:
+    title = "Table 1" if name == "table1" else f"Fig. {name[3:]}"
+    extra = [table1_md.strip()] if name == "table1" else []
+    lines += _section(title, results[name], IMAGES[name], extra)
+  lines += _section("Membership ambiguity", results["membership"], ["membership.png"],
+                    membership_markdown(measured))
+  return "\n".join(lines) + "\n"

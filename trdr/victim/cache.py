@@ -1,0 +1,205 @@
+"""θ* built, cached, saved and loaded: one place for every experiment.
+
+`load_or_train` returns a `Victim` (model, θ*, config, training report): θ* is reused from
+its directory when it was saved for the same victim config (`metadata`), else trained by
+L-BFGS (`trdr.victim.train.train`) or Haim et al.'s gradient descent (`train_gd`) and
+saved (`save`): one checksummed file, victim.msgpack.
+"""
+
+import os
+import time
+from typing import NamedTuple
+
+import flax.serialization
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+from flax import linen as nn
+
+from trdr import models
+from trdr.runtime import files
+from trdr.victim.energy import Params
+from trdr.victim.train import train, train_gd
+
+VICTIM_FILE = "victim.msgpack"
+
+
+def save(directory: str, params: Params, metadata: dict) -> None:
+  """Writes θ* and its metadata (what determines θ*, `metadata`, and the training report)
+  into ONE file, ``directory``/victim.msgpack, atomically and checksummed
+  (`trdr.runtime.files.write_verified` of {"params": θ*'s state dict, "metadata": JSON text}).
+
+  Raises:
+    ValueError: θ* holds NaN or inf (a diverged training is never cached).
+  """
+  bad = [jax.tree_util.keystr(k) for k, v in jax.tree_util.tree_flatten_with_path(params)[0]
+         if not np.all(np.isfinite(np.asarray(v)))]
+  if bad:
+    raise ValueError(f"θ* has non-finite values in {bad}; not saved to {directory}")
+  os.makedirs(directory, exist_ok=True)
+  files.write_verified(os.path.join(directory, VICTIM_FILE),
+                       {"params": flax.serialization.to_state_dict(params),
+                        "metadata": files.dumps_json(metadata, sort_keys=True)})
+
+
+def _read(directory: str) -> dict | None:
+  """victim.msgpack's contents, checksum verified; None if there is none."""
+  path = os.path.join(directory, VICTIM_FILE)
+  if not os.path.exists(path):
+    return None
+  return files.read_verified(path, f"delete {path} to train θ* again")
+
+
+def load_metadata(directory: str) -> dict | None:
+  """The metadata saved with θ* in ``directory``, or None if there is no saved victim.
+
+  Raises:
+    ValueError: the file there is corrupted (`trdr.runtime.files.read_verified`).
+  """
+  saved = _read(directory)
+  return None if saved is None else files.loads_json(saved["metadata"])
+
+
+def load(directory: str, template: Params) -> Params:
+  """Loads θ* saved by `save` into the structure of ``template``.
+
+  Args:
+    directory: folder written by `save`.
+    template: pytree with the expected structure, shapes and dtypes (e.g. `init_params`).
+  Raises:
+    FileNotFoundError: no saved victim in ``directory``.
+    ValueError: the file is corrupted, or the saved parameters do not fit the template's
+      architecture (a missing or extra parameter, or a shape mismatch, named in the
+      message).
+  """
+  saved = _read(directory)
+  if saved is None:
+    raise FileNotFoundError(f"no saved victim at {os.path.join(directory, VICTIM_FILE)}")
+  flat = lambda tree: {jax.tree_util.keystr(k): v for k, v in
+                       jax.tree_util.tree_flatten_with_path(tree)[0]}
+  saved_flat, expected_flat = flat(saved["params"]), flat(
+      flax.serialization.to_state_dict(template))
+  if saved_flat.keys() != expected_flat.keys():
+    raise ValueError(
+        f"saved victim at {directory} does not match the architecture: parameters "
+        f"missing {sorted(expected_flat.keys() - saved_flat.keys())}, unexpected "
+        f"{sorted(saved_flat.keys() - expected_flat.keys())}")
+  for name, value in expected_flat.items():
+    if np.shape(saved_flat[name]) != np.shape(value):
+      raise ValueError(
+          f"saved victim at {directory} does not match the architecture: parameter "
+          f"{name} has shape {np.shape(saved_flat[name])}, expected {np.shape(value)}")
+  restored = flax.serialization.from_state_dict(template, saved["params"])
+  return jax.tree.map(lambda t, r: jnp.asarray(r, t.dtype), template, restored)
+
+
+class Victim(NamedTuple):
+  """A trained victim: Φ(x; θ*) and what determines it.
+
+  Attributes:
+    model: the Flax module (`trdr.models.build_model`).
+    params: θ*, a pytree of float arrays (float64 when the config says so).
+    config: the victim config section.
+    metadata: what `save` stored beside θ*: "config" (`metadata`), "report" (train/test
+      accuracy, final gradient norm, ...) and "train_seconds".
+  """
+  model: nn.Module
+  params: Params
+  config: ml_collections.ConfigDict
+  metadata: dict
+
+  def apply(self, params: Params, images: jax.Array) -> jax.Array:
+    """Φ(images; params): float[n, H, W, C] -> logits float[n] (or float[n, C])."""
+    return self.model.apply({"params": params}, images)
+
+
+def metadata(config: ml_collections.ConfigDict, task) -> dict:
+  """Everything that determines θ*: compared to decide whether a saved θ* is reusable.
+
+  The config names the data (a path, classes); "data_sha256" is what is at that path now
+  (the SHA-256 of the training and test splits), so data regenerated in place is
+  trained on again.
+
+  Args:
+    config: the experiment config (sections victim, data; float64).
+    task: the `trdr.data.BinaryTask` θ* is trained on.
+  """
+  v = config.victim
+  model_fields = {k: v[k] for k in models.MODEL_FIELDS.get(v.arch, ())}
+  if v.training == "gd":
+    training = {"training": "gd", **{k: v[k] for k in (
+        "loss", "lr", "weight_decay", "max_epochs", "loss_threshold")}}
+  else:
+    training = {"loss": "logistic", **{k: v[k] for k in (
+        "weight_decay", "tol", "max_iter", "memory_size")}}
+  return files.to_jsonable({
+      "arch": v.arch, **model_fields, **training, "seed": v.seed,
+      "float64": config.float64, "data": config.data,
+      "image_shape": list(task.train_images.shape[1:]), "data_sha256": files.array_digest(
+          task.train_images, task.train_labels, task.test_images, task.test_labels)})
+
+
+def _template(config: ml_collections.ConfigDict, image_shape) -> tuple[nn.Module, Params]:
+  dtype = jnp.float64 if config.float64 else jnp.float32
+  model = models.build_model(config.victim)
+  return model, models.init_params(model, jax.random.key(config.victim.seed), image_shape,
+                                   dtype)
+
+
+def load_saved(config: ml_collections.ConfigDict, directory: str, image_shape) -> Victim:
+  """The victim saved in ``directory`` for ``config`` (without checking the data).
+
+  Raises:
+    FileNotFoundError: nothing saved there.
+    ValueError: the saved θ* does not fit ``config.victim``'s architecture.
+  """
+  model, template = _template(config, image_shape)
+  meta = load_metadata(directory)
+  if meta is None:
+    raise FileNotFoundError(f"no saved victim in {directory}")
+  return Victim(model, load(directory, template), config.victim, meta)
+
+
+def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Victim:
+  """θ* from ``directory`` if it was saved for this same victim config, else trained.
+
+  ``config.victim.training`` chooses the training: "lbfgs" (default; `train`, to
+  ||∇θE|| < tol) or "gd" (`train_gd`, Haim et al.'s full-batch gradient descent to a
+  train-loss threshold). Training saves θ* and its metadata into ``directory``.
+
+  Args:
+    config: the experiment config (sections victim, data; float64).
+    task: the `trdr.data.BinaryTask` the victim is trained on.
+    directory: where θ* is cached.
+  Returns:
+    The `Victim`; its metadata["report"] holds train/test accuracy and the final
+    gradient norm (and, for "gd", the loss and epochs).
+  """
+  dtype = jnp.float64 if config.float64 else jnp.float32
+  meta = metadata(config, task)
+  model, template = _template(config, task.train_images.shape[1:])
+  saved = load_metadata(directory)
+  if saved is not None and files.to_jsonable(saved.get("config")) == meta:
+    logging.info("Reusing θ* saved in %s", directory)
+    return Victim(model, load(directory, template), config.victim, saved)
+  if saved is not None:
+    logging.info("Victim config changed: retraining θ* into %s", directory)
+  start = time.time()
+  if config.victim.training == "gd":
+    task = task._replace(train_images=task.train_images.astype(dtype),
+                         test_images=task.test_images.astype(dtype))
+    theta_star, report = train_gd(
+        model, template, task, config.victim,
+        log_fn=lambda r: logging.info("victim epoch %d: train loss %.3e, accuracy %.3f",
+                                      r["epoch"], r["train_loss"], r["train_accuracy"]))
+    report = report._asdict()
+  else:
+    theta_star, report = train(model, template, task, config.victim)
+    report = report.__dict__
+  meta = {"config": meta, "report": files.to_jsonable(report),
+          "train_seconds": time.time() - start}
+  save(directory, theta_star, meta)
+  logging.info("Trained θ* in %.1fs: %s", meta["train_seconds"], report)
+  return Victim(model, theta_star, config.victim, meta)
