@@ -36,17 +36,17 @@ def get_config(name: str, variant: str = "") -> ml_collections.ConfigDict:
   return importlib.import_module(f"trdr.configs.{name}").get_config(variant)
 
 
-def load_task(config: ml_collections.ConfigDict) -> data.BinaryTask:
+def load_task(config: ml_collections.ConfigDict) -> data.Task:
   """The task of ``config.data`` (or of a data config itself): train, partition and test
   images float32[N, H, W, C] in the victim's input space, labels float32[N] in {−1, +1}.
 
   Raises:
-    ValueError: bad data (`trdr.data.make_binary_task`).
+    ValueError: bad data (`trdr.data.make_task`).
   """
-  return data.make_binary_task(config.data if "data" in config else config)
+  return data.make_task(config.data if "data" in config else config)
 
 
-def train_victim(config: ml_collections.ConfigDict, task: data.BinaryTask,
+def train_victim(config: ml_collections.ConfigDict, task: data.Task,
                  directory: str) -> victim.Victim:
   """θ* of ``config.victim`` trained on ``task`` (L-BFGS, or Haim et al.'s GD when
   ``victim.training="gd"``), cached in ``directory`` (`trdr.victim.load_or_train`)."""
@@ -56,7 +56,7 @@ def train_victim(config: ml_collections.ConfigDict, task: data.BinaryTask,
 
 
 def load_victim(path: str, config: ml_collections.ConfigDict,
-                task: data.BinaryTask) -> victim.Victim:
+                task: data.Task) -> victim.Victim:
   """θ* from a .pth, .npz, Flax .msgpack or orbax directory (`trdr.victim.pretrained`); its
   architecture is read from the arrays where unambiguous, else from ``config.victim``.
 
@@ -74,7 +74,7 @@ def load_victim(path: str, config: ml_collections.ConfigDict,
     return pretrained.load(config, task)
 
 
-def attack(target: victim.Victim, config: ml_collections.ConfigDict, task: data.BinaryTask,
+def attack(target: victim.Victim, config: ml_collections.ConfigDict, task: data.Task,
            workdir: str | None = None) -> np.ndarray:
   """One attack of ``config.attack`` (bilevel or DecoReco) on ``target`` from
   ``config.init.kind``, for ``config.attack.steps`` steps.
@@ -102,7 +102,7 @@ def attack(target: victim.Victim, config: ml_collections.ConfigDict, task: data.
     return np.asarray(reconstruction.images(states))[0]
 
 
-def evaluate_reconstructions(images: np.ndarray, task: data.BinaryTask, *,
+def evaluate_reconstructions(images: np.ndarray, task: data.Task, *,
                              ssim_window: int = evaluate.SSIM_WINDOW,
                              thresholds=(0.4,)) -> dict[str, np.ndarray]:
   """Nearest neighbours of reconstructions float[m, H, W, C] (victim input space) in the

@@ -13,7 +13,7 @@
    * ``"tfds"``: a tensorflow-datasets data set (optional extra
      ``pip install -e ".[tfds]"``).
 
-2. `make_binary_task(data_config)` merges the classes into two groups (labels −1, +1;
+2. `make_task(data_config)` merges the classes into two groups (labels −1, +1;
    or C > 2 groups, labels 0 … C−1), draws the victim's training set and a disjoint
    "distinct partition" of the same size from the train split, and scales pixels to
    [0, 1] (optionally subtracting the training set's per-pixel mean).
@@ -232,19 +232,20 @@ def load_source(source: str, path: Optional[str] = None,
   return _check(data, origin)
 
 
-# ------------------------------------------------------------------- binary task --
+# -------------------------------------------------------------------------- task --
 
 
 def to_pixels(images: np.ndarray, mean: Optional[np.ndarray]) -> np.ndarray:
-  """Undoes mean subtraction: images float[..., H, W, C] (`BinaryTask`) + mean
+  """Undoes mean subtraction: images float[..., H, W, C] (`Task`) + mean
   float32[H, W, C] (or None: unchanged), in [0, 1] pixels (reconstructions may exceed).
   """
   return images if mean is None else images + mean
 
 
-class BinaryTask(NamedTuple):
-  """A two-group (or C-group) classification task: victim training set, distinct
-  partition, test. Shapes below for two groups; C groups give C·n images.
+class Task(NamedTuple):
+  """A classification task of C ≥ 2 class groups: victim training set, distinct
+  partition, test. Shapes below for two groups (labels ±1); C > 2 groups give C·n images
+  (labels 0 … C−1).
 
   Attributes:
     train_images: float32 [2n, H, W, C], pixels in [0, 1] (minus `mean` if mean
@@ -311,8 +312,9 @@ def parse_classes(classes: Any) -> tuple[tuple[int, ...], ...]:
   return tuple(groups)
 
 
-def make_binary_task(data_config: Any) -> BinaryTask:
-  """Builds the victim's binary task from a data config (see `default_data_config`).
+def make_task(data_config: Any) -> Task:
+  """Builds the victim's task from a data config (see `default_data_config`): two class
+  groups (labels ±1) or C > 2 (labels 0 … C−1).
 
   For each class group, the group's train-split indices are permuted by
   `np.random.default_rng(seed)` (one generator, first group first); the first
@@ -324,7 +326,7 @@ def make_binary_task(data_config: Any) -> BinaryTask:
       attributes): source, path, name, classes, n_per_class, seed, subtract_mean.
 
   Returns:
-    A `BinaryTask`.
+    A `Task`.
 
   Raises:
     ValueError: as `load_source`; malformed or overlapping `classes`; a class id
@@ -376,7 +378,7 @@ def make_binary_task(data_config: Any) -> BinaryTask:
                    map(str, groups)), len(train), len(partition), len(test), train.shape[1:])
   group_of = {c: g for g, group in enumerate(groups) for c in group}
   test_pm = values[[group_of[int(c)] for c in test_labels[test_keep]]]
-  return BinaryTask(train_images=train, train_labels=pm, partition_images=partition,
+  return Task(train_images=train, train_labels=pm, partition_images=partition,
                     partition_labels=pm.copy(), test_images=test, test_labels=test_pm,
                     mean=mean, train_index=train_index, partition_index=partition_index)
 

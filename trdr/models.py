@@ -152,7 +152,7 @@ MODEL_FIELDS: dict[str, tuple[str, ...]] = {
 
 
 def check_labels(victim_config: ml_collections.ConfigDict, labels) -> None:
-  """Checks that a task's labels (`trdr.data.BinaryTask`) fit the victim: one output (and
+  """Checks that a task's labels (`trdr.data.Task`) fit the victim: one output (and
   L-BFGS training on the logistic loss, the bilevel lower level) needs a binary task,
   labels ±1; C > 1 outputs need labels ±1 (C = 2) or the classes 0 … C−1.
 

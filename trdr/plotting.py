@@ -148,8 +148,7 @@ def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
   """Rows of (left image, black frame, label) | (right image, grey frame) pairs.
 
   Drawn as one mosaic in one Axes (frames as pixels, labels as text above the left
-  images): one Axes per image took ~0.8 s per figure of 32 pairs to build and as long
-  again to save.
+  images): one Axes per image made building and saving a figure of 32 pairs slow.
   """
   rows = max(1, int(np.ceil(len(pairs) / per_row)))
   h, w = (pairs[0][0].shape[:2] if pairs else (1, 1))
@@ -179,7 +178,8 @@ def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
 
 
 def shown_images(results, images):
-  """``images`` as the run shows and scores them (its display, `trdr.evaluation.evaluate.to_display`)."""
+  """``images`` as the run shows and scores them (its display,
+  `trdr.evaluation.evaluate.to_display`)."""
   mean = results["mean"]
   display = str(results["display"]) if "display" in results else "pixels"
   return evaluate.to_display(images, mean, display)

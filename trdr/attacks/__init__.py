@@ -4,7 +4,7 @@
 
 with ``target`` a `trdr.victim.Victim`, ``labels`` float[m] in {−1, +1} (the labels of
 the m reconstructed images) and ``box`` the pixel bounds. A new attack is one module here
-and one entry below; `trdr.experiment.loop`, `trdr.evaluation.evaluate` and `trdr.experiment` serve it unchanged.
+and one entry below; `trdr.experiment` and `trdr.evaluation` serve it unchanged.
 """
 
 from typing import Callable

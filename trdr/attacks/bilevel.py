@@ -93,7 +93,8 @@ def make_lower_level(energy_fn: Callable, *, max_iter: int, tol: float, memory_s
     energy_fn: E(params, images, labels) -> float[].
     max_iter, tol, memory_size: lower-level L-BFGS settings (`trdr.victim.minimize_energy`).
     method: the lower-level solver, a name in `LOWER_LEVEL_METHODS`: "lbfgs"
-      (`trdr.victim.solver.minimize_energy`) or "newton_cg" (`trdr.victim.solver.minimize_newton_cg`,
+      (`trdr.victim.solver.minimize_energy`) or "newton_cg"
+      (`trdr.victim.solver.minimize_newton_cg`,
       branch-free when vmapped over a grid; max_iter counts its Newton iterations,
       memory_size is unused).
     cg_iters: Newton–CG's conjugate-gradient steps per iteration (``method="newton_cg"``).

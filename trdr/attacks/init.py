@@ -261,7 +261,7 @@ def candidates(kind: str, key: jax.Array, task, dtype, *, init_scale=None,
       "public" (`public_images`) or "mixed" (training image i or partition image i, by
       `member_coin`).
     key: PRNG key.
-    task: `trdr.data.BinaryTask` (mean-subtracted when ``task.mean`` is set).
+    task: `trdr.data.Task` (mean-subtracted when ``task.mean`` is set).
     dtype: float dtype.
     init_scale: σ, for "gaussian"; may be traced.
     m_per_image: candidates per training image for "gaussian" / "uniform" (m = 2n in

@@ -11,12 +11,9 @@ per class (n = 500); the distinct partition is another 250 per class.
 Attack: eq. 2/7 from the 25 eq. 10 initialisations λ1, λ2 ∈ {0, .25, .5, .75, 1}, vmapped;
 implicit hypergradient with conjugate gradient, Adam on the pixels, projection onto [0, 1].
 
-Runtime (measured, see README): CPU, 2 cores: 152 s on a fresh clone (2026-11-25, AVX-512
-cores; 165–197 s on 2026-11-23, before the start images were searched as mixtures); one
-H200 GPU: 67 s (2026-11-26, jax 0.11.2, compilation included; README, "On one GPU").
-With --config.attack.lower_level.method=newton_cg: 134.7 and 147.9 s against 147.6 and
-150.5 s for L-BFGS, alternating on 2026-11-26 (README, "The main job, phase by phase").
-The ":smoke" variant (20 images per class, 3×3 grid, 30 steps) runs in well under a minute.
+Expected runtime: default about 3–5 minutes on a 2-core CPU, about 1 minute on one GPU;
+":smoke" (20 images per class, 3×3 grid, 30 steps) under a minute on a 2-core CPU
+(`make benchmark` measures the phases side by side: docs/performance.md).
 """
 
 import ml_collections
@@ -49,7 +46,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.steps = 300
   config.attack.log_every = 25     # steps per chunk: one metrics line each
   # Steps between checkpoints (0: after every chunk). The checkpoint of the 21 distinct
-  # grid points is ~390 MB, ~1.6 s of the 2 cores to write; a kill loses ≤ 100 steps.
+  # grid points is ~390 MB, a second or two to write; a kill loses ≤ 100 steps.
   config.attack.checkpoint_every = 100
   config.attack.optimizer = "adam"  # "sgd" is eq. 7's plain step x ← x − η∇x l
   config.attack.lr = 1e-2

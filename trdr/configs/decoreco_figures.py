@@ -8,16 +8,12 @@ Command:
 
 Sections: decoreco (configs/decoreco_cifar.py, same variant), landscape
 (configs/decoreco_landscape.py), bilevel (configs/bilevel_affine.py, "smoke" for :smoke):
-see `trdr.report.artefacts` for which run feeds which figure. The sweep runs first (from the published
-reference settings, `sweep.include`); its best.json sets (σ, lr, λ_min, α) of the tuned,
-partition and landscape runs, and (lr, λ_min, α) of Fig. 5's untuned run (σ = 1). The
-victim has a bias in every layer, as Runkel et al.'s.
+see `trdr.report.artefacts` for which run feeds which figure. The sweep runs first (from
+the published reference settings, `sweep.include`); its best.json sets (σ, lr, λ_min, α)
+of the tuned, partition and landscape runs, and (lr, λ_min, α) of Fig. 5's untuned run
+(σ = 1). The victim has a bias in every layer, as Runkel et al.'s.
 
-Runtime (measured 2026-11-22, this 2-core CPU, ":cpu", from scratch within `make figures`
-on a fresh clone, idle cores): victim 22 s, sweep 4.1 min, untuned / tuned / partition
-runs 4.7 / 4.7 / 2.4 min, DecoReco landscape 5.3 min, bilevel landscape (n = 100) 0.7 min:
-22.2 min (2026-11-26: 21.8 min, the bilevel landscape then warm-started; from U(0, 1), as
-now, its attack takes 32 s more). ":smoke": 1.5 min.
+Expected runtime: ":cpu" about 23 minutes on a 2-core CPU; ":smoke" about 1.5 minutes.
 """
 
 import ml_collections
@@ -43,9 +39,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.bilevel.data.n_per_class = config.landscape.data.n_per_class
   if variant != "smoke":
     # Runkel et al.'s lower level, θ0 ~ U(0, 1) at every outer step, as for Figs. 1–4
-    # (paper_figures.py). Its cost at ":cpu" (n = 100, measured 2026-11-26 side by side):
-    # attack 48.2 s against 16.1 s warm-started. ":smoke" keeps the main job's smoke config
-    # (the warm start): the notebook and the distributed test rerun exactly this run.
+    # (paper_figures.py; about three times the warm-started attack's time). ":smoke" keeps
+    # the main job's smoke config (the warm start): the notebook and the distributed test
+    # rerun exactly this run.
     config.bilevel.attack.lower_level.start = "uniform"
   config.n_show = 8 if variant == "smoke" else 32
   return config

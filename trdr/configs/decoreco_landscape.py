@@ -13,10 +13,9 @@ training image with its label (m = n), as one vmapped computation.
 Variants: "" (paper size, one GPU), "cpu" (n = 100, 500 iterations per grid point),
 "smoke" (3×3 grid, n = 10, 20 iterations).
 
-Runtime (measured 2026-11-22, this 2-core CPU, ":cpu", victim reused, within `make
-figures`): the 21 distinct starts of the 25 (the five λ2 = 0 points share one) as one
-computation, with the evaluation, in 5.3 min (0.6 s per iteration for all 21 × 100
-candidates). ":smoke": ≈ 20 s.
+Expected runtime (victim reused): ":cpu" about 5 minutes on a 2-core CPU (the 21
+distinct starts of the 25, the five λ2 = 0 points sharing one, as one computation);
+":smoke" about 20 s.
 """
 
 import ml_collections
@@ -31,7 +30,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       "lambda2": (0.0, 0.25, 0.5, 0.75, 1.0)})
   config.eval.public_set = False  # the realism score is Figs. 6–8's (the tuned run's)
   if arg == "cpu":
-    config.attack.steps = 500     # 1,000 until 2026-11-22: the report's ≤ 60 min budget
+    config.attack.steps = 500     # within the report's ≤ 60 min budget
     config.attack.log_every = 125
   elif arg == "smoke":
     config.attack.steps = 20

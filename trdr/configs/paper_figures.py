@@ -16,16 +16,10 @@ the paper's values). Assembled by `trdr.report.artefacts` from two landscape run
                "smoke"; see its docstring for sizes).
 The runs are reused once finished (delete the run directory to recompute).
 
-The lower level starts from θ0 ~ U(0, 1) at every outer step (the paper's setting). Its
-cost, measured 2026-11-21 on this 2-core CPU, ":cpu" affine run alone (training, attack,
-evaluation with Table 1's tolerance sweep): 496 s, against 223 s warm-started from the
-previous outer iterate ("previous"); at ":smoke" 33 s against 32 s. (Earlier, before the
-start-image evaluation and Table 1's sweep, the whole `make fig1 … table1` at ":cpu" took
-3 min 42 s with warm starts.) ":cpu" as it is now, both victims from U(0, 1) (2026-11-26):
-281 s (affine 58 s, one-hidden 211 s). ":smoke": 30–50 s (its one-hidden run warm-started,
-see below).
-Paper size on one GPU: not run. On an H200 the one-hidden victim's outer step takes 6.45 s,
-≈ 32 min for 300 (README, "On one GPU"), more than the session's 15 device-minutes.
+The lower level starts from θ0 ~ U(0, 1) at every outer step (the paper's setting).
+Expected runtime: ":cpu" about 5 minutes on a 2-core CPU (both victims from U(0, 1));
+":smoke" under a minute (its one-hidden run warm-started, see below); paper size about
+30 minutes on one GPU for the one-hidden victim (not yet run to the end).
 """
 
 import ml_collections
@@ -37,10 +31,8 @@ PURE_GRID = (0.0, 1.0)  # λ1 = λ2 ∈ {0, 1}: noise, partition, ground truth (
 # θ(x) re-solved from θ0 ~ U(0, 1), at each of these lower-level tolerances ||∇θE|| < t.
 TABLE1_TOLERANCES = (1e-2, 1e-3, 1e-4, 1e-5, 1e-6)
 # ":smoke": the affine victim only, to 1e-4 (the re-solves run as long as the tightest
-# tolerance needs: from θ0 ~ U(0, 1) to 1e-6 they took ~80 s of the smoke report's 190 s of
-# CPU, most of it the one-hidden victim's; there Table 1 falls back to the re-solve from θ*).
-# That was the earlier sweep, vmapped over t, ~20x slower than today's one re-solve read at
-# each t (README, Performance: `benchmark.py --sections=table1`).
+# tolerance needs, and from θ0 ~ U(0, 1) to 1e-6 they would be most of the smoke report's
+# time; there Table 1 falls back to the re-solve from θ*).
 SMOKE_TABLE1_TOLERANCES = (1e-2, 1e-3, 1e-4)
 # The one-hidden victim's U(0, 1) lower level at ":cpu": its budget (see get_config).
 ONE_HIDDEN_UNIFORM_MAX_ITER = 1000
@@ -59,18 +51,17 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Runkel et al.'s lower level: "initialising θ by drawing every weight independently from a
   # standard Uniform distribution", at every outer step (the warm start "previous" stays
   # available). Paper size and ":cpu" use it for both victims (and for Fig. 10(a)'s landscape,
-  # decoreco_figures.py); ":smoke" warm-starts the one-hidden victim (from U(0, 1)
-  # its ":smoke" run took 150 s of the smoke report's 433 s, 3.6 s per outer step, 41 % of
-  # the solves at max_iter; measured 2026-11-22), which
-  # `--config.paper.one_hidden.attack.lower_level.start=uniform` restores.
+  # decoreco_figures.py); ":smoke" warm-starts the one-hidden victim (from U(0, 1) its
+  # ":smoke" run would be a third of the smoke report's time, with many solves stopping
+  # at max_iter), which `--config.paper.one_hidden.attack.lower_level.start=uniform`
+  # restores.
   for victim in (config.affine, config.one_hidden):
     victim.attack.lower_level.start = "uniform"
   if variant == "cpu":
-    # The one-hidden victim from U(0, 1) at ":cpu" (width 128, n = 50; measured 2026-11-26):
-    # with max_iter 200 none of its lower-level solves reaches tol (median upper loss 2e4
-    # after 50 steps); with 1000 all do, at 3.76 s per outer step for its 4 grid points,
-    # and the upper loss stalls at ~7.5 within 25 steps. So 50 outer steps (~3 min; 200
-    # would take 12.5, three times with the seed repeats, past the report's hour).
+    # The one-hidden victim from U(0, 1) at ":cpu" (width 128, n = 50): with max_iter 200
+    # none of its lower-level solves reaches tol; with 1000 all do, and the upper loss
+    # stalls within 25 outer steps. So 50 outer steps (200 would take four times as long,
+    # three times over with the seed repeats: past the report's hour).
     config.one_hidden.attack.lower_level.max_iter = ONE_HIDDEN_UNIFORM_MAX_ITER
     config.one_hidden.attack.steps = ONE_HIDDEN_UNIFORM_STEPS
   if variant == "smoke":

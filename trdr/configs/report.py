@@ -13,16 +13,8 @@ adversary's membership experiment, into WORKDIR/membership), repeat_seeds / repe
 (the repeats over seeds, into WORKDIR/seeds/seed_{s}). Finished runs are reused; see
 trdr/report/claims.py and trdr/report/verdicts.py for the rules.
 
-Runtime (this 2-core CPU): ":smoke" 230 s from scratch (2026-11-22, with the one-hidden
-victim warm-started; its seed-1 repeats of the two bilevel runs ~55 s of it). ":cpu":
-57.1 min from scratch on a fresh clone (2026-11-26, one part on 2 idle cores, README
-"Results of make figures": Figs. 1–4 and Table 1 4.5 min, DecoReco figures 21.8, figures
-0.3, seed repeats 24.5, membership 7.1), within the 60 min the report should take on 2
-cores; the one-hidden victim's U(0, 1) lower level (paper_figures.py) added ~1.3 min per
-seed to the 54.1 min of 2026-11-22 (it was ≈ 94 min with the earlier :cpu budgets, see
-decoreco_figures.py). Fig. 10(a)'s landscape from U(0, 1) since (README): ≈ 57.6 min. Paper
-size: not run (its one-hidden run alone would take ≈ 32 min on an H200: README, "On one
-GPU").
+Expected runtime: ":cpu" about an hour on a 2-core CPU; ":smoke" about 4–9 minutes;
+paper size several hours on one GPU (not yet run).
 """
 
 import ml_collections
@@ -37,9 +29,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.variant = variant
   # Seeds of the repeats beside the main runs' seed 0 (data draw, victim initialisation and
-  # attack start) and the runs repeated (`trdr.report.evidence.SEED_RUNS`): Figs. 1–4, 6–9 and Table 1
-  # as mean ± std over seeds. ":smoke" repeats only the bilevel runs once (Figs. 1–4, Table
-  # 1; each DecoReco repeat costs ~25 s of compilation there).
+  # attack start) and the runs repeated (`trdr.report.evidence.SEED_RUNS`): Figs. 1–4, 6–9
+  # and Table 1 as mean ± std over seeds. ":smoke" repeats only the bilevel runs once (Figs.
+  # 1–4, Table 1; a DecoReco repeat there is mostly compilation).
   config.repeat_seeds = (1,) if variant == "smoke" else (1, 2)
   config.repeat_runs = (("affine", "one_hidden") if variant == "smoke" else
                         ("affine", "one_hidden", "tuned", "partition"))

@@ -291,8 +291,8 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
 
 
 def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pixels"):
-  """The ``trace`` of `trdr.experiment.loop.run` that follows the reconstructions of some grid points
-  along the attack: the mean L2 distance (display space) of their images to the nearest
+  """The ``trace`` of `trdr.experiment.loop.run` that follows the reconstructions of some
+  grid points along the attack: the mean L2 distance (display space) of their images to the nearest
   training and partition image, and to their own start.
 
   Args:

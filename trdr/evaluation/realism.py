@@ -11,7 +11,6 @@ of the training dataset" (Sec. 4.4). This module makes that a number:
   `quiz`          Fig. 6's five: the best-ranked reconstructions of the four best-
                   reconstructed training images and, fourth, the most realistic-looking
                   reconstruction ranked below ``low_rank``
-  `auc_interval`  an AUC with a bootstrap confidence interval (scipy.stats.bootstrap)
   `top_vs_low`    the AUC of a realism score — one the adversary can compute without the
                   training set — for the top-ranked against the low-ranked reconstructions
 
@@ -24,7 +23,6 @@ means the score does not tell top-ranked from low-ranked reconstructions.
 from typing import NamedTuple
 
 import numpy as np
-import scipy.stats
 
 from trdr.evaluation import roc
 
@@ -104,41 +102,6 @@ def quiz(similarity, nearest, realism, *, top: int = QUIZ_TOP,
   return Quiz(index, rank[index], odd_at)
 
 
-def auc_interval(scores, positive, *, confidence: float = 0.95, n_resamples: int = 2000,
-                 seed: int = 0) -> tuple[float, float, float]:
-  """The AUC of ``scores`` for ``positive`` (`trdr.evaluation.roc.auc`: P(score of a positive >
-  score of a negative)) and its percentile bootstrap interval, the positives and negatives
-  resampled separately (`scipy.stats.bootstrap`).
-
-  Args:
-    scores: float[n], finite.
-    positive: bool[n].
-    confidence: the interval's level.
-    n_resamples, seed: the bootstrap's.
-  Returns:
-    (auc, low, high); NaNs when either class is empty.
-  Raises:
-    ValueError: as `trdr.evaluation.roc.auc`.
-  """
-  scores, positive = np.asarray(scores, np.float64), np.asarray(positive, bool)
-  value = roc.auc(scores, positive)
-  if not np.isfinite(value):
-    return value, float("nan"), float("nan")
-  pos, neg = scores[positive], scores[~positive]
-
-  def statistic(p, n, axis=-1):
-    # Mann–Whitney AUC of every resample (vectorised over the leading axes).
-    greater = (p[..., :, None] > n[..., None, :]).mean(axis=(-2, -1))
-    ties = (p[..., :, None] == n[..., None, :]).mean(axis=(-2, -1))
-    return greater + 0.5 * ties
-
-  result = scipy.stats.bootstrap((pos, neg), statistic, n_resamples=n_resamples,
-                                 confidence_level=confidence, method="percentile",
-                                 vectorized=True, rng=np.random.default_rng(seed))
-  low, high = result.confidence_interval
-  return value, float(low), float(high)
-
-
 def top_vs_low(similarity, realism, *, top_rank: int = TOP_RANK, low_rank: int = LOW_RANK,
                confidence: float = 0.95) -> dict:
   """Does the realism score tell the top-ranked reconstructions (rank ≤ ``top_rank``) from
@@ -156,6 +119,8 @@ def top_vs_low(similarity, realism, *, top_rank: int = TOP_RANK, low_rank: int =
   similarity, realism = _pair(similarity, realism)
   rank = ranks(similarity)
   keep = (rank <= top_rank) | (rank > low_rank)
-  auc, low, high = auc_interval(realism[keep], rank[keep] <= top_rank, confidence=confidence)
+  positive = rank[keep] <= top_rank
+  auc = roc.auc(realism[keep], positive)
+  low, high = roc.auc_ci(realism[keep], positive, confidence=confidence)
   return {"auc": auc, "low": low, "high": high, "n_top": int(np.sum(rank <= top_rank)),
           "n_low": int(np.sum(rank > low_rank))}

@@ -1,7 +1,7 @@
 """A run's numbers as records: landscape.json's per-grid-point records, summary counts.
 
   `grid_records`        one landscape.json record per eq. 10 grid point, with the start
-                        images' numbers beside (prefix `trdr.evaluation.evaluate.START`: the baseline)
+                        images' numbers beside (prefix `evaluate.START`: the baseline)
   `counts`, `per_class_counts`  training images reconstructed at SSIM thresholds
   `lower_level_summary` how well the bilevel lower level converged over a run
 """

@@ -5,12 +5,13 @@
   similarity", IEEE TIP 13(4), 2004, computed by ``dm_pix.ssim`` (its defaults: an
   11x11 Gaussian window with sigma 1.5, 'valid' padding, k1=0.01, k2=0.03, the SSIM
   map averaged over positions and channels), its window applied as two banded-matrix
-  products (``filter_fn``: the same filter, 6x faster than its ``jnp.convolve``).
+  products (``filter_fn``: the same filter, several times faster than its
+  ``jnp.convolve``).
 * :func:`pairwise_ssim` computes the same quantity for every (query, candidate) pair
-  through an exact algebraic reformulation (see below) that is 10-35x faster than
-  ``dm_pix.ssim`` batched over pairs; it is tested against ``dm_pix.ssim`` evaluated in
-  float64 on every pair, within a float32 rounding bound derived per pair from the images
-  (tests/test_metrics.py, ``_ssim_bound``: 1e-4 to 5e-4 on CIFAR-10 images; measured 3e-7).
+  through an exact algebraic reformulation (see below), an order of magnitude faster
+  than ``dm_pix.ssim`` batched over pairs; it is tested against ``dm_pix.ssim`` evaluated
+  in float64 on every pair, within a float32 rounding bound derived per pair from the
+  images (tests/test_metrics.py, ``_ssim_bound``).
 
 * :func:`pairwise_ssim_of_mixtures` is :func:`pairwise_ssim` of queries that are
   weighted sums of a few base images (below).
@@ -195,10 +196,9 @@ def _blur(z: jax.Array, filt: jax.Array) -> jax.Array:
 
   dm_pix.ssim's own filter (`jnp.convolve` vmapped over rows, then columns) as two
   products with banded matrices B[l, v] = filt[k − 1 − (l − v)] for 0 ≤ l − v < k:
-  the same sums of the same products (only their order differs, within rounding). On
-  our 2-core CPU `dm_pix.ssim` of 500 pairs of 32x32x3 images takes 31 ms with it and
-  189 ms with its `jnp.convolve` form. The result has dtype ``result_type(z, filt)``,
-  as `jnp.convolve`'s.
+  the same sums of the same products (only their order differs, within rounding), as
+  two matrix products instead of a convolution per row and column. The result has
+  dtype ``result_type(z, filt)``, as `jnp.convolve`'s.
   """
   k = filt.shape[0]
 
@@ -362,8 +362,8 @@ def pairwise_ssim(
     candidates: float[M, H, W, C] images in [0, max_val], same (H, W, C).
     max_val: dynamic range of the pixel values.
     chunk_size: maximum number of queries per jitted block; the queries are split
-      into equal blocks (padded to one size, so one compilation). Throughput is
-      flat for 256-1000 on a 2-core CPU with M = 1500 candidates of 32x32x3.
+      into equal blocks (padded to one size, so one compilation); throughput hardly
+      depends on it between a few hundred and a thousand.
     filter_size: side of the Gaussian window, odd (see :func:`ssim`).
 
   Returns:
@@ -449,10 +449,8 @@ def _mixture_chunks(queries: jax.Array, bases: jax.Array, chunk_size: int):
   blocks of the n image indices, padded to one size (as `_chunks`).
 
   A block holds ~4·chunk_size / G indices, i.e. 4·chunk_size queries (the K products per
-  position are small; the G SSIM maps set the time): on our 2-core CPU, G = 21 mixtures
-  of K = 3 bases x 500 against 1,500 candidates ran 2.16x, 2.51x and 2.34x faster than the
-  search of the same images timed in the same process, with 50, 100 and 250 indices per
-  block (a prototype of this block; one run each)."""
+  position are small; the G SSIM maps set the time; ``python experiments/benchmark.py
+  --sections=evaluation`` times it against the search of the same images)."""
   n_mix, n = queries.shape[:2]
   by_index = jnp.swapaxes(queries, 0, 1), jnp.swapaxes(bases, 0, 1)  # [n, G or K, ...]
   for start, stop, size in _chunks(n, max(1, -(-4 * chunk_size // n_mix))):
@@ -734,8 +732,9 @@ def nearest_neighbours_per_set(
     weights, bases = _check_mixture(queries, mixture, filter_size)
     chunks = [(a, b, (q, bs)) for a, b, q, bs in _mixture_chunks(queries, bases, chunk_size)]
     block, shared, axis = _nn_mixture_block, (weights, candidates, prepared), 1
-  # On 2 CPU devices the start search took 14.18 s against 19.50 s on one, bitwise equal
-  # (python experiments/benchmark.py --sections=evaluation, 2026-11-26).
+  # Block i on device i mod k: the same program per block on every device, so the result
+  # is bitwise the one-device result (python experiments/benchmark.py
+  # --sections=evaluation times both).
   found = sharding.round_robin(lambda s, *xs: block(*xs, *s, **statics),
                                [c[2] for c in chunks], shared, devices)
   return {name: NearestNeighbours(*(jnp.concatenate([

@@ -182,8 +182,8 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
     checkpoint_every: steps between checkpoints (≥ 0; 0: after every chunk). A chunk
       is checkpointed once this many steps have passed since the last checkpoint, and
       the last chunk always is; the chunks' metrics lines follow their checkpoint. A
-      landscape's checkpoint is ~400 MB, whose writing took ~1.6 s of the main job's 2
-      cores each. A kill loses at most the steps since the last checkpoint.
+      landscape's checkpoint is hundreds of MB, a second or two to write. A kill loses
+      at most the steps since the last checkpoint.
   Returns:
     (final states [G, ...], history: metric name -> float[G, steps], the value of each
     step's metric, e.g. the objective before the step, trace: {"step": int[K], name:

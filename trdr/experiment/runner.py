@@ -80,7 +80,7 @@ class Prepared(NamedTuple):
   mode: str
   config: ml_collections.ConfigDict  # with a θ* file's architecture (victim.load) resolved
   attack_config: ml_collections.ConfigDict  # `attack_config`: tuned settings applied
-  task: data.BinaryTask
+  task: data.Task
   dtype: Any
   starts: Starts
   box: tuple  # the pixel bounds of the attack's projection (`trdr.attacks.init.pixel_box`)
@@ -202,7 +202,7 @@ def prepare(config: ml_collections.ConfigDict, mode: str, workdir: str | None) -
     raise ValueError("the sweep tunes DecoReco's hyperparameters: attack.name must be "
                      f"'decoreco', got {config.attack.name!r}")
   dtype = jnp.float64 if config.float64 else jnp.float32
-  task = data.make_binary_task(config.data)
+  task = data.make_task(config.data)
   windows = (config.eval.ssim_window, *config.eval.count_windows)
   if min(task.train_images.shape[1:3]) < max(windows):
     raise ValueError(f"images of {task.train_images.shape[1:3]} pixels are smaller than the "

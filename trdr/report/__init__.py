@@ -48,7 +48,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   repeats = [verdicts.verdicts(evidence.collect(d, repeats=True))
              for d in evidence.make_seeds(config, workdir)]
   for name, stats in evidence.over_seeds([results, *repeats],
-                                (0, *config.repeat_seeds)).items():
+                                         (0, *config.repeat_seeds)).items():
     results[name]["seeds"] = stats
   count_rows = evidence.counts(collected["summaries"])
   measured = membership.run(config.membership, os.path.join(workdir, "membership"))

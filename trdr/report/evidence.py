@@ -38,8 +38,8 @@ def seed_workdir(workdir: str, seed: int) -> str:
 def make_seeds(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
   """Runs (or reuses) ``config.repeat_runs`` (of `SEED_RUNS`) for every seed of
   ``config.repeat_seeds`` and writes each seed's table1.json (with both victims' runs);
-  needs the main runs' sweep (`trdr.report.artefacts.make`) for the DecoReco runs. Returns the seeds'
-  work dirs.
+  needs the main runs' sweep (`trdr.report.artefacts.make`) for the DecoReco runs.
+  Returns the seeds' work dirs.
 
   Raises:
     ValueError: a seed is 0 or repeated, or a run is not in `SEED_RUNS`.

@@ -142,7 +142,7 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0) -> di
   config = ml_collections.ConfigDict(files.read_json(os.path.join(run_dir, rundir.CONFIG_FILE)))
   with np.load(os.path.join(run_dir, experiment.RESULTS_FILE)) as saved:
     results = dict(saved)
-  task = data.make_binary_task(config.data)
+  task = data.make_task(config.data)
   if len(np.unique(task.train_labels)) != 2:
     raise ValueError("the membership measurement needs a binary victim (two class groups)")
   mean = None if results["mean"].size == 0 else results["mean"]

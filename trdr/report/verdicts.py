@@ -270,8 +270,8 @@ def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES) -> dict:
 
 
 def _quiz(train_ssim, train_index, public_ssim, rules):
-  """Fig. 6's quiz (`trdr.evaluation.realism.quiz`) and its measured numbers; None when there are too
-  few reconstructions for a rank below rules["low_rank"]."""
+  """Fig. 6's quiz (`trdr.evaluation.realism.quiz`) and its measured numbers; None when
+  there are too few reconstructions for a rank below rules["low_rank"]."""
   if np.size(train_ssim) <= rules["low_rank"]:
     return None, {"reconstructions": int(np.size(train_ssim))}
   q = realism.quiz(train_ssim, train_index, public_ssim, top=rules["fig6_top"],

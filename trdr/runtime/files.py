@@ -170,7 +170,8 @@ def read_verified(path: str, remedy: str) -> Any:
 
 
 def save_npz(path: str, **arrays) -> None:
-  """np.savez, atomically (uncompressed: zlib took 12 s of the main job)."""
+  """np.savez, atomically (uncompressed: zlib would cost the main job seconds for a few
+  percent of its hundreds of MB)."""
   buf = io.BytesIO()
   np.savez(buf, **arrays)
   atomic_write(path, buf.getbuffer())

@@ -168,9 +168,9 @@ def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
       One device: no sharding, no padding.
     replicate: on k > 1 devices, whether the computation ends by copying every shard's
       results onto every device (an all-gather) and dropping the padding. False leaves
-      each shard on the device that computed it (`gather` brings them to the host): on
-      2 CPU devices the default grid's 25 starts (450 MB of attack states) then took
-      1–3 s less per call, a cost per call, not per step (README, *Performance*).
+      each shard on the device that computed it (`gather` brings them to the host),
+      which saves the all-gather of the whole state (hundreds of MB for a landscape), a
+      cost per call, not per step.
   Returns:
     Pytree of ``fn``'s output structure, each leaf [G, ...]; on k > 1 devices every
     device holds a full copy (`replicated`), so that the result is as usable as a

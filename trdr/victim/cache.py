@@ -124,7 +124,7 @@ def metadata(config: ml_collections.ConfigDict, task) -> dict:
 
   Args:
     config: the experiment config (sections victim, data; float64).
-    task: the `trdr.data.BinaryTask` θ* is trained on.
+    task: the `trdr.data.Task` θ* is trained on.
   """
   v = config.victim
   model_fields = {k: v[k] for k in models.MODEL_FIELDS.get(v.arch, ())}
@@ -171,7 +171,7 @@ def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Vi
 
   Args:
     config: the experiment config (sections victim, data; float64).
-    task: the `trdr.data.BinaryTask` the victim is trained on.
+    task: the `trdr.data.Task` the victim is trained on.
     directory: where θ* is cached.
   Returns:
     The `Victim`; its metadata["report"] holds train/test accuracy and the final

@@ -279,7 +279,7 @@ def load(config: ml_collections.ConfigDict, task) -> cache.Victim:
 
   Args:
     config: a config `resolve` returned (sections victim, data, float64).
-    task: the `trdr.data.BinaryTask` named by ``config.data`` (for the input size and
+    task: the `trdr.data.Task` named by ``config.data`` (for the input size and
       the accuracies reported; the attack does not see it).
   Returns:
     The victim; metadata {"config": {"load": path, "sha256": the file's}, "report":

@@ -38,7 +38,7 @@ def train(model, params0: Params, task, victim_config: ml_collections.ConfigDict
   Args:
     model: Flax module mapping float[n, H, W, C] to logits float[n].
     params0: initial θ.
-    task: a `trdr.data.BinaryTask` (its training set and test set are used).
+    task: a `trdr.data.Task` (its training set and test set are used).
     victim_config: fields weight_decay, tol, max_iter, memory_size.
   """
   apply_fn = lambda p, x: model.apply({"params": p}, x)
@@ -82,7 +82,7 @@ def train_gd(model, params0: Params, task, victim_config: ml_collections.ConfigD
     model: Flax module, images float[n, H, W, C] -> logits float[n] (or float[n, C] for
       the "ce" loss).
     params0: initial θ (e.g. `models.init_params`, Haim's 1e-4 first layer).
-    task: a `trdr.data.BinaryTask` (training and test sets; labels ±1, or 0 … C−1).
+    task: a `trdr.data.Task` (training and test sets; labels ±1, or 0 … C−1).
     victim_config: fields loss (a `GD_LOSSES` name), lr > 0, weight_decay ≥ 0,
       max_epochs ≥ 1, loss_threshold ≥ 0, log_every ≥ 1.
     log_fn: called with a dict (epoch, train_loss, train_accuracy) after every chunk.
