@@ -129,3 +129,19 @@ def test_each_paper_equation_is_tagged_in_exactly_one_docstring():
   text = "".join(_source(path) for path in _modules().values())
   for n in tags:   # no comment or module docstring carries the tag either
     assert text.replace(f"Runkel eq. {n}0", "").count(f"Runkel eq. {n}") == 1, n
+
+
+def test_no_package_name_shadows_one_of_its_modules():
+  """A package's __init__ that re-exports a function named like one of its modules (say
+  `trdr.victim.energy`, the function, over trdr/victim/energy.py) makes ``from
+  trdr.victim import energy`` return the function: every module stays reachable by name."""
+  import importlib
+  import pkgutil
+  shadowed = []
+  for name in _flow():
+    package = importlib.import_module(name)
+    for info in pkgutil.iter_modules(getattr(package, "__path__", [])):
+      module = importlib.import_module(f"{name}.{info.name}")
+      if getattr(package, info.name) is not module:
+        shadowed.append(f"{name}.{info.name}")
+  assert shadowed == []

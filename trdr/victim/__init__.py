@@ -1,23 +1,25 @@
 """The victim: its objective E(x, y; θ), its training to θ*, and θ* cached or read from files.
 
-  energy      E(x, y; θ), the logistic loss with weight decay (Runkel et al., Sec. 3), and
+  objective   E(x, y; θ), the logistic loss with weight decay (Runkel et al., Sec. 3), and
               the losses of Haim et al.'s gradient-descent victims
   solver      the L-BFGS (and Newton–CG) minimiser of E, shared with the bilevel attack's
               lower level
-  train       θ* by L-BFGS to ||∇θE|| < tol, or by Haim et al.'s gradient descent
+  training    θ* by L-BFGS to ||∇θE|| < tol, or by Haim et al.'s gradient descent
   cache       `Victim` (model, θ*, config, report) and `load_or_train`: θ* reused from its
               directory when saved for the same config
   pretrained  θ* from a user's file (.pth, .npz, .msgpack, orbax), checked against the task
 
 The names below are the stage's API (``from trdr import victim; victim.load_or_train``);
-`pretrained` is imported on its own (``from trdr.victim import pretrained``).
+no module is named like one of them, so none is shadowed. `pretrained` is imported on its
+own (``from trdr.victim import pretrained``).
 """
 
-from trdr.victim.cache import (VICTIM_FILE, Victim, load, load_metadata, load_or_train, load_saved,
-                               metadata, save)
-from trdr.victim.energy import GD_LOSSES, accuracy, class_index, energy, logistic_loss, predictions
+from trdr.victim.cache import (VICTIM_FILE, Victim, load, load_metadata, load_or_train,
+                               load_saved, metadata, save)
+from trdr.victim.objective import (GD_LOSSES, accuracy, class_index, energy, logistic_loss,
+                                   predictions)
 from trdr.victim.solver import MinimizeInfo, minimize_energy
-from trdr.victim.train import GDReport, TrainReport, train, train_gd
+from trdr.victim.training import GDReport, TrainReport, train, train_gd
 
 __all__ = ["GD_LOSSES", "GDReport", "MinimizeInfo", "TrainReport", "VICTIM_FILE", "Victim",
            "accuracy", "class_index", "energy", "load", "load_metadata", "load_or_train",

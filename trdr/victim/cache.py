@@ -2,7 +2,7 @@
 
 `load_or_train` returns a `Victim` (model, θ*, config, training report): θ* is reused from
 its directory when it was saved for the same victim config (`metadata`), else trained by
-L-BFGS (`trdr.victim.train.train`) or Haim et al.'s gradient descent (`train_gd`) and
+L-BFGS (`trdr.victim.training.train`) or Haim et al.'s gradient descent (`train_gd`) and
 saved (`save`): one checksummed file, victim.msgpack.
 """
 
@@ -20,8 +20,8 @@ from flax import linen as nn
 
 from trdr import models
 from trdr.runtime import files
-from trdr.victim.energy import Params
-from trdr.victim.train import train, train_gd
+from trdr.victim.objective import Params
+from trdr.victim.training import train, train_gd
 
 VICTIM_FILE = "victim.msgpack"
 

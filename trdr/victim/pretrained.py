@@ -40,7 +40,7 @@ from absl import logging
 
 from trdr import models
 from trdr.runtime import files, rundir
-from trdr.victim import cache, energy
+from trdr.victim import cache, objective
 
 FORMATS = (".pth", ".pt", ".npz", ".msgpack", "an orbax checkpoint directory")
 
@@ -301,7 +301,7 @@ def load(config: ml_collections.ConfigDict, task) -> cache.Victim:
     raise ValueError(f"θ* of {path} does not fit victim {config.victim.to_dict()}: "
                      f"expected {expected}, found {jax.tree.map(np.shape, theta)}")
   apply = lambda x: model.apply({"params": theta}, jnp.asarray(x, dtype))
-  acc = lambda x, y: float(jnp.mean(energy.predictions(apply(x)) == jnp.asarray(y)))
+  acc = lambda x, y: float(jnp.mean(objective.predictions(apply(x)) == jnp.asarray(y)))
   report = {"loaded_from": os.path.abspath(path),
             "train_accuracy": acc(task.train_images, task.train_labels),
             "test_accuracy": acc(task.test_images, task.test_labels),

@@ -15,7 +15,7 @@ import numpy as np
 import optax
 import optax.tree
 
-from trdr.victim.energy import GD_LOSSES, Params, accuracy, energy, predictions
+from trdr.victim.objective import GD_LOSSES, Params, accuracy, energy, predictions
 from trdr.victim.solver import minimize_energy
 
 
