@@ -25,23 +25,24 @@ landscape-affine:  ## Fig. 10(a), 11(a), 12(a): bilevel energy landscape, affine
 landscape-affine-smoke:  ## The same path at toy size, in seconds.
 	$(PYTHON) experiments/landscape.py --config=configs/bilevel_affine.py:smoke --workdir=$(RUNS)/bilevel_affine_smoke --overwrite
 
-benchmark:  ## Side by side in one run: grid vs loop, L-BFGS vs Newton-CG lower level, CG vs quasi-Newton vs Neumann, DecoReco vs the reference.
-	$(PYTHON) experiments/benchmark.py
+benchmark:  ## The default sections side by side (~15 min on 2 cores) -> docs/performance.md, with the machine, versions and date.
+	$(PYTHON) experiments/benchmark.py --output=docs/performance.md
 
+# One section each; their records go to $(RUNS)/benchmarks/, docs/performance.md is make benchmark's.
 benchmark-solvers:  ## Only the three hypergradient solves, affine and one-hidden (:cpu) victims.
-	$(PYTHON) experiments/benchmark.py --sections=solvers
+	$(PYTHON) experiments/benchmark.py --sections=solvers --output=$(RUNS)/benchmarks/solvers.md
 
-benchmark-decoreco:  ## One DecoReco iteration at paper size, autodiff vs fused kkt_mlp, f64 and f32 (~3 min).
-	$(PYTHON) experiments/benchmark.py --sections=decoreco
+benchmark-decoreco:  ## One DecoReco iteration at paper size, autodiff vs fused kkt_mlp, f64 and f32 (minutes).
+	$(PYTHON) experiments/benchmark.py --sections=decoreco --output=$(RUNS)/benchmarks/decoreco.md
 
-benchmark-decoreco-cpu:  ## The same at the :cpu runs' size, m = 200 candidates (~20 s).
-	$(PYTHON) experiments/benchmark.py --sections=decoreco --decoreco_candidates=200
+benchmark-decoreco-cpu:  ## The same at the :cpu runs' size, m = 200 candidates.
+	$(PYTHON) experiments/benchmark.py --sections=decoreco --decoreco_candidates=200 --output=$(RUNS)/benchmarks/decoreco_cpu.md
 
-benchmark-lower-level:  ## The grid with the Newton-CG lower level vs L-BFGS (default config, ~1.5 min).
-	$(PYTHON) experiments/benchmark.py --sections=lower_level
+benchmark-lower-level:  ## The grid with the Newton-CG lower level vs L-BFGS (default config).
+	$(PYTHON) experiments/benchmark.py --sections=lower_level --output=$(RUNS)/benchmarks/lower_level.md
 
 benchmark-sweep:  ## DecoReco sweep: S settings vmapped as one computation vs a loop (:cpu size).
-	$(PYTHON) experiments/benchmark.py --sections=sweep
+	$(PYTHON) experiments/benchmark.py --sections=sweep --output=$(RUNS)/benchmarks/sweep.md
 
 fig1:  ## Fig. 1: random initialisation, affine (a) and one-hidden (b); SIZE=cpu|paper|smoke.
 	$(PAPER) --artefacts=fig1

@@ -10,7 +10,8 @@ import ml_collections
 import numpy as np
 
 from trdr import data, victim
-from trdr.attacks import ATTACKS, init as inits
+from trdr.attacks import ATTACKS
+from trdr.attacks import init as inits
 
 
 def median_time(fn, repeats: int) -> float:
@@ -51,10 +52,10 @@ def x64(enabled: bool):
     jax.config.update("jax_enable_x64", previous)
 
 
-def trained_victim(config: ml_collections.ConfigDict) -> tuple[data.BinaryTask, victim.Victim]:
+def trained_victim(config: ml_collections.ConfigDict) -> tuple[data.Task, victim.Victim]:
   """(task, victim) of the config's data and victim, θ* trained afresh in the config's
   precision (`trdr.victim.load_or_train` into a temporary directory: nothing is reused)."""
-  task = data.make_binary_task(config.data)
+  task = data.make_task(config.data)
   with tempfile.TemporaryDirectory() as directory:
     return task, victim.load_or_train(config, task, directory)
 

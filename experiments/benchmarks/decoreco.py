@@ -20,7 +20,6 @@ import numpy as np
 from benchmarks import common, paper_size, torch_reference
 from trdr.attacks import kkt_mlp
 
-
 # Float64 gate on the transcription's loss: both sum ~4.1e6 squares in different orders,
 # whose rounding errors grow like √N · ε ≈ 2e-13 (a random walk); a wrong term is far off.
 TRANSCRIPTION_RTOL = 1e-12

@@ -2,21 +2,21 @@
 
 The start images of the config's eq. 10 grid (G points × n images; the λ2 = 0 points
 share one noise start) are searched for their SSIM-nearest image in the training set,
-the partition and the noise set: "per set", one `trdr.metrics.nearest_neighbours` search
-per set over every grid point (the evaluation before 2026-11-22); "images",
-`trdr.evaluate.reconstructions` of the start images: one search against all three sets,
-each distinct grid point once (how reconstructions are searched); "mixtures", the same
-with the starts' eq. 10 weights (how a landscape searches its starts since 2026-11-25:
-the pair products of the three sets once, then each point's SSIM map), its chunks on one
-device and on all local ones (`trdr.sharding.round_robin`). Timed in ``repeats``
+the partition and the noise set: "per set", one `trdr.evaluation.ssim.nearest_neighbours`
+search per set over every grid point (how trdr once evaluated); "images",
+`trdr.evaluation.evaluate.reconstructions` of the start images: one search against all
+three sets, each distinct grid point once (how reconstructions are searched); "mixtures",
+the same with the starts' eq. 10 weights (how a landscape searches its starts: the pair
+products of the three sets once, then each point's SSIM map), its chunks on one
+device and on all local ones (`trdr.runtime.sharding.round_robin`). Timed in ``repeats``
 alternating rounds (median, min–max), with the largest difference of each to "per set"
 (SSIM, recomputed by dm_pix in another program, to float32 rounding; an index may differ
 only where two candidates tie within it).
 
 Then the floor of the search of G' distinct points on this CPU, measured in the same run:
 its pair products (2·C·k²·H'W' multiply-adds and adds per query–candidate pair,
-`trdr.ssim`) divided by the rate of a 2048³ float32 matmul timed here, against the time
-"images" took. The main job searches its reconstructions this way; its starts, as mixtures,
+`trdr.evaluation.ssim`) divided by the rate of a 2048³ float32 matmul timed here, against
+the time "images" took. The main job searches its reconstructions this way; its starts, as mixtures,
 need the products of the three sets only.
 """
 
@@ -26,13 +26,15 @@ import ml_collections
 import numpy as np
 
 from benchmarks import common
-from trdr import data, evaluate, metrics, sharding
+from trdr import data
 from trdr.attacks import init as inits
+from trdr.evaluation import evaluate, ssim
+from trdr.runtime import sharding
 
 
 def run(config: ml_collections.ConfigDict, repeats: int) -> None:
   """Prints the section for the landscape ``config`` (its data, grid and eval chunk size)."""
-  task = data.make_binary_task(config.data)
+  task = data.make_task(config.data)
   grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
   x_gt = jnp.asarray(task.train_images)
   x_rnd = inits.uniform(jax.random.key(config.seed), x_gt.shape, task.mean)
@@ -40,12 +42,12 @@ def run(config: ml_collections.ConfigDict, repeats: int) -> None:
   sets = evaluate.comparison_sets(task, x_rnd)
   chunk = config.eval.ssim_chunk_size
   shown = evaluate.to_display(x0, task.mean)
-  per_set = lambda: {name: metrics.nearest_neighbours(shown, c, chunk_size=chunk)
+  per_set = lambda: {name: ssim.nearest_neighbours(shown, c, chunk_size=chunk)
                      for name, c in sets.items()}
   weights = dict(zip(sets, inits.mixture_weights(grid.lambda1, grid.lambda2).T))
   unique = sharding.distinct_points(x0)[0]
   bases = (np.stack([w[unique] for w in weights.values()], axis=1), np.stack(list(sets.values())))
-  on = lambda devices: lambda: metrics.nearest_neighbours_per_set(  # "mixtures" on devices
+  on = lambda devices: lambda: ssim.nearest_neighbours_per_set(  # "mixtures" on devices
       shown[unique], sets, chunk_size=chunk, mixture=bases, devices=devices)
   calls = {"per set": per_set,
            "images": lambda: evaluate.reconstructions(x0, task.mean, sets, chunk_size=chunk),
@@ -88,7 +90,7 @@ def _floor(shown: np.ndarray, candidates: int, distinct: int, seconds: float,
            repeats: int) -> None:
   """Prints the search's pair products at this CPU's float32 matmul rate, beside ``seconds``."""
   h, w, c = shown.shape[-3:]
-  k = metrics.FILTER_SIZE
+  k = ssim.FILTER_SIZE
   flop = 2.0 * c * k * k * (h - k + 1) * (w - k + 1) * distinct * shown.shape[1] * candidates
   a = jax.random.normal(jax.random.key(0), (2048, 2048), jnp.float32)
   peak = 2.0 * 2048**3 / common.median_time(lambda: jnp.dot(a, a), max(repeats, 5))

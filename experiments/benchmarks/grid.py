@@ -5,17 +5,17 @@ The bilevel attack (`trdr.attacks.ATTACKS`) from every (λ1, λ2) start of the c
 ``steps`` outer steps, each way jitted once and timed in ``repeats`` alternating rounds
 (median and min–max): one `jax.vmap` over all grid points; one computation mapped over
 the grid in vmapped batches of the config's size and sharded over the k local devices
-(`trdr.loop.run_grid`, batch `trdr.loop.batch_size`), its results copied onto every
-device inside it (an all-gather) or left sharded and gathered to the host; trdr's loop
-(`trdr.loop._chunk`, what `loop.run` uses on CPU: one jitted call per start, the k
-devices in turn, at once), also in chunks as `loop.run` calls it, each start's next chunk
-queued before the chunk is gathered (on every device but the first) against waiting at
-each chunk's end; and a Python loop over the grid points on one device. On CPU, k is the
-number of cores (--cpu_devices; `trdr.sharding.set_cpu_devices`). Printed: the times,
-their ratios to trdr's loop and to the one-device loop, and the largest difference of
-the final images and of l from the one-device loop's (in float32 they agree to the
-lower-level tolerance; tests/test_landscape.py checks equality in float64 at tight
-tolerances).
+(`trdr.experiment.loop.run_grid`, batch `trdr.experiment.loop.batch_size`), its results
+copied onto every device inside it (an all-gather) or left sharded and gathered to the
+host; trdr's loop (`trdr.experiment.loop._chunk`, what `loop.run` uses on CPU: one jitted
+call per start, the k devices in turn, at once), also in chunks as `loop.run` calls it,
+each start's next chunk queued before the chunk is gathered (on every device but the
+first) against waiting at each chunk's end; and a Python loop over the grid points on one
+device. On CPU, k is the number of cores (--cpu_devices;
+`trdr.runtime.sharding.set_cpu_devices`). Printed: the times, their ratios to trdr's loop
+and to the one-device loop, and the largest difference of the final images and of l from
+the one-device loop's (in float32 they agree to the lower-level tolerance;
+tests/test_landscape.py checks equality in float64 at tight tolerances).
 """
 
 import jax
@@ -24,7 +24,8 @@ import ml_collections
 import numpy as np
 
 from benchmarks import common
-from trdr import loop, sharding
+from trdr.experiment import loop
+from trdr.runtime import sharding
 
 
 def run(config: ml_collections.ConfigDict, steps: int, repeats: int, vmap: bool = True

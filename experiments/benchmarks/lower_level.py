@@ -2,7 +2,7 @@
 
 L-BFGS's zoom line search branches (`lax.cond`); vmapped, a branch runs both sides for
 every grid point, which is why the bilevel grid runs one point at a time on CPU (section
-grid). `trdr.solver.minimize_newton_cg` has no branch. Timed in ``repeats`` alternating
+grid). `trdr.victim.solver.minimize_newton_cg` has no branch. Timed in ``repeats`` alternating
 rounds (median, min–max), ``steps`` outer steps from every start of the config's grid:
 L-BFGS and Newton–CG, each in a Python loop over the grid points and as one `jax.vmap`
 over all of them (L-BFGS vmapped: section grid, ~50× the loop). Printed: the times, the
@@ -18,8 +18,8 @@ import ml_collections
 import numpy as np
 
 from benchmarks import common, grid
-from trdr import loop
 from trdr.attacks import ATTACKS
+from trdr.experiment import loop
 
 
 def run(config: ml_collections.ConfigDict, steps: int, repeats: int) -> None:

@@ -18,7 +18,8 @@ import numpy as np
 
 from benchmarks import common
 from trdr import victim
-from trdr.attacks import bilevel, init as inits
+from trdr.attacks import bilevel
+from trdr.attacks import init as inits
 
 ROWS = (  # (label, solve, settings overriding the config's hypergradient section)
     ("cg, reference (tol 1e-10)", "cg", {"cg_tol": 1e-10, "cg_maxiter": 20000}),

@@ -2,8 +2,8 @@
 
 At the size of the sweep config (configs/decoreco_cifar.py:cpu: D-1000-1000-1, m = 200,
 float64, fused gradient) against an untrained victim, S settings drawn from the config's
-ranges (`trdr.start_images.sample_settings`), ``steps`` iterations of
-`trdr.attacks.decoreco.run_steps`: as ONE vmapped computation (`trdr.sharding.grid_map`,
+ranges (`trdr.experiment.starts.sample_settings`), ``steps`` iterations of
+`trdr.attacks.decoreco.run_steps`: as ONE vmapped computation (`trdr.runtime.sharding.grid_map`,
 the sweep's code path) and in a Python loop over the settings (each setting's run jitted
 once). Prints both times, their ratio and the largest difference of the final candidates.
 """
@@ -17,8 +17,11 @@ import ml_collections
 import numpy as np
 
 from benchmarks import common
-from trdr import loop as trdr_loop, models, sharding, starts as start_images, victim
+from trdr import models, victim
 from trdr.attacks import decoreco
+from trdr.experiment import loop as trdr_loop
+from trdr.experiment import starts as start_images
+from trdr.runtime import sharding
 
 
 def run(config: ml_collections.ConfigDict, num_settings: int, steps: int, repeats: int) -> None:

@@ -3,12 +3,13 @@
 Runkel et al.'s Table 1 re-solves θ(x) from θ0 ~ U(0, 1); trdr sweeps the lower-level
 tolerance t over `trdr.configs.paper_figures.TABLE1_TOLERANCES`. "loop": the definition,
 one L-BFGS re-solve per tolerance in a Python loop; "vmapped": the same re-solves vmapped
-over the tolerances (trdr before 2026-11-22: the batch runs in lockstep until the tightest
-has finished, and batching changes float32 rounding, which L-BFGS's line search amplifies);
-"one run": `trdr.solver.observe_at_tolerances`, one re-solve to the tightest tolerance read
-where each would have stopped (`trdr.evaluate.param_distances` now). For each victim config,
-on its training images (the ground-truth start), in alternating rounds (median, min–max),
-with the largest relative difference of each to the loop.
+over the tolerances (how trdr once computed the table: the batch runs in lockstep until the
+tightest has finished, and batching changes float32 rounding, which L-BFGS's line search
+amplifies); "one run": `trdr.victim.solver.observe_at_tolerances`, one re-solve to the
+tightest tolerance read where each would have stopped (what
+`trdr.evaluation.evaluate.param_distances` does). For each victim config, on its training
+images (the ground-truth start), in alternating rounds (median, min–max), with the largest
+relative difference of each to the loop.
 """
 
 import functools
@@ -19,9 +20,10 @@ import ml_collections
 import numpy as np
 
 from benchmarks import common
-from trdr import models, solver, victim
+from trdr import models, victim
 from trdr.attacks import bilevel
 from trdr.configs.paper_figures import TABLE1_TOLERANCES
+from trdr.victim import solver
 
 
 def run(configs: list[ml_collections.ConfigDict], repeats: int) -> None:
