@@ -1,8 +1,10 @@
 """Shared fixtures."""
 
 import contextlib
+import hashlib
 import os
 import pathlib
+import platform
 import shlex
 import shutil
 import signal
@@ -12,13 +14,11 @@ import tempfile
 import time
 
 import filelock
-import jax
-import matplotlib
 import pytest
 
-# The figures are drawn to files: no display (trdr.plotting leaves the backend to its
-# caller; the scripts choose Agg too, trdr.cli).
-matplotlib.use("Agg")
+# jax and matplotlib are imported where they are used, not here: the xdist controller
+# imports this file before it starts the workers and never needs either (about 3 s of
+# imports on the critical path of every run, `-m "not slow"` included).
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,6 +42,7 @@ if _OPT_LEVEL_FLAG not in os.environ.get("XLA_FLAGS", ""):
 
 
 def _enable_x64():
+  import jax
   previous = jax.config.jax_enable_x64
   jax.config.update("jax_enable_x64", True)
   yield
@@ -70,16 +71,62 @@ def x64_module():
 # shared by the controller, the workers and their subprocesses through an environment
 # variable the controller sets before the workers start.
 #
-# The subprocesses (the report, the notebook's kernel, and the command-line and resume
-# tests; the resume test and the notebook run the report's :smoke landscape again) share
-# one JAX persistent compilation cache in that directory (`subprocess_env`): a program the
-# report compiled is loaded, not compiled again. An entry is the compiled executable
-# itself, keyed by the program, the XLA flags (the pinned ISA included), the devices and
-# the jax version, so a process gets exactly the code it would have compiled and its
-# results are bitwise the same. A max size turns on the cache's file lock, so concurrent
-# processes never read a half-written entry. The test processes themselves do not use it:
-# they compile few programs the report has (measured: 25 cache hits among 2,123
-# compilations), and writing their many small op-by-op programs cost more than it saved.
+# Every process of the session (the test processes, the report, the notebook's kernel, the
+# command-line, resume and multi-process tests' subprocesses; the resume and distributed
+# tests and the notebook run the report's :smoke landscape again) shares one JAX persistent
+# compilation cache: a program compiled once is loaded, not compiled again, by any process
+# of this session or of a later one on this machine. An entry is the compiled executable
+# itself, keyed by the program, the XLA flags (the pinned ISA and the optimisation level
+# included), the devices and the jaxlib version, so a process gets exactly the code it
+# would have compiled and its results are bitwise the same (the resume and two-process
+# tests' bitwise comparisons rely on it). The directory is also keyed by this CPU's
+# features, so that a home directory shared with a machine of another ISA never loads
+# code for it.
+#
+# No max size: with one, JAX's cache takes a file lock and lists and reads every entry's
+# access time on each write, which is quadratic in the entries (measured: 2,000 writes
+# of 10 kB took 198 s; the fast tier writes about 1,200 entries, and ran 131 s without
+# the cache, 174 s with it bounded). An entry half-written by a concurrent (or killed)
+# process fails to load, with a warning, and is compiled instead: the same program. The
+# controller trims the directory to `_XLA_CACHE_KEEP_BYTES` at the end of the session,
+# least recently used first.
+#
+# Within one cold session few programs repeat (measured: 25 cache hits among 2,123
+# compilations), so a fresh machine (CI) gains little; a second session on the same
+# machine loads most of its programs (the fast tier: 48 s, from 125 s).
+# TRDR_TEST_XLA_CACHE names another directory; "off" turns it off for the test processes
+# and keeps it to this session's subprocesses (a temporary directory, removed at its end):
+# a fresh machine's run, without the writes (measured: the fast tier 109 s off, 119 s
+# writing a fresh cache).
+_XLA_CACHE = "TRDR_TEST_XLA_CACHE"
+_XLA_CACHE_KEEP_BYTES = 2 << 30
+
+
+def _cpu_key() -> str:
+  """This machine's architecture and CPU feature flags, hashed."""
+  flags = ""
+  with contextlib.suppress(OSError):
+    with open("/proc/cpuinfo") as f:
+      flags = next((line for line in f if line.startswith(("flags", "Features"))), "")
+  return hashlib.sha256(f"{platform.machine()} {flags}".encode()).hexdigest()[:16]
+
+
+def _xla_cache_dir() -> str | None:
+  """The persistent cache's directory; None with TRDR_TEST_XLA_CACHE=off."""
+  chosen = os.environ.get(_XLA_CACHE, "")
+  if chosen == "off":
+    return None
+  base = chosen or os.path.join(
+      os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trdr-tests")
+  return os.path.join(base, f"xla-{_cpu_key()}")
+
+
+def _cache_env(directory: str) -> dict[str, str]:
+  return {"JAX_COMPILATION_CACHE_DIR": directory,
+          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+          "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
+          "JAX_COMPILATION_CACHE_MAX_SIZE": "-1"}
+
 
 _SESSION_DIR = "TRDR_TEST_SESSION_DIR"
 _REPORT_TIMEOUT_S = 1800
@@ -87,19 +134,32 @@ _WORKER_NICENESS = 10
 
 
 def pytest_configure(config):
-  del config
   if _SESSION_DIR not in os.environ:  # the controller (or a run without xdist)
     os.environ[_SESSION_DIR] = tempfile.mkdtemp(prefix="trdr-tests-")
+  # The compilation cache (above), for this process and every process it starts; set
+  # before this process imports JAX (collection does), updated if a plugin already has.
+  directory = _xla_cache_dir()
+  if directory:
+    os.environ.update(_cache_env(directory))
+    if "jax" in sys.modules:
+      import jax
+      jax.config.update("jax_compilation_cache_dir", directory)
+      jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+      jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+      jax.config.update("jax_compilation_cache_max_size", -1)
+  controller = config.getoption("numprocesses", None) and not os.environ.get(
+      "PYTEST_XDIST_WORKER")
+  if not controller:  # a process that runs tests
+    # The figures are drawn to files: no display (trdr.plotting leaves the backend to
+    # its caller; the scripts choose Agg too, trdr.cli).
+    import matplotlib
+    matplotlib.use("Agg")
 
 
 def _subprocess_env() -> dict[str, str]:
-  session = os.environ[_SESSION_DIR]
-  return {**os.environ,
+  session_cache = os.path.join(os.environ[_SESSION_DIR], "xla_cache")
+  return {**_cache_env(session_cache), **os.environ,  # the persistent cache, if on
           "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
-          "JAX_COMPILATION_CACHE_DIR": os.path.join(session, "xla_cache"),
-          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-          "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
-          "JAX_COMPILATION_CACHE_MAX_SIZE": str(8 << 30),
           # One CPU device, not one per core (`trdr.runtime.sharding.set_cpu_devices`): the
           # subprocesses run beside the two workers, so a second device would only add a
           # compilation of each one-at-a-time attack (tests/test_sharding.py runs that
@@ -109,8 +169,8 @@ def _subprocess_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def subprocess_env() -> dict[str, str]:
-  """The environment for a test's subprocess: this one, the repository on PYTHONPATH and
-  the session's shared XLA compilation cache (see above)."""
+  """The environment for a test's subprocess: this one (with the shared XLA compilation
+  cache, see above), the repository on PYTHONPATH and one CPU device."""
   return _subprocess_env()
 
 
@@ -124,9 +184,36 @@ def pytest_unconfigure(config):
     with contextlib.suppress(ProcessLookupError):  # a session cut short: stop its report
       os.killpg(int(pid_file.read_text()), signal.SIGKILL)
   shutil.rmtree(session, ignore_errors=True)
+  if directory := _xla_cache_dir():
+    _trim(pathlib.Path(directory), _XLA_CACHE_KEEP_BYTES)
 
 
-@pytest.hookimpl(trylast=True)  # after -k / --deselect have chosen the items
+def _trim(directory: pathlib.Path, keep_bytes: int) -> None:
+  """Deletes the least recently used files of ``directory`` (by access time, else
+  modification) until the rest take at most ``keep_bytes``."""
+  entries = []
+  with contextlib.suppress(OSError):
+    for path in directory.iterdir():
+      with contextlib.suppress(OSError):
+        stat = path.stat()
+        entries.append((max(stat.st_atime, stat.st_mtime), stat.st_size, path))
+  total = sum(size for _, size, _ in entries)
+  for _, size, path in sorted(entries):
+    if total <= keep_bytes:
+      break
+    with contextlib.suppress(OSError):
+      path.unlink()
+      total -= size
+
+
+def pytest_itemcollected(item):
+  """A test that reads the :smoke report is slow (setup.cfg's marker): `-m "not slow"`
+  then deselects it, before `pytest_collection_modifyitems` below would start the report."""
+  if "smoke_report_dir" in getattr(item, "fixturenames", ()):
+    item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k / --deselect have chosen the items
 def pytest_collection_modifyitems(config, items):
   """Starts the :smoke report if a chosen test needs it, and moves the test files that
   need it to the end, and within such a file the tests that need it after those that do

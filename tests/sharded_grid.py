@@ -84,7 +84,7 @@ def compute() -> dict[str, np.ndarray]:
     out[f"toy_split{jax.tree_util.keystr(path)}"] = leaf
 
   cfg = config()
-  task = data.make_binary_task(cfg.data)
+  task = data.make_task(cfg.data)
   model = models.build_model(cfg.victim)
   theta0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:],
                               jnp.float64)

@@ -17,6 +17,7 @@ with warnings.catch_warnings():
 from trdr import models, victim
 from trdr.attacks import bilevel
 from trdr.attacks import linear_solve as solves
+from trdr.configs import bilevel_affine
 from trdr.experiment import loop
 
 WD = 0.1
@@ -146,6 +147,7 @@ def test_quasi_newton_inverse_hessian_satisfies_secant_equation(x64):
   assert optax.tree.norm(optax.tree.sub(hy, s)) < 1e-10 * optax.tree.norm(s)
 
 
+@pytest.mark.slow  # three hypergradient programs; fast tier: test_cg_hypergradient_matches_central_...
 def test_quasi_newton_hypergradient_against_cg(x64):
   """The quasi-Newton hypergradient is an approximation: report its cosine to CG's.
 
@@ -167,6 +169,7 @@ def test_quasi_newton_hypergradient_against_cg(x64):
   assert cosine > 0.9 and cosine > no_curvature
 
 
+@pytest.mark.slow  # two hypergradient programs; fast tier: test_solver.py's Newton-CG test
 def test_newton_cg_lower_level_gives_lbfgs_hypergradient(x64):
   """``lower_level.method="newton_cg"``: the CG hypergradient is L-BFGS's (θ(x) itself is
   checked against L-BFGS's in tests/test_solver.py).
@@ -187,15 +190,24 @@ def test_newton_cg_lower_level_gives_lbfgs_hypergradient(x64):
                              solve="quasi_newton", method="newton_cg")
 
 
+def _attack_config(lower_level, hypergradient, **attack):
+  """bilevel_affine.py's attack section (every key the attack reads, L-BFGS lower level)
+  with these settings."""
+  config = bilevel_affine.get_config("smoke").attack
+  config.lower_level.update(lower_level)
+  config.hypergradient.update(hypergradient)
+  config.update(attack)
+  return config
+
+
 def test_ground_truth_is_a_fixed_point_of_the_attack():
   """At x = x_true the lower level returns θ*, so l = 0 and the hypergradient vanishes."""
   _, x_true, labels, theta_star, _ = _problem(seed=5, dtype=jnp.float32, tol=1e-5)
   model = models.Affine()
-  config = ml_collections.ConfigDict({
-      "lower_level": {"start": "previous", "max_iter": 100, "tol": 1e-5, "memory_size": 10},
-      "hypergradient": {"solve": "cg", "cg_tol": 1e-6, "cg_maxiter": 100},
-      "optimizer": "adam", "lr": 1e-2, "lr_schedule": "constant", "steps": 3,
-      "project": True})
+  config = _attack_config(
+      {"start": "previous", "max_iter": 100, "tol": 1e-5, "memory_size": 10},
+      {"solve": "cg", "cg_tol": 1e-6, "cg_maxiter": 100},
+      optimizer="adam", lr=1e-2, lr_schedule="constant", steps=3, project=True)
   target = victim.Victim(model, theta_star, ml_collections.ConfigDict({"weight_decay": WD}), {})
   attack = bilevel.build(target, config, labels, key=jax.random.key(0))
   state, step_metrics = loop.run_steps(attack.step, attack.init(x_true), 3)
@@ -208,6 +220,7 @@ def test_ground_truth_is_a_fixed_point_of_the_attack():
   np.testing.assert_allclose(state.images, x_true, atol=1e-6)
 
 
+@pytest.mark.slow  # an attack step per start mode
 @pytest.mark.parametrize("start", ["uniform", "uniform_once"])
 def test_uniform_once_draws_one_theta0_for_the_whole_attack(x64, start):
   """"uniform_once" starts every outer step's lower level from one θ0 ~ U(0, 1), so l is a
@@ -216,11 +229,10 @@ def test_uniform_once_draws_one_theta0_for_the_whole_attack(x64, start):
   steps 0 and 5 give bitwise the same l (one start, the same program and inputs) or
   another l (another start: O(||θ0 − θ0'||²) ≫ rounding)."""
   x, _, labels, theta_star, _ = _problem(seed=6)
-  config = ml_collections.ConfigDict({
-      "lower_level": {"start": start, "max_iter": 3, "tol": 1e-12, "memory_size": 10},
-      "hypergradient": {"solve": "cg", "cg_tol": 1e-10, "cg_maxiter": 100},
-      "optimizer": "adam", "lr": 1e-2, "lr_schedule": "constant", "steps": 6,
-      "project": True})
+  config = _attack_config(
+      {"start": start, "max_iter": 3, "tol": 1e-12, "memory_size": 10},
+      {"solve": "cg", "cg_tol": 1e-10, "cg_maxiter": 100},
+      optimizer="adam", lr=1e-2, lr_schedule="constant", steps=6, project=True)
   target = victim.Victim(_MODEL, theta_star, ml_collections.ConfigDict({"weight_decay": WD}),
                          {})
   attack = bilevel.build(target, config, labels, key=jax.random.key(0))

@@ -281,7 +281,7 @@ def test_default_config():
 
 
 def test_default_task(sample):
-  task = data.make_binary_task(data.default_data_config())
+  task = data.make_task(data.default_data_config())
   n = 250
   assert task.train_images.shape == task.partition_images.shape == (2 * n, 32, 32, 3)
   assert task.train_images.dtype == np.float32
@@ -314,18 +314,18 @@ def test_default_task(sample):
 
 def test_task_deterministic_under_seed():
   cfg = _config(n_per_class=20)
-  a, b = data.make_binary_task(cfg), data.make_binary_task(cfg)
+  a, b = data.make_task(cfg), data.make_task(cfg)
   np.testing.assert_array_equal(a.train_index, b.train_index)
   np.testing.assert_array_equal(a.partition_index, b.partition_index)
   np.testing.assert_array_equal(a.train_images, b.train_images)
-  c = data.make_binary_task(_config(n_per_class=20, seed=1))
+  c = data.make_task(_config(n_per_class=20, seed=1))
   assert not np.array_equal(a.train_index, c.train_index)
   assert not np.array_equal(a.partition_index, c.partition_index)
 
 
 def test_mean_subtraction():
-  task = data.make_binary_task(_config(n_per_class=30, subtract_mean=True))
-  plain = data.make_binary_task(_config(n_per_class=30))
+  task = data.make_task(_config(n_per_class=30, subtract_mean=True))
+  plain = data.make_task(_config(n_per_class=30))
   assert task.mean.shape == (32, 32, 3) and task.mean.dtype == np.float32
   # Means in float64 (a float32 mean of 60 values could be off by ~60u, u = 2^-24): the
   # stored float32 mean, in [0, 1], is the float64 one rounded: <= 2^-25. The mean of the
@@ -345,10 +345,10 @@ def test_mean_subtraction():
 
 
 def test_classes_as_lists_or_string():
-  ref = data.make_binary_task(_config(n_per_class=5, classes=((0, 2), (1, 3))))
+  ref = data.make_task(_config(n_per_class=5, classes=((0, 2), (1, 3))))
   numpy_ints = (tuple(np.array([0, 2])), (1, 3))
   for classes in ([[0, 2], [1, 3]], "((0, 2), (1, 3))", numpy_ints):
-    task = data.make_binary_task(_config(n_per_class=5, classes=classes))
+    task = data.make_task(_config(n_per_class=5, classes=classes))
     np.testing.assert_array_equal(task.train_index, ref.train_index)
 
 
@@ -363,7 +363,7 @@ def test_non_32x32_grayscale_task(tmp_path):
       test_labels=np.arange(10, dtype=np.uint8))
   cfg = _config(source="npz", path=path, classes=data.MNIST_EVEN_VS_ODD, n_per_class=10,
                 subtract_mean=True)
-  task = data.make_binary_task(cfg)
+  task = data.make_task(cfg)
   assert task.train_images.shape == task.partition_images.shape == (20, 28, 28, 1)
   assert task.mean.shape == (28, 28, 1)
   np.testing.assert_array_equal(labels[task.train_index] % 2, np.repeat([0, 1], 10))
@@ -376,18 +376,18 @@ def test_too_few_images_in_group():
   with pytest.raises(ValueError, match=r"class group \(0, 1, 8, 9\) has 600 images in "
                      r"the train split; 2 × n_per_class = 1000 are needed \(training "
                      r"set \+ distinct partition\)"):
-    data.make_binary_task(_config(n_per_class=500))
+    data.make_task(_config(n_per_class=500))
 
 
 def test_overlapping_groups():
   with pytest.raises(ValueError, match=r"overlap in \[1, 8\]"):
-    data.make_binary_task(_config(classes=((0, 1, 8), (1, 2, 8))))
+    data.make_task(_config(classes=((0, 1, 8), (1, 2, 8))))
 
 
 def test_absent_class_id():
   with pytest.raises(ValueError, match=r"class id\(s\) \[10\] do not occur in the "
                      r"train split of 'cifar10_sample'"):
-    data.make_binary_task(_config(n_per_class=5, classes=((0, 10), (1,))))
+    data.make_task(_config(n_per_class=5, classes=((0, 10), (1,))))
 
 
 @pytest.mark.parametrize("classes", [
@@ -396,24 +396,24 @@ def test_absent_class_id():
 def test_malformed_classes(classes):
   """(Three or more groups are a C-class task: tests/test_multiclass.py.)"""
   with pytest.raises(ValueError, match=r"classes must be two or more non-empty tuples"):
-    data.make_binary_task(_config(classes=classes))
+    data.make_task(_config(classes=classes))
 
 
 def test_unparsable_classes_string():
   with pytest.raises(ValueError, match=r"is not a Python literal"):
-    data.make_binary_task(_config(classes="vehicles vs animals"))
+    data.make_task(_config(classes="vehicles vs animals"))
 
 
 @pytest.mark.parametrize("n", [0, -3, 2.5, True])
 def test_bad_n_per_class(n):
   with pytest.raises(ValueError, match=r"n_per_class must be a positive integer"):
-    data.make_binary_task(_config(n_per_class=n))
+    data.make_task(_config(n_per_class=n))
 
 
 def test_plain_object_config():
   cfg = types.SimpleNamespace(source="cifar10_sample", classes=((0,), (1,)),
                               n_per_class=3, seed=0, subtract_mean=False)  # No path.
-  task = data.make_binary_task(cfg)
+  task = data.make_task(cfg)
   assert task.train_images.shape == (6, 32, 32, 3)
 
 
@@ -431,12 +431,13 @@ def test_tfds_missing_says_install_extra(monkeypatch):
     data.load_source("tfds", name="mnist")
 
 
+@pytest.mark.slow  # imports TensorFlow (seconds per process)
 def test_tfds_mock_mnist_and_cifar10():
   tfds = pytest.importorskip("tensorflow_datasets")
   with tfds.testing.mock_data(num_examples=60):
     mnist = data.load_source("tfds", name="mnist")
     cifar = data.load_source("tfds", name="cifar10")
-    task = data.make_binary_task(_config(source="tfds", name="mnist", n_per_class=3,
+    task = data.make_task(_config(source="tfds", name="mnist", n_per_class=3,
                                          classes=data.MNIST_EVEN_VS_ODD))
   assert mnist["train_images"].shape == (60, 28, 28, 1)
   assert mnist["test_images"].shape == (60, 28, 28, 1)

@@ -140,6 +140,7 @@ def test_relu_sigmoid_backward_forward_is_relu_and_derivative_is_sigmoid(x64):
     decoreco.relu_sigmoid_backward(0.0)
 
 
+@pytest.mark.slow  # about 150 op-by-op compilations; fast tier: the residual test below
 def test_gradient_norm_loss_is_weight_decay_residual_at_sigmoid_multipliers(x64):
   """||∇θE||² = ||wd θ − (1/n) Σ σ(−y_i Φ_i) y_i ∇θΦ_i||² (eq. 3 vs the KKT form)."""
   params, images, _, labels, apply_fn = _small_problem("binary", "softplus")
@@ -207,7 +208,7 @@ def test_residual_vanishes_at_true_training_set_of_converged_victim(x64):
   """
   config = data.default_data_config()
   config.n_per_class = 10
-  task = data.make_binary_task(config)
+  task = data.make_task(config)
   x = jnp.asarray(task.train_images, jnp.float64)
   y = jnp.asarray(task.train_labels, jnp.float64)
   model = models.HaimMLP(widths=(16, 16), activation="softplus")

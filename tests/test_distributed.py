@@ -42,6 +42,7 @@ def _two_processes(env, workdir):
       for i in range(2)]
 
 
+@pytest.mark.slow
 def test_two_processes_killed_mid_run_resume_to_the_single_process_landscape(
     smoke_report_dir, subprocess_env, tmp_path):
   """The resumed processes load the killed ones' compiled programs from the session's

@@ -56,7 +56,7 @@ def test_gaussian_candidates_half_per_class():
   """Haim et al.'s start: m = 2n candidates x ~ N(0, σ²), labels −1 then +1."""
   config = data.default_data_config()
   config.n_per_class = 100
-  task = data.make_binary_task(config)
+  task = data.make_task(config)
   images, labels = inits.candidates("gaussian", jax.random.key(0), task, jnp.float32,
                                     init_scale=0.1, m_per_image=2)
   assert images.shape == (400, 32, 32, 3) and labels.shape == (400,)
@@ -73,7 +73,7 @@ def test_gaussian_candidates_half_per_class():
 def test_image_starts_are_the_task_images_with_their_labels():
   config = data.default_data_config()
   config.n_per_class = 4
-  task = data.make_binary_task(config)
+  task = data.make_task(config)
   key = jax.random.key(1)
   for kind, expected in (("ground_truth", task.train_images),
                          ("partition", task.partition_images)):

@@ -29,7 +29,7 @@ from trdr.victim import solver
 def _small_task():
   config = data.default_data_config()
   config.n_per_class = 5
-  return data.make_binary_task(config)
+  return data.make_task(config)
 
 
 def _victim_config():
@@ -73,6 +73,7 @@ def test_non_finite_theta_star_is_never_saved(tmp_path):
   assert not os.listdir(tmp_path)
 
 
+@pytest.mark.slow  # trains θ* twice
 def test_changed_data_at_the_same_path_retrains_theta_star(tmp_path):
   """The saved θ* is keyed by the data's content, not only the config that names it
   (found: an .npz regenerated in place reused the old θ*)."""

@@ -178,7 +178,7 @@ def _grid_problem():
   config.attack.lower_level.tol = 1e-11  # τ
   config.attack.hypergradient.cg_tol = 1e-12
   config.victim.tol = 1e-10
-  task = data.make_binary_task(config.data)
+  task = data.make_task(config.data)
   target = _target(config, task, jnp.float64)
   grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
   x_rnd = inits.uniform(jax.random.key(1), task.train_images.shape, dtype=jnp.float64)
@@ -190,6 +190,7 @@ def _grid_problem():
   return config, x0, attack, single_step
 
 
+@pytest.mark.slow  # compiles the float64 attack step on a grid, several ways
 def test_one_start_at_a_time_gives_the_bits_of_the_mapped_grid(x64):
   """On one device at batch 1, `loop.run`'s chunk (`loop._chunk`) calls one jitted
   `run_steps` per start in a Python loop instead of mapping it with `lax.map`
@@ -204,6 +205,7 @@ def test_one_start_at_a_time_gives_the_bits_of_the_mapped_grid(x64):
   jax.tree.map(np.testing.assert_array_equal, looped, mapped)
 
 
+@pytest.mark.slow  # compiles the float64 attack step on a grid, several ways
 def test_the_next_chunk_goes_on_from_the_states_on_their_devices(x64, monkeypatch):
   """`loop._chunk` given ``then`` keeps each start's state on its device (and queues its
   next chunk there, on every device but the first), and the next call given the returned
@@ -223,6 +225,7 @@ def test_the_next_chunk_goes_on_from_the_states_on_their_devices(x64, monkeypatc
   jax.tree.map(np.testing.assert_array_equal, queued, fresh)
 
 
+@pytest.mark.slow  # compiles the float64 attack step on a grid, several ways
 @pytest.mark.parametrize("batch_size", [9, 4, 1])
 def test_vmapped_grid_equals_one_by_one(x64, batch_size):
   """The eq. 10 grid as one computation, vmapped whole (9) or in batches (4 leaves a
@@ -293,6 +296,7 @@ def test_vmapped_grid_equals_one_by_one(x64, batch_size):
     states = next_v
 
 
+@pytest.mark.slow  # the evaluation's searches, several shapes
 def test_identical_grid_points_are_evaluated_once(monkeypatch):
   """`evaluate.reconstructions` searches bit-identical grid points once (a landscape's five
   λ2 = 0 points share one noise start; a start the attack leaves unchanged equals its
@@ -302,7 +306,6 @@ def test_identical_grid_points_are_evaluated_once(monkeypatch):
   best candidate leads by more than that
   (test_metrics.py::test_nearest_neighbours_per_set_equals_one_search_per_set argues the
   bounds; the premise is checked below)."""
-  from trdr.evaluation import metrics
   rng = np.random.default_rng(0)
   sets = {"train": rng.random((6, 16, 16, 1), np.float32),
           "partition": rng.random((5, 16, 16, 1), np.float32)}
@@ -313,7 +316,7 @@ def test_identical_grid_points_are_evaluated_once(monkeypatch):
     assert np.min(top2[..., 1] - top2[..., 0]) > 1e-5
   searched = []
   search = ssim.nearest_neighbours_per_set
-  monkeypatch.setattr(metrics, "nearest_neighbours_per_set",
+  monkeypatch.setattr(ssim, "nearest_neighbours_per_set",
                       lambda q, *a, **k: searched.append(q.shape) or search(q, *a, **k))
   out = evaluate.reconstructions(images, None, sets, thresholds=(0.3,))
   assert searched == [(2, 3, 16, 16, 1)]  # points 0 and 1 only
@@ -330,15 +333,15 @@ def test_identical_grid_points_are_evaluated_once(monkeypatch):
         np.testing.assert_array_equal(out[k][g], v)
 
 
+@pytest.mark.slow  # the evaluation of a :smoke grid
 def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypatch):
   """`evaluate.reconstructions` with a mixture (how a landscape evaluates its starts) hands
   the search the displayed starts of the distinct grid points with their eq. 10 weights and
   the three sets as bases, and gives the duplicate λ2 = 0 points the numbers of theirs.
   (That the mixture search equals the search of the images, within rounding, is
   test_metrics.py::test_nearest_neighbours_of_mixtures_equal_the_search_of_the_images.)"""
-  from trdr.evaluation import metrics
   config = smoke_config()
-  task = data.make_binary_task(config.data)
+  task = data.make_task(config.data)
   grid = inits.make_grid(config.init.lambda1, config.init.lambda2)
   x_rnd = inits.uniform(jax.random.key(0), task.train_images.shape, task.mean)
   x0 = np.asarray(inits.grid_images(grid, jnp.asarray(task.train_images),
@@ -348,7 +351,7 @@ def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypa
   mixture = dict(zip(("train", "partition", "noise"), weights.T))
   calls = []
   search = ssim.nearest_neighbours_per_set
-  monkeypatch.setattr(metrics, "nearest_neighbours_per_set",
+  monkeypatch.setattr(ssim, "nearest_neighbours_per_set",
                       lambda q, s, **k: calls.append((q, k["mixture"])) or search(q, s, **k))
   out = evaluate.reconstructions(x0, task.mean, sets, mixture=mixture, thresholds=(0.3,))
   (queries, (w, bases)), = calls
@@ -376,6 +379,7 @@ def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypa
     evaluate.reconstructions(x0[:, ::-1], task.mean, sets, mixture=mixture)
 
 
+@pytest.mark.slow
 def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path):
   """The README's override example on a user .npz of 28×28 grayscale images, run with
   --overwrite over a finished run of another config: recomputed from scratch, nothing of
@@ -383,7 +387,9 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
 
   The old run is the files a finished landscape leaves (the attack's are not read back
   when a run is replaced, so stand-ins do): another config, landscape.json, a checkpoint
-  of step 30 and its metrics lines.
+  of step 30 and its metrics lines. 5 images per class and 10 steps, not the config's 20
+  and 30: what is tested (the user's data and classes read, the old run replaced) does not
+  depend on them.
   """
   rng = np.random.default_rng(0)
   path = tmp_path / "my.npz"
@@ -402,7 +408,8 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
   cmd = [sys.executable, os.path.join(REPO, "experiments", "landscape.py"),
          f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
          f"--workdir={workdir}", "--config.data.source=npz", f"--config.data.path={path}",
-         "--config.data.classes=((0,2,4,6,8),(1,3,5,7,9))", "--config.attack.steps=10"]
+         "--config.data.classes=((0,2,4,6,8),(1,3,5,7,9))", "--config.data.n_per_class=5",
+         "--config.attack.steps=10"]
   # The mistyped flag fails while parsing, before the work dir is read: it runs beside
   # the refused command.
   failed = subprocess.Popen(cmd + ["--config.attack.stepz=10"], stdout=subprocess.PIPE,
@@ -422,19 +429,21 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
   assert sorted(os.listdir(tmp_path)) == ["my.npz", "run"]  # swapped in, nothing left over
   saved = files.read_json(workdir / "config.json")
   assert saved["data"]["classes"] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
+  assert saved["data"]["n_per_class"] == 5
   assert _logged_steps(workdir) == [10]
   results = np.load(workdir / "results.npz")
-  assert results["final_images"].shape == (9, 40, 28, 28, 1)
+  assert results["final_images"].shape == (9, 10, 28, 28, 1)
   gt = _point(files.read_json(workdir / "landscape.json"), 1.0, 1.0)
   assert gt["l2_to_train"] < 1e-2  # no step at x_true (test_ground_truth_initialisation_...)
 
 
+@pytest.mark.slow
 def test_attack_converges_with_the_quasi_newton_hypergradient():
   """Eq. 7's quasi-Newton hypergradient is an approximation, but the attack still drives
   l down from noise and from the partition (smoke size, 40 outer steps)."""
   config = smoke_config()
   config.attack.hypergradient.solve = "quasi_newton"
-  task = data.make_binary_task(config.data)
+  task = data.make_task(config.data)
   target = _target(config, task)
   x_rnd = inits.uniform(jax.random.key(1), task.train_images.shape)
   starts = jnp.stack([x_rnd, jnp.asarray(task.partition_images)])
@@ -451,6 +460,7 @@ def test_attack_converges_with_the_quasi_newton_hypergradient():
   assert np.all(np.diff(loss, axis=1).mean(axis=1) < 0)
 
 
+@pytest.mark.slow
 def test_float64_switch_runs_the_whole_path_in_float64(x64, tmp_path):
   """config.float64 trains θ*, attacks and saves results in float64, with the same findings."""
   config = smoke_config()

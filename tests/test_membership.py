@@ -137,7 +137,7 @@ def test_measure_needs_min_per_class_members_and_non_members():
 def task():
   config = data.default_data_config()
   config.n_per_class = 10
-  return data.make_binary_task(config)
+  return data.make_task(config)
 
 
 def test_mixed_starts_are_training_or_partition_images_as_recorded(task):

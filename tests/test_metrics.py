@@ -380,6 +380,7 @@ def test_pairwise_ssim_of_mixtures_equals_dm_pix_float64(x64):
   _assert_within(out[0, [0, 1], [4, 5]], 1.0, bound[0, [0, 1], [4, 5]])  # noise: itself
 
 
+@pytest.mark.slow  # searches of several shapes; fast tier: test_nearest_neighbours_planted
 def test_nearest_neighbours_of_mixtures_equal_the_search_of_the_images():
   """The search of eq. 10 starts as mixtures finds what the search of the images finds.
   Error argument: the two SSIM evaluations of each pair are within the "mixture" and the
@@ -575,6 +576,7 @@ def test_nearest_neighbours_ranks_by_ssim_not_l2():
                              atol=0)
 
 
+@pytest.mark.slow  # searches of several shapes
 def test_nearest_neighbours_leading_batch_dims():
   rng = np.random.default_rng(11)
   c = _rand(rng, (10, 28, 28, 1))
@@ -597,6 +599,7 @@ def test_nearest_neighbours_leading_batch_dims():
   assert single.index.shape == () and int(single.index) == idx[1, 2, 3]
 
 
+@pytest.mark.slow  # searches of several shapes
 def test_nearest_neighbours_per_set_equals_one_search_per_set():
   """One search against several sets (`nearest_neighbours_per_set`, the evaluation's) finds
   what a search per set finds. Error argument: the same pairs' SSIM enter the argmax,

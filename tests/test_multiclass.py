@@ -15,7 +15,7 @@ from trdr.runtime import files, rundir
 def test_a_task_of_c_groups_has_labels_0_to_c_minus_1():
   config = data.default_data_config()
   config.classes, config.n_per_class = ((3,), (5, 7), (0,)), 4
-  task = data.make_binary_task(config)
+  task = data.make_task(config)
   np.testing.assert_array_equal(task.train_labels, np.repeat([0.0, 1.0, 2.0], 4))
   np.testing.assert_array_equal(task.partition_labels, task.train_labels)
   source = data.load_source("cifar10_sample")
@@ -28,7 +28,7 @@ def test_a_task_of_c_groups_has_labels_0_to_c_minus_1():
   np.testing.assert_array_equal(task.test_labels, expected)
   binary = data.default_data_config()
   binary.n_per_class = 4
-  assert set(data.make_binary_task(binary).train_labels.tolist()) == {-1.0, 1.0}
+  assert set(data.make_task(binary).train_labels.tolist()) == {-1.0, 1.0}
   with pytest.raises(ValueError, match=r"\(0,\) and \(0, 2\) overlap in \[0\]"):
     data.parse_classes(((0,), (1,), (0, 2)))
   with pytest.raises(ValueError, match="two or more"):
@@ -59,6 +59,7 @@ def test_labels_that_do_not_fit_the_victim_fail_before_any_write(tmp_path, chang
   models.check_labels(decoreco_cifar.get_config("smoke").victim, [-1.0, 1.0])  # binary fits
 
 
+@pytest.mark.slow
 def test_the_smoke_ten_class_attack_end_to_end(tmp_path):
   """decoreco_multiclass.py:smoke: a D-32-32-10 cross-entropy victim, 2 candidates per
   training image with its class, the multiclass KKT form, and counts per class."""

@@ -3,14 +3,15 @@
 import os
 import shutil
 
-import nbformat
-from nbclient import NotebookClient
+import pytest
 
 from trdr.configs import bilevel_affine
 from trdr.report import artefacts
 from trdr.runtime import files, rundir
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+pytestmark = pytest.mark.slow
 
 
 def test_colab_notebook_runs_headless(smoke_report_dir, subprocess_env, tmp_path,
@@ -35,6 +36,8 @@ def test_colab_notebook_runs_headless(smoke_report_dir, subprocess_env, tmp_path
   monkeypatch.setenv("TRDR_ROOT", REPO)
   monkeypatch.setenv("TRDR_NOTEBOOK_WORKDIR", str(tmp_path))
   monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+  import nbformat  # here, not at collection: the fast tier does not run this test
+  from nbclient import NotebookClient
   nb = nbformat.read(os.path.join(REPO, "experiments", "colab.ipynb"), as_version=4)
   NotebookClient(nb, timeout=900, kernel_name="python3",
                  resources={"metadata": {"path": os.path.join(REPO, "experiments")}}).execute()

@@ -17,11 +17,10 @@ from trdr.configs import decoreco_cifar
 from trdr.runtime import files, rundir
 from trdr.victim import pretrained
 
-try:
-  import torch
-except ModuleNotFoundError:  # the optional extra trdr[torch]
-  torch = None
-needs_torch = pytest.mark.skipif(torch is None, reason="needs PyTorch: pip install '.[torch]'")
+# PyTorch (the optional extra trdr[torch]) is imported by the tests that use it, not at
+# collection: its import costs every xdist worker seconds, also when those tests are not run.
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                 reason="needs PyTorch: pip install '.[torch]'")
 IMAGE_SHAPE = (32, 32, 3)
 D = int(np.prod(IMAGE_SHAPE))
 
@@ -91,7 +90,7 @@ def test_reference_state_dict_gives_the_same_phi_as_the_reference_net():
 def _task(n_per_class=5):
   config = data.default_data_config()
   config.n_per_class = n_per_class
-  return data.make_binary_task(config)
+  return data.make_task(config)
 
 
 def test_npz_msgpack_and_orbax_load_theta_star_exactly(tmp_path):
@@ -192,35 +191,42 @@ def test_a_pth_file_without_torch_names_the_extra(tmp_path, monkeypatch):
     pretrained.read(str(tmp_path / "model.pth"))
 
 
-class _ReferenceMLP(torch.nn.Module if torch else object):
+def _reference_mlp(widths=(16, 8)):
   """Haim et al.'s MLP as their reference code builds it: ``self.layers`` of nn.Linear,
   a bias on the first layer only, ReLU between, inputs x.view(N, -1) of NCHW images."""
+  import torch
 
-  def __init__(self, widths=(16, 8)):
-    super().__init__()
-    sizes = (D, *widths, 1)
-    self.layers = torch.nn.ModuleList(
-        torch.nn.Linear(a, b, bias=k == 0, dtype=torch.float64)
-        for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
+  class ReferenceMLP(torch.nn.Module):
 
-  def forward(self, x):
-    h = x.view(x.shape[0], -1)
-    for k, layer in enumerate(self.layers):
-      h = layer(h)
-      if k < len(self.layers) - 1:
-        h = torch.relu(h)
-    return h[:, 0]
+    def __init__(self):
+      super().__init__()
+      sizes = (D, *widths, 1)
+      self.layers = torch.nn.ModuleList(
+          torch.nn.Linear(a, b, bias=k == 0, dtype=torch.float64)
+          for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
+
+    def forward(self, x):
+      h = x.view(x.shape[0], -1)
+      for k, layer in enumerate(self.layers):
+        h = layer(h)
+        if k < len(self.layers) - 1:
+          h = torch.relu(h)
+      return h[:, 0]
+
+  return ReferenceMLP()
 
 
+@pytest.mark.slow  # trains in PyTorch; the layout: test_reference_state_dict_gives_the_same_phi_...
 @needs_torch
 def test_a_pytorch_trained_reference_mlp_gives_torchs_phi(tmp_path):
   """A Haim-style MLP trained in PyTorch (full-batch GD on the logistic loss, float64)
   and saved as the reference code saves it (torch.save(model.state_dict())) loads into
   trdr with Φ(x) equal to PyTorch's on the same images, within the bound of
   `test_reference_state_dict_gives_the_same_phi_as_the_reference_net`."""
+  import torch
   task = _task()
   torch.manual_seed(0)
-  model = _ReferenceMLP()
+  model = _reference_mlp()
   x = torch.from_numpy(np.ascontiguousarray(task.train_images.transpose(0, 3, 1, 2), np.float64))
   y = torch.from_numpy(task.train_labels.astype(np.float64))
   optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -258,6 +264,7 @@ def test_the_command_line_attacks_a_loaded_pytorch_theta_star(
   whose victim section says all_biases=False: the architecture comes from the file, the
   run's θ* is the original bitwise (the transposes are exact), and the victim's accuracy
   on the same data is the original's."""
+  import torch
   source = os.path.join(smoke_report_dir, "decoreco_figures", "victim")
   trained = pretrained.read(os.path.join(source, "victim.msgpack"))
   names = sorted({k.partition("/")[0] for k in trained}, key=lambda s: (s == "output", s))
@@ -299,6 +306,7 @@ def test_the_command_line_attacks_a_loaded_pytorch_theta_star(
   assert summary["candidates"] > 0
 
 
+@pytest.mark.slow
 def test_the_readmes_use_from_python_example_runs_as_written(tmp_path, monkeypatch):
   """The README's "Use from Python" block, executed as written in a directory holding a
   model.npz (the reference layout, decoreco_cifar.py:smoke's architecture)."""

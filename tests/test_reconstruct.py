@@ -54,9 +54,10 @@ def smoke_config(victim_dir, **init):
 # ----------------------------------------------------------------------- the victim
 
 
+@pytest.mark.slow  # trains the GD victim to its loss threshold
 def test_gd_victim_stops_at_the_loss_threshold(x64_module):
   config = decoreco_cifar.get_config("smoke")
-  task = data.make_binary_task(config.data)
+  task = data.make_task(config.data)
   model = models.build_model(config.victim)
   params0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:],
                                jnp.float64)
@@ -79,7 +80,7 @@ def test_gd_victim_stops_at_the_loss_threshold(x64_module):
 def test_gd_victim_training_that_diverges_raises(x64_module):
   config = decoreco_cifar.get_config("smoke")
   config.victim.loss, config.victim.lr = "mse", 0.5   # measured: NaN at epoch 8
-  task = data.make_binary_task(config.data)
+  task = data.make_task(config.data)
   task = task._replace(train_images=task.train_images.astype(np.float64),
                        test_images=task.test_images.astype(np.float64))
   model = models.build_model(config.victim)
@@ -124,6 +125,7 @@ def test_attack_step_is_pytorch_sgd_with_momentum(x64_module):
   assert losses[0] == pytest.approx(float(jnp.sum(target_x ** 2) + jnp.sum(target_l ** 2)))
 
 
+@pytest.mark.slow  # an attack program per setting
 def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
   """Acceptance 3: S settings vmapped as one computation == each run alone."""
   model = models.HaimMLP(widths=(8, 6), all_biases=True, first_scale=0.3)
@@ -303,6 +305,7 @@ def test_smoke_run_writes_consistent_numbers(gaussian_run):
     experiment.run(smoke_config(os.path.join(workdir, "victim_unused")), workdir, "attack")
 
 
+@pytest.mark.slow
 def test_ground_truth_initialisation_keeps_the_training_images(victim_dir, tmp_path):
   summary = experiment.run(smoke_config(victim_dir, kind="ground_truth"), str(tmp_path),
                            "attack").summary
@@ -427,6 +430,7 @@ def test_a_crashed_run_resumes_to_the_same_results(gaussian_run, smoke_report_di
   assert [r["step"] for r in rundir.read_metrics(str(tmp_path))] == [20, 40]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss, outputs, form, lr", [("mse", 1, "binary", 0.1),
                                                      ("ce", 2, "multiclass", 0.5)])
 def test_other_victim_losses_train_and_attack(x64_module, loss, outputs, form, lr, tmp_path):

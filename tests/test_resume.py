@@ -9,6 +9,8 @@ import time
 import numpy as np
 import pytest
 
+from trdr import experiment
+from trdr.configs import bilevel_affine
 from trdr.report import artefacts
 from trdr.runtime import files, rundir
 
@@ -42,6 +44,7 @@ def processes():
     proc.communicate()
 
 
+@pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_same_results(smoke_report_dir, subprocess_env,
                                                     tmp_path, processes):
   """SIGKILL right after the first chunk was checkpointed, start the same command again:
@@ -91,11 +94,13 @@ def test_sigkilled_run_resumes_to_the_same_results(smoke_report_dir, subprocess_
   assert _without_timing(rundir.read_metrics(killed)) == expected_metrics
   print(f"killed after {killed_at} of 3 metrics lines")
 
-  # A finished run is left alone without --overwrite (--overwrite: test_landscape.py).
+  # The resumed run, finished, is left alone without --overwrite. `experiment.run` here,
+  # the function the command runs, not a third process (seconds of imports): the command
+  # line's refusal of a finished run, its exit status and message, is
+  # test_landscape.py::test_command_line_with_user_npz_and_class_override's (--overwrite too).
   before = (killed / "results.npz").read_bytes()
-  again = subprocess.run(_command(killed), capture_output=True, text=True, cwd=REPO,
-                         env=subprocess_env, timeout=300)
-  assert again.returncode != 0 and "--overwrite" in again.stderr
+  with pytest.raises(FileExistsError, match="finished run .*--overwrite"):
+    experiment.run(bilevel_affine.get_config("smoke"), str(killed), "landscape")
   assert (killed / "results.npz").read_bytes() == before
 
 

@@ -113,6 +113,7 @@ def test_grid_map_rejects_bad_inputs():
     sharding.grid_map(_fn, _points(3), 1, devices=[])
 
 
+@pytest.mark.slow
 def test_eight_device_grid_equals_one_device_grid(x64, tmp_path):
   """`loop.run_grid` and the evaluation over a 25-point float64 grid (padded to
   32 on 8 devices, 4 per device) give the single-device numbers.

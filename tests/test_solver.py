@@ -21,19 +21,22 @@ ENERGY = functools.partial(victim.energy, apply_fn=lambda p, x: _MODEL.apply({"p
 TOLS = (1e6, 1e-1, 1e-3, 1e-5, 1e-7, 1e-9, 1e-30)
 
 
+@functools.cache
 def _problem():
-  """A small affine victim in float64: θ* trained on x, and a start θ0 ~ U(0, 1)."""
+  """A small affine victim in float64: θ* trained on x, and a start θ0 ~ U(0, 1); built
+  once for the module's tests (call under x64), θ* by one compiled program (op by op, its
+  setup alone compiled about 60 programs)."""
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.uniform(size=(8, 5, 5, 1)))
   labels = jnp.asarray(np.repeat([-1.0, 1.0], 4))
   energy = lambda p: ENERGY(p, x, labels)
-  theta_star = victim.minimize_energy(energy, models.init_params(_MODEL, jax.random.key(0),
-                                                                 (5, 5, 1), jnp.float64),
-                                      max_iter=500, tol=1e-12)[0]
+  theta_star = jax.jit(lambda p: victim.minimize_energy(energy, p, max_iter=500, tol=1e-12)[0])(
+      models.init_params(_MODEL, jax.random.key(0), (5, 5, 1), jnp.float64))
   theta0 = models.uniform_params(jax.random.key(1), theta_star)
   return energy, theta_star, theta0
 
 
+@pytest.mark.slow  # a minimize_energy program per tolerance and budget
 @pytest.mark.parametrize("max_iter", [200, 18])
 def test_one_run_observes_where_each_tolerance_would_stop(x64, max_iter):
   # Each entry must be what a separate minimize_energy(tol=t) run gives: the same L-BFGS
@@ -67,6 +70,7 @@ def test_one_run_observes_where_each_tolerance_would_stop(x64, max_iter):
                 + (2 * np.sqrt(separate) + delta) * delta), (swept, separate)
 
 
+@pytest.mark.slow  # an observe_at_tolerances program
 def test_a_nan_observation_is_kept(x64):
   # A NaN observation (a diverged θ) is a value: observed at θ0 for t = 1e6, it must stay
   # NaN and not be taken for "not yet observed" and overwritten by a later iterate's.
@@ -98,6 +102,7 @@ def test_newton_cg_reaches_the_minimiser_lbfgs_reaches(x64):
   assert distance <= _strongly_convex_bound(energy, theta, lbfgs[0])
 
 
+@pytest.mark.slow  # vmapped and one-by-one Newton-CG programs
 def test_newton_cg_has_no_branches_and_batches_as_one_by_one(x64):
   """No `lax.cond` in Newton–CG's program (L-BFGS's zoom line search has them, and a
   vmapped cond runs both branches for every member), and a vmapped batch of starts

@@ -12,7 +12,7 @@ from trdr import data, models, victim
 def _task(n_per_class=10):
   config = data.default_data_config()
   config.n_per_class = n_per_class
-  return data.make_binary_task(config)
+  return data.make_task(config)
 
 
 def _victim_config(**overrides):
@@ -22,6 +22,7 @@ def _victim_config(**overrides):
   return config
 
 
+@pytest.mark.slow  # trains θ* by L-BFGS; fast tier: tests/test_solver.py
 def test_training_reaches_the_gradient_tolerance_and_reports_accuracy(x64):
   # In float64: a float32 gradient of this victim could be off by far more than tol (each
   # logit is a 3073-term dot with sum |w x| up to ~50: ~3073 · 50 · 2^-24 ≈ 1e-2 worst case).
