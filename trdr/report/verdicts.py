@@ -14,11 +14,19 @@ reproduced" when none does, unless the function says otherwise; "not tested" whe
 rule of trdr tests the paper's sentence yet (the reason is in the rule).
 
 **Baseline.** Every run also evaluates its start images x0 as if they were the
-reconstructions (`trdr.evaluation.evaluate.START`). `verdicts` applies every rule to those numbers
-too (`baseline_evidence`: an attack that returns its start) and adds the result as
-"baseline". A check that the start images pass as well says nothing about the attack:
-when every check the reconstructions pass is also passed by the start images, the verdict
-is "uninformative" (`with_baseline`).
+reconstructions (`trdr.evaluation.evaluate.START`). `verdicts` applies every rule to those
+numbers too (`baseline_evidence`: an attack that returns its start) and adds the result as
+"baseline" (`with_baseline`). A check the reconstructions fail and the start images pass
+means the attack lost what its start had: the verdict is then "not reproduced", or
+"partly" when another check passes that the start images fail, with that reason. A check
+that the start images pass as well says nothing about the attack: when every check the
+reconstructions pass is also passed by the start images, and none is lost, the verdict is
+"uninformative".
+
+**Underpowered.** A rule that claims "cannot tell" (an AUC at chance) needs an interval
+narrow enough to say so: the AUC's 95 % interval inside 0.5 ± ``RULES["equivalence_margin"]``.
+An interval that contains 0.5 but reaches past the margin is "underpowered": the
+experiment could not tell, which is not evidence that an adversary cannot.
 """
 
 import numpy as np
@@ -33,9 +41,9 @@ VICTIMS = ("affine", "one_hidden")
 ATTACKS = ("bilevel", "decoreco")
 
 # The verdicts a rule can give.
-REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, NOT_TESTED = (
-    "reproduced", "partly", "not reproduced", "uninformative", "not tested")
-VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, NOT_TESTED)
+REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, UNDERPOWERED, NOT_TESTED = (
+    "reproduced", "partly", "not reproduced", "uninformative", "underpowered", "not tested")
+VERDICTS = (REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, UNDERPOWERED, NOT_TESTED)
 
 
 def _all_any(checks: dict) -> str:
@@ -54,21 +62,43 @@ def verdict_of(name: str, measured: dict, checks: dict, verdict: str | None = No
 
 
 def with_baseline(verdict: dict, baseline: dict) -> dict:
-  """``verdict`` with the same rule's result on the start images (``baseline``) beside it,
-  and "uninformative" when the start images pass every check the reconstructions pass.
+  """``verdict`` with the same rule's result on the start images (``baseline``) beside it.
+
+  A check the reconstructions fail and the start images pass was lost by the attack: the
+  verdict becomes "not reproduced", or "partly" when a check passes that the start images
+  fail. Otherwise, a "reproduced" or "partly" verdict whose passing checks the start images
+  all pass too becomes "uninformative". The verdicts "underpowered" and "not tested" stand.
 
   Args:
     verdict, baseline: one verdict function's output on the runs' numbers and on
       `baseline_evidence`.
   Returns:
-    A copy of ``verdict`` with "baseline": {"measured", "checks", "verdict"}.
+    A copy of ``verdict`` with "baseline": {"measured", "checks", "verdict"} and, where
+    the baseline changed the verdict, "reason" (a sentence for the report).
   """
-  passed = [k for k, ok in verdict["checks"].items() if ok]
-  informative = [k for k in passed if not baseline["checks"].get(k, False)]
+  checks, start = verdict["checks"], baseline["checks"]
+  gained = [k for k, ok in checks.items() if ok and not start.get(k, False)]
+  lost = [k for k, ok in checks.items() if not ok and start.get(k, False)]
   out = {**verdict, "baseline": {k: baseline[k] for k in ("measured", "checks", "verdict")}}
-  if verdict["verdict"] in (REPRODUCED, PARTLY) and not informative:
+  if verdict["verdict"] in (UNDERPOWERED, NOT_TESTED):
+    return out
+  if lost:
+    out["verdict"] = PARTLY if gained else NOT_REPRODUCED
+    out["reason"] = "the attack lost what the start had: " + "; ".join(lost)
+  elif verdict["verdict"] in (REPRODUCED, PARTLY) and not gained:
     out["verdict"] = UNINFORMATIVE
+    out["reason"] = "the start images pass every check the reconstructions pass"
   return out
+
+
+def equivalence(low: float, high: float, rules: dict) -> str:
+  """How an AUC's interval [low, high] answers "cannot tell": "chance" when it lies inside
+  0.5 ± ``rules["equivalence_margin"]``, "underpowered" when it contains 0.5 but reaches
+  past the margin, "tells" when it excludes 0.5."""
+  margin = rules["equivalence_margin"]
+  if not low <= 0.5 <= high:
+    return "tells"
+  return "chance" if 0.5 - margin <= low and high <= 0.5 + margin else "underpowered"
 
 
 def baseline_evidence(evidence):
@@ -157,66 +187,99 @@ def _line(records: list[dict], fixed_key: str, free_key: str) -> list[dict]:
   return sorted((r for r in records if np.isclose(r[fixed_key], 1.0)), key=lambda r: r[free_key])
 
 
-def line_trend(records: list[dict], fixed_key: str, free_key: str) -> float:
-  """Spearman ρ between λ and the mean L2 to train along the line ``fixed_key`` = 1
-  (NaN if the line has fewer than two points)."""
+def line_trend(records: list[dict], fixed_key: str, free_key: str, prefix: str = "") -> float:
+  """Spearman ρ between λ and the mean L2 to train (of the start images with ``prefix``
+  `START`) along the line ``fixed_key`` = 1 (NaN if the line has fewer than two points)."""
   line = _line(records, fixed_key, free_key)
-  return spearman([r[free_key] for r in line], [r["l2_to_train"] for r in line])
+  return spearman([r[free_key] for r in line], [r[prefix + "l2_to_train"] for r in line])
 
 
-def _bilevel_nearer_at_ground_truth(comparable: dict) -> tuple[dict, dict]:
-  """Mean L2 to train at the ground-truth start (λ1 = λ2 = 1) of both attacks on the shared
-  scale, and the check that the bilevel attack's is smaller."""
-  gt = {a: pure_record(comparable[a], "ground_truth")["l2_to_train"] for a in ATTACKS}
-  measured = {f"{a}, ground-truth start: L2 to train (min-max)": gt[a] for a in ATTACKS}
-  return measured, {"bilevel < DecoReco at the ground-truth start": bool(
-      gt["bilevel"] < gt["decoreco"])}
+def _delta(r: dict, key: str) -> float:
+  """Δ = mean L2 of the reconstructions − that of their start images (``key``, e.g.
+  "l2_to_train"): how far the attack moved them (negative: nearer)."""
+  return r[key] - r[START + key]
+
+
+def _crossover(line: list[dict], prefix: str = "") -> float:
+  """The λ where the mean L2 to the partition meets the one to train along ``line``
+  (sorted by λ; linear between grid points): below it the partition is nearer. NaN when
+  the two never meet on the line (the side that is nearer at λ = 0 stays nearer)."""
+  lam = [r["lambda1"] for r in line]
+  gap = [r[prefix + "l2_to_partition"] - r[prefix + "l2_to_train"] for r in line]
+  for k in range(len(line) - 1):
+    if gap[k] < 0 <= gap[k + 1]:
+      return float(lam[k] + (lam[k + 1] - lam[k]) * -gap[k] / (gap[k + 1] - gap[k]))
+  return float("nan")
 
 
 def verdict_fig10(comparable: dict, rules: dict = RULES) -> dict:
-  """Fig. 10 from {attack: records} of both landscapes on one scale (`trdr.report.
-  comparable_records`): at the ground-truth start, and the rise of the L2 to train from
-  there to the noise start along λ1 = 1."""
-  measured, checks = _bilevel_nearer_at_ground_truth(comparable)
-  rise = {}
+  """Fig. 10 from {attack: records} of both landscapes on one scale (min-max,
+  `trdr.report.evidence.comparable_records`), on the change Δ from each start: at the
+  ground-truth start, bilevel's reconstructions move less away from (or more towards) the
+  training images than DecoReco's; along λ1 = 1, towards noise, bilevel's L2 to train
+  rises more beyond its starts' own rise than DecoReco's."""
+  measured, delta, beyond = {}, {}, {}
   for a in ATTACKS:
-    line = _line(comparable[a], "lambda1", "lambda2")
-    rise[a] = line[0]["l2_to_train"] - line[-1]["l2_to_train"]   # λ2 = 0 minus λ2 = 1
-    measured[f"{a}: rise of L2 to train, ground truth → noise (min-max)"] = rise[a]
-  checks["bilevel rises more than DecoReco towards noise"] = bool(
-      rise["bilevel"] > rise["decoreco"])
+    gt = pure_record(comparable[a], "ground_truth")
+    delta[a] = _delta(gt, "l2_to_train")
+    line = _line(comparable[a], "lambda1", "lambda2")   # λ2 = 0 (noise) … 1 (truth)
+    rise = line[0]["l2_to_train"] - line[-1]["l2_to_train"]
+    start_rise = line[0][START + "l2_to_train"] - line[-1][START + "l2_to_train"]
+    beyond[a] = rise - start_rise
+    measured |= {f"{a}, ground-truth start: L2 to train, start → reconstruction": [
+                     gt[START + "l2_to_train"], gt["l2_to_train"]],
+                 f"{a}, ground-truth start: Δ L2 to train": delta[a],
+                 f"{a}: rise ground truth → noise, reconstructions, starts": [rise, start_rise]}
+  checks = {"bilevel's Δ L2 to train at the ground-truth start < DecoReco's": bool(
+                delta["bilevel"] < delta["decoreco"]),
+            "bilevel's rise towards noise beyond its starts' > DecoReco's": bool(
+                beyond["bilevel"] > beyond["decoreco"])}
   return verdict_of("fig10", measured, checks, rules=rules)
 
 
-def verdict_fig11(landscapes: dict, comparable: dict, rules: dict = RULES) -> dict:
-  """Fig. 11 from {attack: landscape.json records} (each attack on its own scale) and the
-  same on one scale: along λ2 = 1, for λ1 below the limit, and at the ground truth."""
-  measured, checks = {}, {}
+def verdict_fig11(comparable: dict, rules: dict = RULES) -> dict:
+  """Fig. 11 from both landscapes on one scale, along λ2 = 1 (λ1 = λ: partition → truth):
+  for every λ1 below the limit, each attack's reconstructions stay nearer the partition
+  than the training set (the crossover read from the curve); and bilevel's L2 to the
+  partition there moves less away (or more towards it) than DecoReco's, Δ from the starts."""
+  measured, checks, moved = {}, {}, {}
   limit = rules["partition_side_max_lambda"]
-  for attack, records in landscapes.items():
-    points = [r for r in _line(records, "lambda2", "lambda1") if r["lambda1"] < limit]
-    for r in points:
-      measured[f"{attack}, λ1 = {r['lambda1']:g}: L2 to partition, to train"] = [
-          r["l2_to_partition"], r["l2_to_train"]]
-    checks[f"{attack}: L2 to partition < to train for λ1 < {limit:g}"] = bool(
+  for a in ATTACKS:
+    line = _line(comparable[a], "lambda2", "lambda1")
+    points = [r for r in line if r["lambda1"] < limit]
+    moved[a] = float(np.mean([_delta(r, "l2_to_partition") for r in points])) if points else (
+        float("nan"))
+    measured |= {f"{a}: crossover λ1, reconstructions, starts": [
+                     _crossover(line), _crossover(line, START)],
+                 f"{a}, λ1 < {limit:g}: mean Δ L2 to partition": moved[a]}
+    checks[f"{a}: L2 to partition < to train for λ1 < {limit:g}"] = bool(
         points and all(r["l2_to_partition"] < r["l2_to_train"] for r in points))
-  gt_measured, gt_checks = _bilevel_nearer_at_ground_truth(comparable)
-  return verdict_of("fig11", measured | gt_measured, checks | gt_checks, rules=rules)
+  checks[f"bilevel's Δ L2 to partition for λ1 < {limit:g} < DecoReco's"] = bool(
+      moved["bilevel"] < moved["decoreco"])
+  return verdict_of("fig11", measured, checks, rules=rules)
 
 
-def verdict_fig12(landscapes: dict, comparable: dict, rules: dict = RULES) -> dict:
-  """Fig. 12 from {attack: landscape.json records} and the same on one scale: the trend
-  along λ1 = 1, and the ground truth."""
-  measured, checks = {}, {}
-  limit = rules["landscape_max_spearman"]
-  for attack, records in landscapes.items():
-    rho = line_trend(records, "lambda1", "lambda2")
-    measured[f"{attack}, λ1 = 1: ρ(λ2, L2 to train)"] = rho
-    measured[f"{attack}, λ1 = 1: L2 to train"] = [
-        round(r["l2_to_train"], 3) for r in _line(records, "lambda1", "lambda2")]
-    checks[f"{attack}: ρ ≤ {limit}"] = bool(rho <= limit)
-  gt_measured, gt_checks = _bilevel_nearer_at_ground_truth(comparable)
-  return verdict_of("fig12", measured | gt_measured, checks | gt_checks, rules=rules)
+def verdict_fig12(comparable: dict, rules: dict = RULES) -> dict:
+  """Fig. 12 from both landscapes on one scale, along λ1 = 1 (λ2 = λ: noise → truth):
+  "converging towards ground truth training images" as movement, each attack's
+  reconstructions nearer the training set than their starts (Δ L2 to train < 0) at every
+  λ2 < 1; and bilevel's L2 to train "much smaller" than DecoReco's as the larger move,
+  the mean Δ along the line smaller for bilevel. Spearman ρ(λ2, L2) is reported, not
+  tested: the starts have ρ = −1 by construction."""
+  measured, checks, mean_delta = {}, {}, {}
+  for a in ATTACKS:
+    line = _line(comparable[a], "lambda1", "lambda2")
+    deltas = [_delta(r, "l2_to_train") for r in line]
+    mean_delta[a] = float(np.mean(deltas))
+    measured |= {f"{a}, λ1 = 1: Δ L2 to train per λ2": [round(d, 3) for d in deltas],
+                 f"{a}, λ1 = 1: ρ(λ2, L2 to train), reconstructions, starts": [
+                     line_trend(comparable[a], "lambda1", "lambda2"),
+                     line_trend(comparable[a], "lambda1", "lambda2", START)]}
+    checks[f"{a}: nearer the training set than its start at every λ2 < 1"] = bool(
+        all(d < 0 for r, d in zip(line, deltas) if r["lambda2"] < 1.0))
+  checks["bilevel's mean Δ L2 to train along λ1 = 1 < DecoReco's"] = bool(
+      mean_delta["bilevel"] < mean_delta["decoreco"])
+  return verdict_of("fig12", measured, checks, rules=rules)
 
 
 def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, dict]:
@@ -348,13 +411,17 @@ def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
   if ssim.size <= rules["low_rank"]:
     return verdict_of("fig8", measured, {}, NOT_TESTED, rules)
   t = realism.top_vs_low(ssim, public_ssim, top_rank=top_rank, low_rank=rules["low_rank"])
+  answer = equivalence(t["low"], t["high"], rules)
   measured.update({"realism AUC, top vs low-ranked": t["auc"],
-                   "95% interval": [t["low"], t["high"]], "top": t["n_top"],
+                   "95% interval": [t["low"], t["high"]],
+                   "interval half-width": (t["high"] - t["low"]) / 2, "top": t["n_top"],
                    "low-ranked": t["n_low"]})
   top = ssim[realism.ranks(ssim) <= top_rank]
+  margin = rules["equivalence_margin"]
   checks = {f"the top {top_rank} each SSIM ≥ {level}": bool(np.all(top >= level)),
-            "the realism AUC's interval reaches 0.5": bool(t["low"] <= 0.5)}
-  return verdict_of("fig8", measured, checks, rules=rules)
+            f"the realism AUC's interval inside 0.5 ± {margin:g}": answer == "chance"}
+  return verdict_of("fig8", measured, checks, UNDERPOWERED if answer == "underpowered" else None,
+                    rules=rules)
 
 
 def verdict_fig9(results: dict, rules: dict = RULES) -> dict:
@@ -372,16 +439,27 @@ def verdict_fig9(results: dict, rules: dict = RULES) -> dict:
                   np.asarray(results["best_ssim_per_train"]) >= level)),
               **{k: float(np.mean(results[k]))
                  for k in ("train_l2", "partition_l2", "train_ssim", "partition_ssim")}}
-  checks = {f"own start nearest for > {rules['majority']:g}": fraction > rules["majority"],
+  # The majority as a test: the fraction's one-sided 95 % bound (normal approximation,
+  # binomial standard error over the m reconstructions) on the side of 0.5 it lies.
+  m = int(np.size(results["partition_index"]))
+  se = float(np.sqrt(fraction * (1 - fraction) / m)) if m else float("nan")
+  low, high = fraction - 1.645 * se, fraction + 1.645 * se
+  measured |= {"own start nearest: standard error": se,
+               "own start nearest: one-sided 95% bounds": [low, high],
+               "training images recovered, the caption's": 1}
+  majority = rules["majority"]
+  checks = {f"own start nearest for > {majority:g} (95% lower bound)": bool(low > majority),
             "≥ 1 training image recovered (best buddies)": count >= 1}
-  return verdict_of("fig9", measured, checks, rules=rules)
+  underpowered = low <= majority <= high
+  return verdict_of("fig9", measured, checks, UNDERPOWERED if underpowered else None,
+                    rules=rules)
 
 
 def _verdicts_of(evidence: dict, rules: dict) -> dict:
   """Every verdict whose runs are in ``evidence`` (a seed's repeats hold only some)."""
   pure, images = evidence.get("pure", {}), evidence.get("partition_images", {})
   s, res = evidence.get("summaries", {}), evidence.get("results", {})
-  tuned, land, same = res.get("tuned"), evidence.get("landscapes"), evidence.get("comparable")
+  tuned, same = res.get("tuned"), evidence.get("comparable")
   out = {}
   if set(VICTIMS) <= set(pure):
     out.update(fig1=verdict_fig1(pure, rules), fig2=verdict_fig2(pure, rules),
@@ -400,9 +478,9 @@ def _verdicts_of(evidence: dict, rules: dict) -> dict:
                fig8=verdict_fig8(tuned["train_ssim"], tuned["public_ssim"], rules))
   if "partition" in res:
     out["fig9"] = verdict_fig9(res["partition"], rules)
-  if land is not None:
-    out.update(fig10=verdict_fig10(same, rules), fig11=verdict_fig11(land, same, rules),
-               fig12=verdict_fig12(land, same, rules))
+  if same is not None:
+    out.update(fig10=verdict_fig10(same, rules), fig11=verdict_fig11(same, rules),
+               fig12=verdict_fig12(same, rules))
   return out
 
 
