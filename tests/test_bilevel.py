@@ -147,7 +147,9 @@ def test_quasi_newton_inverse_hessian_satisfies_secant_equation(x64):
   assert optax.tree.norm(optax.tree.sub(hy, s)) < 1e-10 * optax.tree.norm(s)
 
 
-@pytest.mark.slow  # three hypergradient programs; fast tier: test_cg_hypergradient_matches_central_...
+# Slow: three hypergradient programs; the fast tier has
+# test_cg_hypergradient_matches_central_finite_differences.
+@pytest.mark.slow
 def test_quasi_newton_hypergradient_against_cg(x64):
   """The quasi-Newton hypergradient is an approximation: report its cosine to CG's.
 

@@ -103,7 +103,8 @@ def test_one_hidden_module_shapes_and_checks():
     models.OneHidden(width=3, activation="tanh").init(jax.random.key(0), x)
 
 
-@pytest.mark.slow  # the one-hidden lower level solved to 1e-12, hypergradient programs of each solve
+# Slow: the one-hidden lower level solved to 1e-12, hypergradient programs of each solve.
+@pytest.mark.slow
 def test_hypergradient_matches_central_finite_differences(problem):
   """CG hypergradient of the non-convex one-hidden lower level against central differences
   over every pixel, float64, activation softplus.
@@ -137,7 +138,8 @@ def test_hypergradient_matches_central_finite_differences(problem):
   assert err < 1e-4, f"{activation}: relative error to central differences {err:.2e}"
 
 
-@pytest.mark.slow  # the one-hidden lower level solved to 1e-12, hypergradient programs of each solve
+# Slow: the one-hidden lower level solved to 1e-12, hypergradient programs of each solve.
+@pytest.mark.slow
 def test_cg_neumann_and_quasi_newton_agree(problem):
   """The three solves on the same one-hidden problem, against the dense exact solution.
 
@@ -176,7 +178,8 @@ def test_cg_neumann_and_quasi_newton_agree(problem):
   assert _cosine(qn, exact) > 0.7 and _cosine(qn, exact) > _cosine(no_curvature, exact)
 
 
-@pytest.mark.slow  # the one-hidden lower level solved to 1e-12, hypergradient programs of each solve
+# Slow: the one-hidden lower level solved to 1e-12, hypergradient programs of each solve.
+@pytest.mark.slow
 def test_damping_solves_the_shifted_system(problem):
   """With μ > 0 every solve targets (H + μI)⁻¹: CG and Neumann match the dense damped
   hypergradient, which differs from the undamped one."""
@@ -195,7 +198,8 @@ def test_damping_solves_the_shifted_system(problem):
   assert _rel_err(neumann, exact_damped) < 1e-8
 
 
-@pytest.mark.slow  # the one-hidden lower level solved to 1e-12, hypergradient programs of each solve
+# Slow: the one-hidden lower level solved to 1e-12, hypergradient programs of each solve.
+@pytest.mark.slow
 def test_damped_quasi_newton_pairs_satisfy_the_shifted_secant_equation(problem):
   """After `damp_memory`, the two-loop recursion maps y_k + μ s_k to s_k exactly: it is an
   inverse-Hessian approximation of H + μI."""

@@ -39,7 +39,8 @@ def test_the_ground_truth_is_a_fixed_point_the_paper_lower_level_only_approximat
   rounding of the gradient norm (see the strong-convexity test below), not 0. (The
   one-hidden victim keeps the warm start at :smoke; its bound is not tested.)"""
   config, workdir, _, _ = smoke
-  records = files.read_json(os.path.join(artefacts.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
+  records = files.read_json(
+      os.path.join(artefacts.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
   gt = records[inits.pure_index(records, "ground_truth")]
   # The start images are x_GT: re-solved from θ* their θ is within ((victim.tol + δ) / wd)²
   # ≈ ((1e-5 + 1e-6) / 1e-2)² ≈ 1.2e-6 of θ* (the bound below), and each is its own nearest
@@ -76,7 +77,8 @@ def test_partition_initialisation_resembles_the_partition_not_the_training_set(s
   _, workdir, _, table = smoke
   row = table["rows"][victim]
   assert row["ssim_to_partition"]["partition"] > row["ssim_to_train"]["partition"] + 0.3
-  records = files.read_json(os.path.join(artefacts.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
+  records = files.read_json(
+      os.path.join(artefacts.run_dir(workdir, victim), experiment.LANDSCAPE_FILE))
   part = records[inits.pure_index(records, "partition")]
   assert part["l2_to_partition"] < part["l2_to_train"]
 

@@ -328,7 +328,8 @@ def test_sweep_ranks_settings_and_feeds_the_run(smoke_report_dir, victim_dir, tm
   assert scores == sorted(scores) and [r["rank"] for r in rows] == [1, 2, 3]
   best = files.read_json(os.path.join(sweep_dir, "best.json"))
   assert best == rows[0] == files.read_json(os.path.join(sweep_dir, "summary.json"))["best"]
-  tuned = files.read_json(os.path.join(artefacts.run_dir(smoke_report_dir, "tuned"), "summary.json"))
+  tuned = files.read_json(
+      os.path.join(artefacts.run_dir(smoke_report_dir, "tuned"), "summary.json"))
   for name in start_images.HPARAM_NAMES:
     assert tuned["hyperparameters"][name] == pytest.approx(best[name])
   config.attack.hparams_file = str(tmp_path / "missing.json")
