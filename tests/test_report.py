@@ -406,6 +406,12 @@ def test_report_has_one_computed_verdict_per_artefact(smoke_report):
   for name in markdown.ARTEFACTS:   # every verdict beside its baseline, in the file too
     v = saved["verdicts"][name]
     assert v["claim"] and v["source"] and v["baseline"]["verdict"] in verdicts.VERDICTS, name
+    # A negative result is shown as negative: no verdict stays "uninformative" or
+    # "reproduced" while a check passes on the start images and fails on the reconstructions.
+    lost = [k for k, ok in v["checks"].items() if not ok and v["baseline"]["checks"].get(k)]
+    if lost and v["verdict"] not in ("underpowered", "not tested"):
+      assert v["verdict"] in ("not reproduced", "partly"), (name, lost)
+      assert "lost" in v["reason"], name
 
 
 def test_counts_on_both_ssim_windows_and_both_matchings(smoke_report):
