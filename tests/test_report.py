@@ -108,37 +108,65 @@ def _ranked(top, low_realism, m=60):
   return ssim, np.arange(m), real
 
 
-def test_fig6_quiz_needs_four_training_images_at_the_level_and_a_low_ranked_one():
+def test_fig6_four_distinct_training_images_reconstructed_in_the_scaled_top_10():
+  """m = 200 candidates: the paper's ranks 10 and 50 of 1,000 scale to 4 and 10."""
   level = verdicts.RULES["ssim_level"]
-  ssim, nearest, real = _ranked(level + 0.1, 0.6)
+  m = 200
+  ssim, nearest = np.linspace(0.35, 0.0, m), np.arange(m)
+  ssim[:4] = level + 0.1
+  real = np.full(m, 0.5)
+  real[57] = 0.6                                  # the most realistic below rank 10
   v = verdicts.verdict_fig6(ssim, nearest, real)
-  assert v["verdict"] == "reproduced"
-  assert v["measured"]["quiz ranks"] == [1, 2, 3, 58, 4]
-  assert verdicts.verdict_fig6(*_ranked(level - 0.1, 0.6))["verdict"] == "partly"
-  assert verdicts.verdict_fig6(ssim[:50], nearest[:50], real[:50])["verdict"] == "not tested"
-  # Ranks 1–8 all reconstruct training image 0: the picks are ranks 1, 9, 10 and 11, the
-  # last below the level and outside the top 10.
-  ssim[:10] = level + 0.1
-  v = verdicts.verdict_fig6(ssim, np.where(np.arange(60) < 8, 0, nearest), real)
-  assert v["measured"]["quiz ranks"] == [1, 9, 10, 58, 11]
-  assert [ok for ok in v["checks"].values()] == [False, False, True]
-  # Only three training images are nearest to any reconstruction: three picks.
-  v = verdicts.verdict_fig6(ssim, np.arange(60) % 3, real)
-  assert v["measured"]["quiz ranks"] == [1, 2, 3, 58]
-  assert [ok for ok in v["checks"].values()] == [False, False, True]
-
-
-def test_fig7_the_least_realistic_of_the_quiz_is_not_the_low_ranked_one():
-  level = verdicts.RULES["ssim_level"]
-  phi = np.zeros(10)
-  best = np.linspace(0, 1, 10)
-  v = verdicts.verdict_fig7(*_ranked(level + 0.1, 0.6), best, phi)
   assert v["verdict"] == "reproduced", v["checks"]
-  # The low-ranked one is the least realistic-looking: the adversary finds it.
-  assert verdicts.verdict_fig7(*_ranked(level + 0.1, 0.2), best, phi)["verdict"] == "partly"
-  ssim, nearest, real = _ranked(level + 0.1, 0.2)
-  assert verdicts.verdict_fig7(ssim[:50], nearest[:50], real[:50], best, phi)["verdict"] == (
-      "not tested")
+  assert v["measured"]["the paper's top 10 and top 50, scaled to these candidates"] == [4, 10]
+  assert v["measured"]["quiz ranks (over distinct training images)"] == [1, 2, 3, 58, 4]
+  # The best four below the level: not reconstructed.
+  assert verdicts.verdict_fig6(np.linspace(0.35, 0.0, m), nearest, real)["verdict"] == (
+      "not reproduced")
+  # Ranks 1–8 all reconstruct training image 0: a training image counts once, so the four
+  # are indices 0, 8, 9 and 10, the last below the level.
+  ssim[:10] = level + 0.1
+  v = verdicts.verdict_fig6(ssim, np.where(nearest < 8, 0, nearest), real)
+  assert v["measured"]["quiz nearest training images"][:3] == [0, 8, 9]
+  assert v["verdict"] == "not reproduced"
+  # 8 distinct training images: none ranks below the scaled 10.
+  assert verdicts.verdict_fig6(ssim, nearest % 8, real)["verdict"] == "not tested"
+
+
+def _quiz_pools(low_realism, m=200, distinct=None):
+  """m = 200 candidates, each its own training image (or ``distinct`` of them, index k
+  the best of image k): SSIM falls with the index, so the scaled top 10 is indices 0–3
+  (realism 0.3, 0.5, 0.6, 0.7) and the low-ranked pool is the distinct images from
+  index 10 on, with realism ``low_realism`` (cycled)."""
+  ssim = np.linspace(0.9, 0.0, m)
+  nearest = np.arange(m) if distinct is None else np.arange(m) % distinct
+  real = np.full(m, 0.9)
+  real[:4] = (0.3, 0.5, 0.6, 0.7)
+  n_low = max((distinct or m) - 10, 0)
+  real[10:10 + n_low] = np.resize(np.asarray(low_realism, np.float64), n_low)
+  return ssim, nearest, real
+
+
+def test_fig7_an_adversary_without_the_training_set_at_chance_tells_or_underpowered():
+  phi, best = np.zeros(10), np.linspace(0, 1, 10)
+  # One in five low-ranked images looks less realistic than all top four: the adversary's
+  # success is exactly 1/5 = chance, over a pool of 190 (binomial SE 0.029, interval within
+  # 0.2 ± 0.1).
+  v = verdicts.verdict_fig7(*_quiz_pools([0.1, 0.9, 0.9, 0.9, 0.9]), best, phi)
+  assert v["verdict"] == "reproduced", v["measured"]
+  assert abs(v["measured"]["adversary's success rate (least realistic = low-ranked)"] - 0.2) < (
+      5 * np.sqrt(0.2 * 0.8 / 1000))             # 1,000 draws: 5 Monte Carlo SEs
+  # Every low-ranked image is the least realistic: the adversary always finds it.
+  v = verdicts.verdict_fig7(*_quiz_pools([0.1]), best, phi)
+  assert v["verdict"] == "not reproduced"
+  assert v["measured"]["adversary's success rate (least realistic = low-ranked)"] == 1.0
+  # 15 distinct training images: a pool of 5 low-ranked ones, one of them found. At chance,
+  # but the interval (a binomial of 5) reaches far past the margin.
+  v = verdicts.verdict_fig7(*_quiz_pools([0.1, 0.9, 0.9, 0.9, 0.9], distinct=15), best, phi)
+  assert v["verdict"] == "underpowered", v["measured"]
+  assert v["measured"]["pools: top, low-ranked"] == [4, 5]
+  ssim, nearest, real = _quiz_pools([0.1], distinct=8)
+  assert verdicts.verdict_fig7(ssim, nearest, real, best, phi)["verdict"] == "not tested"
 
 
 def test_fig8_realism_auc_interval_decides():

@@ -260,10 +260,12 @@ def _decoreco_grid(name, run, title, order="ssim"):
 
 
 def _quiz(results):
-  """Fig. 6's quiz of the tuned run (`trdr.evaluation.realism.quiz`), the odd one ranked below the
-  paper's 50 where the run has more reconstructions, else below half of them."""
-  m = len(results["train_ssim"])
-  low = realism.LOW_RANK if m > realism.LOW_RANK else m // 2
+  """Fig. 6's quiz of the tuned run (`trdr.evaluation.realism.quiz`): the odd one ranked below
+  the paper's 50 scaled to the run's candidates (`realism.scaled_ranks`), else below half
+  of the distinct nearest training images (a run too small for the scaled rank)."""
+  distinct = realism.distinct_order(results["train_ssim"], results["train_index"]).size
+  low = realism.scaled_ranks(len(results["train_ssim"]))[1]
+  low = low if distinct > max(low, realism.QUIZ_TOP) else distinct // 2
   return realism.quiz(results["train_ssim"], results["train_index"], results["public_ssim"],
                       low_rank=low), low
 
@@ -274,7 +276,8 @@ def fig6(runs, config):
   quiz, low = _quiz(results)
   return {"fig6": figures.quiz_figure(results, quiz, title=(
       f"Fig. 6: {realism.QUIZ_TOP} of these are the best reconstructions of different "
-      f"training images (by SSIM to their nearest one), one is ranked below {low}. "
+      f"training images (by SSIM to their nearest one), one is ranked below {low} "
+      "(ranks over distinct training images). "
       "Which one?"))}
 
 
@@ -282,7 +285,8 @@ def fig7(runs, config):
   results, summary = _results(runs, "tuned"), _summary(runs, "tuned")
   quiz, low = _quiz(results)
   return {"fig7": figures.quiz_figure(results, quiz, reveal=True, title=(
-              f"Fig. 7: the reveal: #rank by SSIM to the nearest training image (bottom row); "
+              f"Fig. 7: the reveal: #rank by SSIM to the nearest training image (bottom row; "
+              f"each training image ranked once); "
               f"realism = SSIM to the nearest public test image ({_hp_text(summary)})")),
           "fig7_best_per_train": plotting.best_per_train_grid(
               results, n_show=config.decoreco.n_show,

@@ -135,14 +135,16 @@ def over_seeds(per_seed: list[dict], seeds) -> dict:
   Returns:
     artefact -> {"seeds", "verdicts", "mean", "std" (ddof 1; NaN for one seed), "lists"},
     for the artefacts every seed has; numbers are the scalar (not boolean) measured
-    values, "lists" each list-valued one per seed (e.g. Fig. 6's quiz ranks).
+    values every seed has (a "not tested" seed measures less), "lists" each list-valued
+    one per seed (e.g. Fig. 6's quiz ranks).
   """
   out = {}
   for name, first in per_seed[0].items():
     if not all(name in p for p in per_seed):
       continue
-    keys = [k for k, x in first["measured"].items()
-            if isinstance(x, (int, float, np.number)) and not isinstance(x, (bool, np.bool_))]
+    shared = [k for k in first["measured"] if all(k in p[name]["measured"] for p in per_seed)]
+    keys = [k for k in shared if isinstance(x := first["measured"][k], (int, float, np.number))
+            and not isinstance(x, (bool, np.bool_))]
     values = {k: np.asarray([p[name]["measured"][k] for p in per_seed], np.float64)
               for k in keys}
     out[name] = {"seeds": [int(s) for s in seeds],
@@ -151,7 +153,7 @@ def over_seeds(per_seed: list[dict], seeds) -> dict:
                  "std": {k: float(np.std(v, ddof=1)) if v.size > 1 else float("nan")
                          for k, v in values.items()},
                  "lists": {k: [p[name]["measured"][k] for p in per_seed]
-                           for k, x in first["measured"].items() if isinstance(x, list)}}
+                           for k in shared if isinstance(first["measured"][k], list)}}
   return out
 
 

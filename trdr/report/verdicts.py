@@ -23,10 +23,11 @@ that the start images pass as well says nothing about the attack: when every che
 reconstructions pass is also passed by the start images, and none is lost, the verdict is
 "uninformative".
 
-**Underpowered.** A rule that claims "cannot tell" (an AUC at chance) needs an interval
-narrow enough to say so: the AUC's 95 % interval inside 0.5 ± ``RULES["equivalence_margin"]``.
-An interval that contains 0.5 but reaches past the margin is "underpowered": the
-experiment could not tell, which is not evidence that an adversary cannot.
+**Underpowered.** A rule that claims "cannot tell" (an AUC at 0.5, Fig. 7's quiz at 1/5)
+needs an interval narrow enough to say so: the 95 % interval inside chance ±
+``RULES["equivalence_margin"]`` (`equivalence`). An interval that contains chance but
+reaches past the margin is "underpowered": the experiment could not tell, which is not
+evidence that an adversary cannot.
 """
 
 import numpy as np
@@ -91,14 +92,15 @@ def with_baseline(verdict: dict, baseline: dict) -> dict:
   return out
 
 
-def equivalence(low: float, high: float, rules: dict) -> str:
-  """How an AUC's interval [low, high] answers "cannot tell": "chance" when it lies inside
-  0.5 ± ``rules["equivalence_margin"]``, "underpowered" when it contains 0.5 but reaches
-  past the margin, "tells" when it excludes 0.5."""
+def equivalence(low: float, high: float, rules: dict, null: float = 0.5) -> str:
+  """How an interval [low, high] of a rate at chance ``null`` (an AUC: 0.5; Fig. 7's quiz:
+  1/5) answers "cannot tell": "chance" when it lies inside null ± ``rules[
+  "equivalence_margin"]``, "underpowered" when it contains ``null`` but reaches past the
+  margin, "tells" when it excludes ``null``."""
   margin = rules["equivalence_margin"]
-  if not low <= 0.5 <= high:
+  if not low <= null <= high:
     return "tells"
-  return "chance" if 0.5 - margin <= low and high <= 0.5 + margin else "underpowered"
+  return "chance" if null - margin <= low and high <= null + margin else "underpowered"
 
 
 def baseline_evidence(evidence):
@@ -332,42 +334,50 @@ def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES) -> dict:
   return verdict_of("fig5", measured, checks, rules=rules)
 
 
+def _quiz_ranks(train_ssim, rules) -> tuple[int, int]:
+  """Fig. 6's "top 10" and "top 50" scaled from the paper's candidates to this run's m
+  (`trdr.evaluation.realism.scaled_ranks`)."""
+  return realism.scaled_ranks(int(np.size(train_ssim)), rules["paper_candidates"])
+
+
 def _quiz(train_ssim, train_index, public_ssim, rules):
-  """Fig. 6's quiz (`trdr.evaluation.realism.quiz`) and its measured numbers; None when
-  there are too few reconstructions for a rank below rules["low_rank"]."""
-  if np.size(train_ssim) <= rules["low_rank"]:
-    return None, {"reconstructions": int(np.size(train_ssim))}
+  """Fig. 6's quiz (`trdr.evaluation.realism.quiz`, ranks over distinct training images)
+  and its measured numbers; None when too few distinct training images rank below the
+  scaled "top 50"."""
+  top_rank, low_rank = _quiz_ranks(train_ssim, rules)
+  distinct = realism.distinct_order(train_ssim, train_index).size
+  measured = {"reconstructions": int(np.size(train_ssim)),
+              "distinct nearest training images": int(distinct),
+              "the paper's top 10 and top 50, scaled to these candidates": [top_rank, low_rank]}
+  if distinct <= max(low_rank, rules["fig6_top"]):
+    return None, measured
   q = realism.quiz(train_ssim, train_index, public_ssim, top=rules["fig6_top"],
-                   low_rank=rules["low_rank"])
+                   low_rank=low_rank)
   ssim, real = np.asarray(train_ssim)[q.index], np.asarray(public_ssim)[q.index]
-  return q, {"quiz ranks": [int(r) for r in q.rank],
-             "quiz nearest training images": [int(i) for i in np.asarray(train_index)[q.index]],
-             "quiz SSIM to nearest training image": [round(float(x), 3) for x in ssim],
-             "quiz realism (SSIM to nearest public image)": [round(float(x), 3) for x in real],
-             "reconstructions": int(np.size(train_ssim))}
-
-
-def _top_four_and_odd(q, train_ssim, rules) -> dict:
-  """The quiz's checks: its top picks are four distinct training images reconstructed
-  (each SSIM ≥ the level) and "among the top 10"; the odd one is not reconstructed."""
-  ssim = np.asarray(train_ssim)[q.index]
-  top, top_rank = np.delete(ssim, q.odd), np.delete(q.rank, q.odd)
-  level, four = rules["ssim_level"], rules["fig6_top"]
-  return {f"{four} distinct training images, each SSIM ≥ {level}": bool(
-              top.size == four and np.all(top >= level)),
-          f"the {four} among the top {rules['top_rank']}": bool(
-              top.size == four and np.all(top_rank <= rules["top_rank"])),
-          f"the low-ranked one SSIM < {level}": bool(ssim[q.odd] < level)}
+  return q, measured | {
+      "quiz ranks (over distinct training images)": [int(r) for r in q.rank],
+      "quiz nearest training images": [int(i) for i in np.asarray(train_index)[q.index]],
+      "quiz SSIM to nearest training image": [round(float(x), 3) for x in ssim],
+      "quiz realism (SSIM to nearest public image)": [round(float(x), 3) for x in real]}
 
 
 def verdict_fig6(train_ssim, train_index, public_ssim, rules: dict = RULES) -> dict:
   """Fig. 6 from the tuned run's per-reconstruction SSIM to the nearest training image
   float[m], that image's index int[m], and the SSIM to the nearest public (test-split)
-  image float[m]."""
+  image float[m]: the caption's "four of these reconstructions are among the top 10
+  nearest neighbours to actual training images" as four distinct training images, each
+  reconstructed (SSIM ≥ the level), in the scaled top 10; "one is not even in the top 50"
+  is the quiz's construction (not tested when no reconstruction ranks that low)."""
   q, measured = _quiz(train_ssim, train_index, public_ssim, rules)
   if q is None:
     return verdict_of("fig6", measured, {}, NOT_TESTED, rules)
-  return verdict_of("fig6", measured, _top_four_and_odd(q, train_ssim, rules), rules=rules)
+  top_rank = measured["the paper's top 10 and top 50, scaled to these candidates"][0]
+  ssim = np.delete(np.asarray(train_ssim)[q.index], q.odd)
+  ranked = np.delete(q.rank, q.odd)
+  four, level = rules["fig6_top"], rules["ssim_level"]
+  checks = {f"{four} distinct training images in the top {top_rank}, each SSIM ≥ {level}":
+            bool(ssim.size == four and np.all(ranked <= top_rank) and np.all(ssim >= level))}
+  return verdict_of("fig6", measured, checks, rules=rules)
 
 
 def spearman(x, y) -> float:
@@ -383,21 +393,37 @@ def spearman(x, y) -> float:
 
 def verdict_fig7(train_ssim, train_index, public_ssim, best_ssim_per_train, phi_train,
                  rules: dict = RULES) -> dict:
-  """Fig. 7 from the tuned run: the quiz's reveal (SSIM to the nearest training / public
-  image float[m] each, the nearest training image's index int[m]) and, as context, Haim et
-  al.'s SSIM-vs-|Φ| finding (best SSIM per training image float[n], the victim's output
-  Φ(x_i) float[n])."""
+  """Fig. 7 from the tuned run: "Only when looking at the reconstructions in combination
+  with the training images, one is able to distinguish the four high ranked images from
+  the low-ranked": an adversary without the training set, shown four reconstructions from
+  the scaled top 10 and one below the scaled top 50 (`realism.repeated_quiz`, many draws),
+  who names the least realistic-looking (SSIM to the nearest public image) as the
+  low-ranked one, succeeds at the chance rate 1/5: the success rate's 95 % interval inside
+  1/5 ± the equivalence margin; "underpowered" when it contains 1/5 but is wider. Measured
+  beside: the arrays SSIM to the nearest training / public image float[m], the nearest
+  training image's index int[m]; as context, Haim et al.'s SSIM-vs-|Φ| finding (best SSIM
+  per training image float[n], the victim's output Φ(x_i) float[n])."""
   best = np.asarray(best_ssim_per_train, np.float64)
   rho = spearman(best, np.abs(np.asarray(phi_train, np.float64)))
-  q, measured = _quiz(train_ssim, train_index, public_ssim, rules)
-  measured["ρ(best SSIM, |Φ|) (Haim et al.)"] = rho
-  if q is None:
+  top_rank, low_rank = _quiz_ranks(train_ssim, rules)
+  distinct = realism.distinct_order(train_ssim, train_index).size
+  measured = {"reconstructions": int(np.size(train_ssim)),
+              "distinct nearest training images": int(distinct),
+              "the paper's top 10 and top 50, scaled to these candidates": [top_rank, low_rank],
+              "ρ(best SSIM, |Φ|) (Haim et al.)": rho}
+  if distinct <= max(low_rank, rules["fig6_top"]):
     return verdict_of("fig7", measured, {}, NOT_TESTED, rules)
-  real = np.asarray(public_ssim)[q.index]
-  checks = {**_top_four_and_odd(q, train_ssim, rules),
-            "the least realistic-looking of the five is not the low-ranked one": bool(
-                np.argmin(real) != q.odd)}
-  return verdict_of("fig7", measured, checks, rules=rules)
+  t = realism.repeated_quiz(train_ssim, train_index, public_ssim, top_rank=top_rank,
+                            low_rank=low_rank, top=rules["fig6_top"],
+                            draws=rules["quiz_draws"])
+  answer = equivalence(t["low"], t["high"], rules, null=t["chance"])
+  measured |= {"adversary's success rate (least realistic = low-ranked)": t["success"],
+               "95% interval": [t["low"], t["high"]], "chance": t["chance"],
+               "pools: top, low-ranked": [t["n_top"], t["n_low"]], "draws": t["draws"]}
+  margin = rules["equivalence_margin"]
+  checks = {f"success rate's interval inside {t['chance']:g} ± {margin:g}": answer == "chance"}
+  return verdict_of("fig7", measured, checks, UNDERPOWERED if answer == "underpowered" else None,
+                    rules=rules)
 
 
 def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
