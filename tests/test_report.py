@@ -427,6 +427,11 @@ def test_report_has_one_computed_verdict_per_artefact(smoke_report):
   for section, name in zip(sections, (*markdown.ARTEFACTS, "membership")):
     (line,) = re.findall(r"\*\*Verdict: ([a-z ]+)\*\*", section)
     assert line in verdicts.VERDICTS and line == saved["verdicts"][name]["verdict"], name
+  # docs/verdicts.md's page comes from report.json alone: every artefact, Table 1's rows.
+  page = markdown.verdicts_page(saved, "report.json")
+  for name in (*markdown.ARTEFACTS, "membership"):
+    assert f"| {name} | " in page, name
+  assert page.count("| affine (") == page.count("| one_hidden (") == 3
   # Recomputing the verdicts from the saved runs gives the same result.
   again = verdicts.verdicts(evidence.collect(workdir))
   for name, v in again.items():

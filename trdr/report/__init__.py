@@ -16,8 +16,11 @@ measures membership ambiguity (`membership`) and writes WORKDIR/report.md, repor
 and membership.{png,pdf}.
 """
 
+import datetime
 import os
+import platform
 
+import jax
 import ml_collections
 
 from trdr import plotting
@@ -58,8 +61,18 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     table1_md = f.read()
   files.write_json(os.path.join(workdir, "report.json"),
                    {"verdicts": results, "counts": count_rows, "membership": measured,
-                    "rules": RULES})
+                    "rules": RULES, "table1": collected["table1"],
+                    "generated": _provenance(config.variant)})
   files.atomic_write(os.path.join(workdir, "report.md"),
                      markdown.report_page(results, table1_md, measured, config.variant,
                                           count_rows).encode())
   return results
+
+
+def _provenance(variant: str) -> dict:
+  """Where report.json comes from: the size, the UTC time, the machine and JAX."""
+  return {"size": variant or "paper",
+          "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+          "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
+          "jax": jax.__version__, "devices": f"{jax.device_count()} × "
+                                             f"{jax.devices()[0].device_kind}"}
