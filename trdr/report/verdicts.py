@@ -21,7 +21,8 @@ means the attack lost what its start had: the verdict is then "not reproduced", 
 "partly" when another check passes that the start images fail, with that reason. A check
 that the start images pass as well says nothing about the attack: when every check the
 reconstructions pass is also passed by the start images, and none is lost, the verdict is
-"uninformative".
+"uninformative" if the reconstructions pass every check, and "not reproduced" if they
+fail some (only the failures are informative).
 
 **Underpowered.** A rule that claims "cannot tell" (an AUC at 0.5, Fig. 7's quiz at 1/5)
 needs an interval narrow enough to say so: the 95 % interval inside chance ±
@@ -67,8 +68,10 @@ def with_baseline(verdict: dict, baseline: dict) -> dict:
 
   A check the reconstructions fail and the start images pass was lost by the attack: the
   verdict becomes "not reproduced", or "partly" when a check passes that the start images
-  fail. Otherwise, a "reproduced" or "partly" verdict whose passing checks the start images
-  all pass too becomes "uninformative". The verdicts "underpowered" and "not tested" stand.
+  fail. Otherwise, when the start images pass every check the reconstructions pass, those
+  passes say nothing about the attack: "reproduced" becomes "uninformative", and "partly"
+  (some checks failed) "not reproduced", since only its failures are informative. The
+  verdicts "underpowered" and "not tested" stand.
 
   Args:
     verdict, baseline: one verdict function's output on the runs' numbers and on
@@ -87,8 +90,14 @@ def with_baseline(verdict: dict, baseline: dict) -> dict:
     out["verdict"] = PARTLY if gained else NOT_REPRODUCED
     out["reason"] = "the attack lost what the start had: " + "; ".join(lost)
   elif verdict["verdict"] in (REPRODUCED, PARTLY) and not gained:
-    out["verdict"] = UNINFORMATIVE
-    out["reason"] = "the start images pass every check the reconstructions pass"
+    failed = [k for k, ok in checks.items() if not ok]
+    if failed:  # what carries information about the attack is what it fails
+      out["verdict"] = NOT_REPRODUCED
+      out["reason"] = ("the start images pass every check the reconstructions pass; they "
+                       "fail: " + "; ".join(failed))
+    else:
+      out["verdict"] = UNINFORMATIVE
+      out["reason"] = "the start images pass every check the reconstructions pass"
   return out
 
 
