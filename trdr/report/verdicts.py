@@ -343,23 +343,25 @@ def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES) -> dict:
   return verdict_of("fig5", measured, checks, rules=rules)
 
 
-def _quiz_ranks(train_ssim, rules) -> tuple[int, int]:
-  """Fig. 6's "top 10" and "top 50" scaled from the paper's candidates to this run's m
-  (`trdr.evaluation.realism.scaled_ranks`)."""
-  return realism.scaled_ranks(int(np.size(train_ssim)), rules["paper_candidates"])
-
-
-def _quiz(train_ssim, train_index, public_ssim, rules):
-  """Fig. 6's quiz (`trdr.evaluation.realism.quiz`, ranks over distinct training images)
-  and its measured numbers; None when too few distinct training images rank below the
-  scaled "top 50"."""
-  top_rank, low_rank = _quiz_ranks(train_ssim, rules)
+def _quiz_frame(train_ssim, train_index, rules) -> tuple[int, int, dict, bool]:
+  """Figs. 6 and 7's common ground: the paper's "top 10" and "top 50" scaled from its
+  candidates to this run's m (`trdr.evaluation.realism.scaled_ranks`), the numbers both
+  verdicts report, and whether any distinct training image ranks below the scaled 50."""
+  top_rank, low_rank = realism.scaled_ranks(int(np.size(train_ssim)), rules["paper_candidates"])
   distinct = realism.distinct_order(train_ssim, train_index).size
   measured = {"reconstructions": int(np.size(train_ssim)),
               "distinct nearest training images": int(distinct),
               "the paper's top 10 and top 50, scaled to these candidates": [top_rank, low_rank]}
-  if distinct <= max(low_rank, rules["fig6_top"]):
-    return None, measured
+  return top_rank, low_rank, measured, distinct > max(low_rank, rules["fig6_top"])
+
+
+def _quiz(train_ssim, train_index, public_ssim, rules):
+  """Fig. 6's quiz (`trdr.evaluation.realism.quiz`, ranks over distinct training images),
+  its measured numbers and the scaled top 10; the quiz is None when too few distinct
+  training images rank below the scaled "top 50"."""
+  top_rank, low_rank, measured, testable = _quiz_frame(train_ssim, train_index, rules)
+  if not testable:
+    return None, measured, top_rank
   q = realism.quiz(train_ssim, train_index, public_ssim, top=rules["fig6_top"],
                    low_rank=low_rank)
   ssim, real = np.asarray(train_ssim)[q.index], np.asarray(public_ssim)[q.index]
@@ -367,7 +369,7 @@ def _quiz(train_ssim, train_index, public_ssim, rules):
       "quiz ranks (over distinct training images)": [int(r) for r in q.rank],
       "quiz nearest training images": [int(i) for i in np.asarray(train_index)[q.index]],
       "quiz SSIM to nearest training image": [round(float(x), 3) for x in ssim],
-      "quiz realism (SSIM to nearest public image)": [round(float(x), 3) for x in real]}
+      "quiz realism (SSIM to nearest public image)": [round(float(x), 3) for x in real]}, top_rank
 
 
 def verdict_fig6(train_ssim, train_index, public_ssim, rules: dict = RULES) -> dict:
@@ -377,10 +379,9 @@ def verdict_fig6(train_ssim, train_index, public_ssim, rules: dict = RULES) -> d
   nearest neighbours to actual training images" as four distinct training images, each
   reconstructed (SSIM ≥ the level), in the scaled top 10; "one is not even in the top 50"
   is the quiz's construction (not tested when no reconstruction ranks that low)."""
-  q, measured = _quiz(train_ssim, train_index, public_ssim, rules)
+  q, measured, top_rank = _quiz(train_ssim, train_index, public_ssim, rules)
   if q is None:
     return verdict_of("fig6", measured, {}, NOT_TESTED, rules)
-  top_rank = measured["the paper's top 10 and top 50, scaled to these candidates"][0]
   ssim = np.delete(np.asarray(train_ssim)[q.index], q.odd)
   ranked = np.delete(q.rank, q.odd)
   four, level = rules["fig6_top"], rules["ssim_level"]
@@ -414,13 +415,9 @@ def verdict_fig7(train_ssim, train_index, public_ssim, best_ssim_per_train, phi_
   per training image float[n], the victim's output Φ(x_i) float[n])."""
   best = np.asarray(best_ssim_per_train, np.float64)
   rho = spearman(best, np.abs(np.asarray(phi_train, np.float64)))
-  top_rank, low_rank = _quiz_ranks(train_ssim, rules)
-  distinct = realism.distinct_order(train_ssim, train_index).size
-  measured = {"reconstructions": int(np.size(train_ssim)),
-              "distinct nearest training images": int(distinct),
-              "the paper's top 10 and top 50, scaled to these candidates": [top_rank, low_rank],
-              "ρ(best SSIM, |Φ|) (Haim et al.)": rho}
-  if distinct <= max(low_rank, rules["fig6_top"]):
+  top_rank, low_rank, measured, testable = _quiz_frame(train_ssim, train_index, rules)
+  measured["ρ(best SSIM, |Φ|) (Haim et al.)"] = rho
+  if not testable:
     return verdict_of("fig7", measured, {}, NOT_TESTED, rules)
   t = realism.repeated_quiz(train_ssim, train_index, public_ssim, top_rank=top_rank,
                             low_rank=low_rank, top=rules["fig6_top"],
