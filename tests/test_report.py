@@ -95,6 +95,18 @@ def test_fig5_uniform_at_most_three_and_fewer_than_tuned():
   assert verdicts.verdict_fig5(_summary(5), _summary(4))["verdict"] == "not reproduced"
 
 
+def test_fig5_counts_reconstructions_resembling_natural_images():
+  """"Resemble natural images": SSIM ≥ the level to the nearest training or public image
+  (the larger of the two), counted against the caption's three."""
+  level = verdicts.RULES["ssim_level"]
+  near = lambda k: {"train_ssim": np.r_[np.full(k, level), np.zeros(10 - k)],
+                    "public_ssim": np.r_[np.zeros(k), np.full(3, level + 0.1), np.zeros(7 - k)]}
+  v = verdicts.verdict_fig5(_summary(0), _summary(3), untuned_images=near(0))
+  assert v["measured"]["untuned: resembling natural images"] == 3 and v["verdict"] == "reproduced"
+  v = verdicts.verdict_fig5(_summary(0), _summary(3), untuned_images=near(1))
+  assert v["measured"]["untuned: resembling natural images"] == 4 and v["verdict"] == "partly"
+
+
 def _ranked(top, low_realism, m=60):
   """Quiz inputs: m reconstructions whose SSIM to the training set falls with the index
   (rank = index + 1; ``top`` for the first four, the rest below the level), each nearest

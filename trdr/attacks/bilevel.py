@@ -185,11 +185,16 @@ class StepMetrics(NamedTuple):
   num_iter: jax.Array
 
 
-# Where each lower-level solve starts: θ*, the previous outer step's θ(x), or θ0 ~ U(0, 1)
-# (the paper's random θ initialisation; "uniform" always means U(0, 1) draws): a fresh draw
-# at every outer step ("uniform"), or one draw for the whole attack ("uniform_once", so that
-# θ(x) is one deterministic function of x, the other reading of the paper's sentence).
-LOWER_LEVEL_STARTS = ("theta_star", "previous", "uniform", "uniform_once")
+# Where each lower-level solve starts (the readings of Runkel et al.'s "initialising θ by
+# drawing every weight independently from a standard Uniform distribution",
+# `trdr.report.readings`): a fresh θ0 ~ U(0, 1) at every outer step ("uniform", reading a);
+# the θ0 the victim's own training started from ("victim_theta0", reading b: the adversary
+# knows the initialisation; with victim.init "uniform" it is a U(0, 1) draw); one U(0, 1)
+# draw for the whole attack ("uniform_once", reading c: θ(x) one deterministic function of
+# x); the previous outer step's θ(x), the first solve from U(0, 1) ("previous_uniform",
+# reading d) or from θ* ("previous"); θ* at every step ("theta_star", reading e).
+LOWER_LEVEL_STARTS = ("theta_star", "previous", "previous_uniform", "uniform", "uniform_once",
+                      "victim_theta0")
 # The lower-level solvers (`make_lower_level`'s ``method``).
 LOWER_LEVEL_METHODS = ("lbfgs", "newton_cg")
 
@@ -230,14 +235,16 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
       optimizer, lr, lr_schedule, steps, project (configs/bilevel_affine.py).
     labels: float[n] in {−1, +1}, the known labels of the unknown images.
     key: PRNG key for the U(0, 1) lower-level starts: folded with the step number
-      (``"uniform"``), or used as it is at every step (``"uniform_once"``).
+      (``"uniform"``), or used as it is (``"uniform_once"``, and the first solve of
+      ``"previous_uniform"``).
     box: (low, high) pixel bounds for the projection, broadcastable to the images.
   Returns:
     The `Attack`; its state is an `AttackState`, its metrics `StepMetrics` (the first,
     ``upper_loss``, is l before the step), its ``energy`` the victim's E.
   Raises:
     ValueError: unknown lower-level start, method, solve, optimizer or schedule; max_iter
-      < 1 or tol <= 0; Newton–CG for a lower level that is not strongly convex.
+      < 1 or tol <= 0; Newton–CG for a lower level that is not strongly convex; the start
+      "victim_theta0" for a victim loaded from a file (its θ0 is unknown).
   """
   ll = attack_config.lower_level
   if ll.start not in LOWER_LEVEL_STARTS:
@@ -253,6 +260,8 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
         f"'affine' with weight_decay > 0), not arch {target.config.arch!r} with "
         f"weight_decay {target.config.weight_decay}: on a non-convex E it stops where no "
         "Armijo step exists (use 'lbfgs')")
+  if ll.start == "victim_theta0" and target.config.get("load"):
+    target.initial_params(())  # raises: the θ0 of a loaded θ* is unknown
   hg = attack_config.hypergradient
   theta_star = target.params
   energy_fn = functools.partial(victim.energy, apply_fn=target.apply,
@@ -265,6 +274,7 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
                                  method=method,
                                  cg_iters=ll.cg_iters)
   optimizer = make_optimizer(attack_config)
+  attack_key = key
 
   def upper_loss(images, theta_init):
     theta, info = lower_level(theta_init, images, labels)
@@ -272,17 +282,20 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
 
   def init(images, key=None):
     del key  # the bilevel start is deterministic given the images
-    return AttackState(images, optimizer.init(images), theta_star,
-                       jnp.asarray(0, jnp.int32))
+    previous = (models.uniform_params(attack_key, theta_star) if ll.start == "previous_uniform"
+                else theta_star)
+    return AttackState(images, optimizer.init(images), previous, jnp.asarray(0, jnp.int32))
 
   def start_point(state):
     if ll.start == "theta_star":
       return theta_star
-    if ll.start == "previous":
+    if ll.start in ("previous", "previous_uniform"):
       return state.theta
     if ll.start == "uniform_once":
-      return models.uniform_params(key, theta_star)
-    return models.uniform_params(jax.random.fold_in(key, state.step), theta_star)
+      return models.uniform_params(attack_key, theta_star)
+    if ll.start == "victim_theta0":
+      return target.initial_params(state.images.shape[-3:])
+    return models.uniform_params(jax.random.fold_in(attack_key, state.step), theta_star)
 
   def step(state):
     (loss, (theta, info)), grad = jax.value_and_grad(upper_loss, has_aux=True)(

@@ -37,6 +37,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.victim.max_iter = 5000
   config.victim.memory_size = 10
   config.victim.seed = 0
+  # θ0 of the training: "default" (the network's own initialisation) or "uniform" (every
+  # entry U(0, 1), Runkel et al.'s random θ0; the lower-level start "victim_theta0" restarts
+  # from it: reading (b) of trdr.report.readings). Both drawn with victim.seed.
+  config.victim.init = "default"
   config.victim.checkpoint_dir = config_dict.placeholder(str)  # default: WORKDIR/victim
   # θ* from a file instead of training (.pth, .npz, .msgpack, orbax dir; trdr.victim.pretrained)
   config.victim.load = config_dict.placeholder(str)
@@ -56,7 +60,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # devices); 0: a device's whole share on GPU/TPU, 1 on CPU (faster there).
   config.attack.grid_batch_size = 0
   config.attack.lower_level = ml_collections.ConfigDict()
-  config.attack.lower_level.start = "previous"  # or "theta_star", "uniform", "uniform_once"
+  # or "theta_star", "previous_uniform", "uniform", "uniform_once", "victim_theta0": the
+  # readings of the paper's random θ0 (trdr/attacks/bilevel.py, trdr/experiment/readings.py)
+  config.attack.lower_level.start = "previous"
   config.attack.lower_level.max_iter = 200
   config.attack.lower_level.tol = 1e-5
   config.attack.lower_level.memory_size = 10

@@ -62,6 +62,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.victim.loss_threshold = 1e-4
   config.victim.log_every = 10_000
   config.victim.seed = 0
+  # θ0 of the training: "default" (the network's own initialisation) or "uniform" (every
+  # entry U(0, 1), Runkel et al.'s random θ0; the lower-level start "victim_theta0" restarts
+  # from it: reading (b) of trdr.report.readings). Both drawn with victim.seed.
+  config.victim.init = "default"
   config.victim.checkpoint_dir = config_dict.placeholder(str)  # default: WORKDIR/victim
   # θ* from a file instead of training (.pth, .npz, .msgpack, orbax dir; trdr.victim.pretrained)
   config.victim.load = config_dict.placeholder(str)

@@ -9,7 +9,8 @@
   markdown    report.md and membership.md
   figures     the report's own figures (the quiz, the trajectories, membership)
 
-`run` regenerates Figs. 1–12 and Table 1 (`artefacts.make`, into WORKDIR/paper_figures
+`run` regenerates Figs. 1–12, Table 1 and Table 1 under each reading of the paper's random
+θ0 (`artefacts.make`, into WORKDIR/paper_figures
 and WORKDIR/decoreco_figures; finished runs of an unchanged config are reused), reads the
 numbers behind every verdict (`evidence.collect`), applies the rules of `verdicts`,
 measures membership ambiguity (`membership`) and writes WORKDIR/report.md, report.json
@@ -57,11 +58,16 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   measured = membership.run(config.membership, os.path.join(workdir, "membership"))
   results["membership"] = verdicts.verdict_membership(measured)
   plotting.save_figure(figures.membership_figure(measured), workdir, "membership")
-  with open(os.path.join(workdir, "paper_figures", "table1.md")) as f:
+  paper_figures = os.path.join(workdir, "paper_figures")
+  with open(os.path.join(paper_figures, "table1.md")) as f:
     table1_md = f.read()
+  with open(os.path.join(paper_figures, "table1_readings.md")) as f:
+    table1_md += "\n### Table 1 under each reading of the paper's random θ0\n\n" + f.read()
   files.write_json(os.path.join(workdir, "report.json"),
                    {"verdicts": results, "counts": count_rows, "membership": measured,
                     "rules": RULES, "table1": collected["table1"],
+                    "table1_readings": files.read_json(
+                        os.path.join(paper_figures, "table1_readings.json")),
                     "generated": _provenance(config.variant)})
   files.atomic_write(os.path.join(workdir, "report.md"),
                      markdown.report_page(results, table1_md, measured, config.variant,

@@ -24,10 +24,10 @@ COMPARABLE_DISPLAY = "minmax"
 # The runs that can be repeated for every seed of the report's ``repeat_seeds`` (the data
 # draw, the victim's initialisation and the attack's start: config.data.seed =
 # config.victim.seed = config.seed = s), into WORKDIR/seeds/seed_{s}/, as the report's
-# ``repeat_runs`` choose: the numbers of Figs. 1–4, 6–9 and Table 1 as mean ± std over
-# seeds. The sweep is not repeated (seed 0's best.json sets every seed's tuned and
-# partition runs), nor are the untuned run and the two landscapes (minutes to hours).
-SEED_RUNS = ("affine", "one_hidden", "tuned", "partition")
+# ``repeat_runs`` choose: the numbers of Figs. 1–9 and Table 1 as mean ± std over seeds.
+# The sweep is not repeated (seed 0's best.json sets every seed's DecoReco runs), nor are
+# the two landscapes (minutes to hours).
+SEED_RUNS = ("affine", "one_hidden", "untuned", "tuned", "partition")
 
 
 def seed_workdir(workdir: str, seed: int) -> str:
@@ -83,7 +83,7 @@ def collect(workdir: str, repeats: bool = False) -> dict:
      "results": {run: {key: array}} for the untuned / tuned / partition DecoReco runs,
      "landscapes": {"bilevel": records, "decoreco": records} (each attack's own scale),
      "comparable": the same on one scale (`comparable_records`)}; with ``repeats`` only
-    the parts the seed's runs give (no untuned run, no landscapes).
+    the parts the seed's runs give (no landscapes).
   Raises:
     ValueError: a run predates the start images' evaluation (delete it to recompute).
   """

@@ -130,7 +130,8 @@ def report_page(results: dict, table1_md: str, measured: dict, variant: str,
 
   Args:
     results: artefact -> verdict dict (`verdicts`, plus "membership").
-    table1_md: Table 1 as Markdown (`trdr.report.artefacts.table1`, table1.md).
+    table1_md: Table 1 as Markdown (`trdr.report.artefacts.table1`, table1.md, and
+      `trdr.report.artefacts.table1_readings` after it).
     measured: `trdr.report.membership.measure` output.
     variant: the config variant ("", "cpu" or "smoke"), named in the header.
     count_rows: `counts` output (the counts table; none: no table).

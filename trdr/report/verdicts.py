@@ -330,8 +330,12 @@ def _count(summary: dict, level: float) -> int:
   return int(summary["reconstructed"][f"ssim_ge_{level:g}"])
 
 
-def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES) -> dict:
-  """Fig. 5 from the summary.json of the untuned (σ = 1) and the tuned DecoReco runs."""
+def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES,
+                 untuned_images: dict | None = None) -> dict:
+  """Fig. 5 from the summary.json of the untuned (σ = 1) and the tuned DecoReco runs and,
+  where given, the untuned run's per-reconstruction SSIMs (``untuned_images``:
+  "train_ssim" and "public_ssim", float[m], to the nearest training and public image):
+  the caption's "resemble natural images" counted as SSIM ≥ the level to either."""
   level, most = rules["ssim_level"], rules["fig5_max_untuned"]
   u, t = _count(untuned, level), _count(tuned, level)
   buddies = lambda summary: int(summary["reconstructed_best_buddies"][f"ssim_ge_{level:g}"])
@@ -340,6 +344,11 @@ def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES) -> dict:
               "untuned: best buddies": buddies(untuned), "tuned: best buddies": buddies(tuned),
               "n_train": tuned["n_train"]}
   checks = {f"untuned ≤ {most}": u <= most, "untuned < tuned": u < t}
+  if untuned_images is not None:
+    nearest = np.maximum(untuned_images["train_ssim"], untuned_images["public_ssim"])
+    natural = int(np.sum(nearest >= level))
+    measured["untuned: resembling natural images"] = natural
+    checks[f"untuned natural ≤ {most}"] = natural <= most
   return verdict_of("fig5", measured, checks, rules=rules)
 
 
@@ -501,7 +510,7 @@ def _verdicts_of(evidence: dict, rules: dict) -> dict:
   if "table1" in evidence:
     out["table1"] = verdict_table1(evidence["table1"], rules)
   if {"untuned", "tuned"} <= set(s):
-    out["fig5"] = verdict_fig5(s["untuned"], s["tuned"], rules)
+    out["fig5"] = verdict_fig5(s["untuned"], s["tuned"], rules, res.get("untuned"))
   if tuned is not None:
     quiz = (tuned["train_ssim"], tuned["train_index"], tuned["public_ssim"])
     out.update(fig6=verdict_fig6(*quiz, rules),

@@ -114,6 +114,40 @@ class Victim(NamedTuple):
     """Φ(images; params): float[n, H, W, C] -> logits float[n] (or float[n, C])."""
     return self.model.apply({"params": params}, images)
 
+  def initial_params(self, image_shape) -> Params:
+    """θ0, the parameters the victim's training started from (`initial_params`), in θ*'s
+    dtype; traceable.
+
+    Args:
+      image_shape: (H, W, C) of the images.
+    Raises:
+      ValueError: θ* was loaded from a file (``config.load``): its θ0 is unknown.
+    """
+    if self.config.get("load"):
+      raise ValueError(f"the victim's θ0 is unknown: θ* was loaded from {self.config.load}, "
+                       "not trained by trdr (a lower-level start 'victim_theta0' needs it)")
+    dtype = jax.tree.leaves(self.params)[0].dtype
+    return initial_params(self.config, self.model, image_shape, dtype)
+
+
+VICTIM_INITS = ("default", "uniform")
+
+
+def initial_params(victim_config: ml_collections.ConfigDict, model: nn.Module, image_shape,
+                   dtype) -> Params:
+  """θ0 of the victim's training, from ``victim_config.seed``: the network's own
+  initialisation (``init`` "default": `trdr.models.init_params`) or every entry drawn from
+  U(0, 1) (``init`` "uniform": Runkel et al.'s random θ0, `trdr.models.uniform_params`).
+
+  Raises:
+    ValueError: an unknown ``victim_config.init``.
+  """
+  if victim_config.init not in VICTIM_INITS:
+    raise ValueError(f"unknown victim.init {victim_config.init!r}; known: {list(VICTIM_INITS)}")
+  key = jax.random.key(victim_config.seed)
+  default = models.init_params(model, key, image_shape, dtype)
+  return default if victim_config.init == "default" else models.uniform_params(key, default)
+
 
 def metadata(config: ml_collections.ConfigDict, task) -> dict:
   """Everything that determines θ*: compared to decide whether a saved θ* is reusable.
@@ -134,8 +168,11 @@ def metadata(config: ml_collections.ConfigDict, task) -> dict:
   else:
     training = {"loss": "logistic", **{k: v[k] for k in (
         "weight_decay", "tol", "max_iter", "memory_size")}}
+  # "init" only where it is not the default, so that victims saved before the key existed
+  # (all trained from the default θ0) are reused.
+  init = {} if v.init == "default" else {"init": v.init}
   return files.to_jsonable({
-      "arch": v.arch, **model_fields, **training, "seed": v.seed,
+      "arch": v.arch, **model_fields, **training, "seed": v.seed, **init,
       "float64": config.float64, "data": config.data,
       "image_shape": list(task.train_images.shape[1:]), "data_sha256": files.array_digest(
           task.train_images, task.train_labels, task.test_images, task.test_labels)})
@@ -144,8 +181,7 @@ def metadata(config: ml_collections.ConfigDict, task) -> dict:
 def _template(config: ml_collections.ConfigDict, image_shape) -> tuple[nn.Module, Params]:
   dtype = jnp.float64 if config.float64 else jnp.float32
   model = models.build_model(config.victim)
-  return model, models.init_params(model, jax.random.key(config.victim.seed), image_shape,
-                                   dtype)
+  return model, initial_params(config.victim, model, image_shape, dtype)
 
 
 def load_saved(config: ml_collections.ConfigDict, directory: str, image_shape) -> Victim:
