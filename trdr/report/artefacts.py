@@ -257,7 +257,8 @@ def table1_readings(runs, config) -> dict:
     per_seed = []
     for seed in r.seeds:
       c = r.victim.copy_and_resolve_references()
-      c.victim.activation, c.victim.seed, c.seed = activation, seed, seed
+      # seed s as in the report's repeats: the data draw, the victim's θ0, the U(0, 1) draws
+      c.victim.activation, c.victim.seed, c.seed, c.data.seed = activation, seed, seed, seed
       directory = os.path.join(folder, f"{activation}_seed{seed}")
       per_seed.append(_reuse_or_solve(c, directory))
     table["activations"][activation] = per_seed
