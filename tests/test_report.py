@@ -184,19 +184,23 @@ def test_fig7_an_adversary_without_the_training_set_at_chance_tells_or_underpowe
 def test_fig8_realism_auc_interval_decides():
   level = verdicts.RULES["ssim_level"]
   rng = np.random.default_rng(0)
-  ssim = np.sort(rng.uniform(0, 0.3, 200))[::-1]
+  ssim = np.sort(rng.uniform(0, 0.3, 1000))[::-1]
   ssim[:10] = level + 0.1
-  same = rng.uniform(0, 1, 200)          # realism independent of the rank
+  same = rng.uniform(0, 1, 1000)          # realism independent of the rank
   v = verdicts.verdict_fig8(ssim, same)
-  assert v["measured"]["top"] == 10 and v["measured"]["low-ranked"] == 150
-  # Ten top-ranked against 150 low-ranked: the interval is far wider than ± 0.1, so an
-  # independent score cannot show "cannot tell" here (half-width ≈ 1.96·√(var AUC) ≥ 0.15
+  # m = 1000 is the paper's candidates: its ranks 10 and 50 as they stand.
+  assert v["measured"]["top"] == 10 and v["measured"]["low-ranked"] == 950
+  # Ten top-ranked against 950 low-ranked: the interval is far wider than ± 0.1, so an
+  # independent score cannot show "cannot tell" here (half-width ≈ 1.96·√(var AUC) ≥ 0.18
   # for 10 positives, by Hanley & McNeil's variance at AUC 0.5: (n1 + n2 + 1)/(12 n1 n2)).
   assert v["verdict"] == "underpowered" and v["measured"]["interval half-width"] > 0.1
-  separated = np.where(np.arange(200) < 10, 1.0, 0.0) + 0.01 * same
+  separated = np.where(np.arange(1000) < 10, 1.0, 0.0) + 0.01 * same
   v = verdicts.verdict_fig8(ssim, separated)
   assert v["measured"]["95% interval"][0] > 0.5 and v["verdict"] == "partly"
-  assert verdicts.verdict_fig8(ssim[:50], same[:50])["verdict"] == "not tested"
+  # m = 200 (the :cpu runs): the ranks scaled as for Fig. 6, top 4 against below 10.
+  v = verdicts.verdict_fig8(ssim[:200], same[:200])
+  assert v["measured"]["top"] == 4 and v["measured"]["low-ranked"] == 190
+  assert verdicts.verdict_fig8(ssim[:4], same[:4])["verdict"] == "not tested"
 
 
 def test_fig9_majority_as_a_test_and_one_best_buddy_pair():

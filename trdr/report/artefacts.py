@@ -33,7 +33,7 @@ from trdr.experiment import readings
 from trdr.attacks import init as inits
 from trdr.evaluation import realism
 from trdr.evaluation.evaluate import START
-from trdr.report import figures
+from trdr.report import figures, verdicts
 from trdr.report.claims import RULES
 from trdr.runtime import files, rundir
 
@@ -351,11 +351,12 @@ def _decoreco_grid(name, run, title, order="ssim"):
 
 def _quiz(results):
   """Fig. 6's quiz of the tuned run (`trdr.evaluation.realism.quiz`): the odd one ranked below
-  the paper's 50 scaled to the run's candidates (`realism.scaled_ranks`), else below half
-  of the distinct nearest training images (a run too small for the scaled rank)."""
-  distinct = realism.distinct_order(results["train_ssim"], results["train_index"]).size
-  low = realism.scaled_ranks(len(results["train_ssim"]))[1]
-  low = low if distinct > max(low, realism.QUIZ_TOP) else distinct // 2
+  the paper's 50 scaled to the run's candidates (`verdicts.quiz_frame`), else, where no
+  training image ranks that low (the verdict: not tested), below half of the distinct
+  nearest training images, so that the figure still shows the quiz."""
+  _, low, measured, testable = verdicts.quiz_frame(results["train_ssim"],
+                                                   results["train_index"], RULES)
+  low = low if testable else measured["distinct nearest training images"] // 2
   return realism.quiz(results["train_ssim"], results["train_index"], results["public_ssim"],
                       low_rank=low), low
 

@@ -20,10 +20,8 @@ RULES = {
     "ssim_level": 0.4,                  # a training image counts as reconstructed
     "fig5_max_untuned": 3,              # "at most the first three reconstructions"
     "fig6_top": realism.QUIZ_TOP,       # "four … among the top 10"
-    "top_rank": realism.TOP_RANK,       # "among the top 10 nearest neighbours"
-    "low_rank": realism.LOW_RANK,       # "not even in the top 50"
-    # Figs. 6 and 7 scale those two ranks from the published runs' 1,000 candidates to a
-    # run's m (`realism.scaled_ranks`); Fig. 7's quiz is asked this many times.
+    # Figs. 6, 7 and 8 scale the ranks 10 and 50 from the published runs' 1,000 candidates
+    # to a run's m (`realism.scaled_ranks`); Fig. 7's quiz is asked this many times.
     "paper_candidates": realism.PAPER_CANDIDATES,
     "quiz_draws": 1000,
     "majority": 0.5,                    # "the majority of the resulting images"
@@ -112,13 +110,15 @@ CLAIMS = {
              "to the training data, an adversary cannot identify whether a reconstructed "
              "natural image is part of the training dataset”",
              "Fig. 8 caption; Sec. 4.4",
-             "the tuned run's top {top_rank} reconstructions (by SSIM to the nearest training "
-             "image) each have SSIM ≥ {ssim_level}, and a realism score without the training "
-             "set (SSIM to the nearest public test-split image) does not tell them from the "
-             "reconstructions ranked below {low_rank}: its AUC's 95% bootstrap interval "
-             "lies inside 0.5 ± {equivalence_margin}; an interval that contains 0.5 but is "
-             "wider is underpowered (the experiment could not tell). Not tested with ≤ "
-             "{low_rank} reconstructions"),
+             "with the paper's ranks 10 and 50 scaled from its {paper_candidates} candidates "
+             "to the run's m as in Fig. 6: the tuned run's reconstructions in the scaled top "
+             "10 (by SSIM to the nearest training image) each have SSIM ≥ {ssim_level}, and "
+             "a realism score without the training set (SSIM to the nearest public "
+             "test-split image) does not tell them from the reconstructions ranked below the "
+             "scaled 50: its AUC's 95% bootstrap interval lies inside 0.5 ± "
+             "{equivalence_margin}; an interval that contains 0.5 but is wider is "
+             "underpowered (the experiment could not tell). Not tested with no "
+             "reconstruction below the scaled 50"),
     "fig9": ("“the majority of the resulting images reflects the initialisation rather than "
              "the real training samples. Interestingly, a single training image can be "
              "reconstructed”",

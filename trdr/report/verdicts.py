@@ -352,10 +352,15 @@ def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES,
   return verdict_of("fig5", measured, checks, rules=rules)
 
 
-def _quiz_frame(train_ssim, train_index, rules) -> tuple[int, int, dict, bool]:
-  """Figs. 6 and 7's common ground: the paper's "top 10" and "top 50" scaled from its
-  candidates to this run's m (`trdr.evaluation.realism.scaled_ranks`), the numbers both
-  verdicts report, and whether any distinct training image ranks below the scaled 50."""
+def quiz_frame(train_ssim, train_index, rules) -> tuple[int, int, dict, bool]:
+  """Figs. 6 and 7's common ground (their verdicts and figures): the paper's "top 10" and
+  "top 50" scaled from its candidates to this run's m (`trdr.evaluation.realism.scaled_ranks`),
+  the numbers both verdicts report, and whether any distinct training image ranks below
+  the scaled 50 (the quiz is testable).
+
+  Returns:
+    (top rank, low rank, measured dict, testable).
+  """
   top_rank, low_rank = realism.scaled_ranks(int(np.size(train_ssim)), rules["paper_candidates"])
   distinct = realism.distinct_order(train_ssim, train_index).size
   measured = {"reconstructions": int(np.size(train_ssim)),
@@ -368,7 +373,7 @@ def _quiz(train_ssim, train_index, public_ssim, rules):
   """Fig. 6's quiz (`trdr.evaluation.realism.quiz`, ranks over distinct training images),
   its measured numbers and the scaled top 10; the quiz is None when too few distinct
   training images rank below the scaled "top 50"."""
-  top_rank, low_rank, measured, testable = _quiz_frame(train_ssim, train_index, rules)
+  top_rank, low_rank, measured, testable = quiz_frame(train_ssim, train_index, rules)
   if not testable:
     return None, measured, top_rank
   q = realism.quiz(train_ssim, train_index, public_ssim, top=rules["fig6_top"],
@@ -424,7 +429,7 @@ def verdict_fig7(train_ssim, train_index, public_ssim, best_ssim_per_train, phi_
   per training image float[n], the victim's output Φ(x_i) float[n])."""
   best = np.asarray(best_ssim_per_train, np.float64)
   rho = spearman(best, np.abs(np.asarray(phi_train, np.float64)))
-  top_rank, low_rank, measured, testable = _quiz_frame(train_ssim, train_index, rules)
+  top_rank, low_rank, measured, testable = quiz_frame(train_ssim, train_index, rules)
   measured["ρ(best SSIM, |Φ|) (Haim et al.)"] = rho
   if not testable:
     return verdict_of("fig7", measured, {}, NOT_TESTED, rules)
@@ -444,14 +449,17 @@ def verdict_fig7(train_ssim, train_index, public_ssim, best_ssim_per_train, phi_
 def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
   """Fig. 8 from the tuned run's per-reconstruction SSIM to the nearest training image and
   to the nearest public image, float[m] each: does the realism score tell top-ranked from
-  low-ranked reconstructions (`trdr.evaluation.realism.top_vs_low`)?"""
+  low-ranked reconstructions (`trdr.evaluation.realism.top_vs_low`)? The ranks are the
+  paper's 10 and 50 scaled to the run's m, as for Figs. 6 and 7."""
   ssim = np.asarray(train_ssim, np.float64)
-  level, top_rank = rules["ssim_level"], rules["top_rank"]
+  top_rank, low_rank = realism.scaled_ranks(int(ssim.size), rules["paper_candidates"])
+  level = rules["ssim_level"]
   measured = {"reconstructions": int(ssim.size),
+              "the paper's top 10 and top 50, scaled to these candidates": [top_rank, low_rank],
               f"reconstructions with SSIM ≥ {level}": int(np.sum(ssim >= level))}
-  if ssim.size <= rules["low_rank"]:
+  if ssim.size <= low_rank:
     return verdict_of("fig8", measured, {}, NOT_TESTED, rules)
-  t = realism.top_vs_low(ssim, public_ssim, top_rank=top_rank, low_rank=rules["low_rank"])
+  t = realism.top_vs_low(ssim, public_ssim, top_rank=top_rank, low_rank=low_rank)
   answer = equivalence(t["low"], t["high"], rules)
   measured.update({"realism AUC, top vs low-ranked": t["auc"],
                    "95% interval": [t["low"], t["high"]],
@@ -459,7 +467,7 @@ def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
                    "low-ranked": t["n_low"]})
   top = ssim[realism.ranks(ssim) <= top_rank]
   margin = rules["equivalence_margin"]
-  checks = {f"the top {top_rank} each SSIM ≥ {level}": bool(np.all(top >= level)),
+  checks = {f"the scaled top {top_rank} each SSIM ≥ {level}": bool(np.all(top >= level)),
             f"the realism AUC's interval inside 0.5 ± {margin:g}": answer == "chance"}
   return verdict_of("fig8", measured, checks, UNDERPOWERED if answer == "underpowered" else None,
                     rules=rules)
