@@ -18,7 +18,7 @@ lower-level start of `trdr.attacks.bilevel`):
 
 `table1_readings` measures, for each reading, l at the training images x_GT, at the
 distinct partition and at U(0, 1) noise images (Table 1's three starts, before any
-attack), with the ||∇θE|| each re-solve reached, on the one-hidden victim (Runkel eq. 9)
+attack), with the ||∇θE|| each re-solve reached, on the one-hidden victim (the network of eq. 9)
 with ReLU and softplus over several seeds. Under a reading where l(x_GT) is not the
 smallest of the three, the training set is not even a minimiser of what the attack
 minimises, and what the attack returns says nothing about privacy.
