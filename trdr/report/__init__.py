@@ -62,12 +62,13 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   with open(os.path.join(paper_figures, "table1.md")) as f:
     table1_md = f.read()
   with open(os.path.join(paper_figures, "table1_readings.md")) as f:
-    table1_md += "\n### Table 1 under each reading of the paper's random θ0\n\n" + f.read()
+    readings_md = f.read()
+  table1_md += "\n### Table 1 under each reading of the paper's random θ0\n\n" + readings_md
   files.write_json(os.path.join(workdir, "report.json"),
                    {"verdicts": results, "counts": count_rows, "membership": measured,
                     "rules": RULES, "table1": collected["table1"],
-                    "table1_readings": files.read_json(
-                        os.path.join(paper_figures, "table1_readings.json")),
+                    "table1_readings": files.read_json(os.path.join(
+                        paper_figures, "table1_readings.json")) | {"markdown": readings_md},
                     "generated": _provenance(config.variant)})
   files.atomic_write(os.path.join(workdir, "report.md"),
                      markdown.report_page(results, table1_md, measured, config.variant,

@@ -217,4 +217,7 @@ def verdicts_page(report: dict, source: str) -> str:
           f"| {victim} ({table['sizes'][victim]}) | {row['parameters']} | {c} | "
           f"{_fmt(row['measured'][c])} | {_fmt(row['measured_per_parameter'][c])} | "
           f"{_fmt(row['start_measured'][c])} | {_fmt(row['paper'][c])} |")
+  if "table1_readings" in report:  # a report.json written before it had none: no section
+    lines += ["", "## Table 1 under each reading of the paper's random θ0", "",
+              report["table1_readings"]["markdown"].strip()]
   return "\n".join(lines) + "\n"
