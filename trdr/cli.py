@@ -42,7 +42,15 @@ _CPU_DEVICES = flags.DEFINE_integer(
     "CPU core it may use (JAX_NUM_CPU_DEVICES, if set, stands), so that a grid attacked "
     "one start at a time runs one start per core (trdr.experiment.loop). Not changed across "
     "processes or when XLA_FLAGS sets --xla_force_host_platform_device_count.")
+_DEBUG = flags.DEFINE_bool(
+    "debug", False, "Show the traceback of an error trdr raises on bad input (a config "
+    "value, a model file, a finished --workdir) instead of its one line.")
 flags.mark_flags_as_required(["config"])
+
+# What trdr raises on purpose for bad input: the CLIs print it as one line, exit status 2.
+_INPUT_ERRORS = (ValueError, FileExistsError, FileNotFoundError, NotADirectoryError)
+_REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "configs")
 
 
 def run(main) -> None:
@@ -53,16 +61,49 @@ def run(main) -> None:
   def with_devices(argv):
     sharding.set_cpu_devices(_CPU_DEVICES.value,
                              _DISTRIBUTED.value or bool(_COORDINATOR.value))
-    return main(argv)
+    try:
+      return main(argv)
+    except _INPUT_ERRORS as e:
+      if _DEBUG.value:
+        raise
+      _fail(f"error: {' '.join(str(e).split())} (--config="
+            f"{config_flags.get_config_filename(flags.FLAGS['config'])}; --debug shows "
+            "the traceback)", status=2)
   app.run(with_devices, flags_parser=parse_flags)
+
+
+def _fail(line: str, status: int) -> None:
+  sys.stderr.write(line + "\n")
+  sys.exit(status)
+
+
+def _check_config_file() -> None:
+  """A --config file that does not exist: one line naming it and the configs that do."""
+  if "config" not in flags.FLAGS:
+    return
+  given = config_flags.get_config_filename(flags.FLAGS["config"])
+  if not given:
+    return
+  path = given.partition(":")[0]
+  if os.path.exists(path):
+    return
+  configs = lambda d: sorted(f for f in os.listdir(d) if f.endswith(".py") and f != "__init__.py"
+                             ) if os.path.isdir(d) else []
+  # the configs beside the path given, else the repository's configs/
+  folder = next((d for d in (os.path.dirname(path), _REPO_CONFIGS) if d and configs(d)), None)
+  known = f"; the configs in {folder}: {', '.join(configs(folder))}" if folder else ""
+  _fail(f"error: no config file {path}{known}", status=2)
 
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing; a --config.x.y=... that names no field or gives a value of the
   wrong type exits with one line (the flag and ml_collections' suggestion, e.g. 'Did you
-  mean "steps"'), not a traceback."""
+  mean "steps"'), not a traceback, and so does a --config file that does not exist (with
+  the configs that do)."""
   try:
-    return app.parse_flags_with_usage(argv)
+    rest = app.parse_flags_with_usage(argv)
+    _check_config_file()
+    return rest
   except (AttributeError, KeyError, TypeError, ValueError) as e:
     text = str(e.args[0] if e.args else e)
     if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a repr's quotes

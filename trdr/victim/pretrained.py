@@ -244,7 +244,10 @@ def resolve(config: ml_collections.ConfigDict, image_shape) -> ml_collections.Co
     raise ValueError("victim.load and victim.checkpoint_dir are both set: a loaded θ* is "
                      "not trained, so it has no cache; unset victim.checkpoint_dir")
   resolved = ml_collections.ConfigDict(config.to_dict())
-  resolved.victim = architecture(layers(read(path), image_shape), config.victim)
+  try:
+    resolved.victim = architecture(layers(read(path), image_shape), config.victim)
+  except ValueError as e:  # named by the file it is about
+    raise (e if path in str(e) else ValueError(f"{path}: {e}")) from None
   changed = {k: resolved.victim[k] for k in resolved.victim
              if config.victim.get(k) != resolved.victim[k]}
   if changed:

@@ -1,0 +1,61 @@
+"""The command lines' errors on bad input: one line naming the file, a non-zero exit, and the
+traceback only with --debug."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trdr import experiment
+from trdr.runtime import files
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = ("landscape", "reconstruct", "sweep", "paper", "report", "membership")
+
+
+def _start(script, *args, env, cwd):
+  return subprocess.Popen(
+      [sys.executable, os.path.join(REPO, "experiments", f"{script}.py"), *args],
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
+
+
+def _error_line(process) -> str:
+  """The one `error:` line of a refused command (its exit status 2, no traceback)."""
+  _, stderr = process.communicate(timeout=600)
+  assert process.returncode == 2, stderr[-2000:]
+  assert "Traceback" not in stderr, stderr[-2000:]
+  (line,) = [line for line in stderr.splitlines() if line.startswith("error: ")]
+  return line
+
+
+@pytest.mark.slow  # a Python process per command
+def test_bad_input_is_one_line_naming_the_file(subprocess_env, tmp_path):
+  bad_model = tmp_path / "model.npz"
+  np.savez(bad_model, foo=np.zeros(3))
+  finished = tmp_path / "finished"
+  finished.mkdir()
+  files.write_json(finished / experiment.LANDSCAPE_FILE, [])
+  config = os.path.join(REPO, "configs", "bilevel_affine.py") + ":smoke"
+  run = lambda script, *args: _start(script, *args, f"--workdir={tmp_path / 'out'}",
+                                     env=subprocess_env, cwd=tmp_path)
+  # Started together (each mostly imports), read one by one.
+  missing = {s: run(s, "--config=configs/nope.py") for s in SCRIPTS}
+  model = {s: run(s, f"--config={config}", f"--config.victim.load={bad_model}")
+           for s in ("landscape", "reconstruct")}
+  done = _start("landscape", f"--config={config}", f"--workdir={finished}",
+                env=subprocess_env, cwd=tmp_path)
+  debug = _start("landscape", f"--config={config}", f"--workdir={finished}", "--debug",
+                 env=subprocess_env, cwd=tmp_path)
+  for script, process in missing.items():
+    line = _error_line(process)
+    # the configs that exist are listed (here the repository's: none beside the path)
+    assert "no config file configs/nope.py" in line and "bilevel_affine.py" in line, script
+  for process in model.values():
+    assert str(bad_model) in _error_line(process)
+  line = _error_line(done)
+  assert str(finished) in line and "--overwrite" in line
+  _, stderr = debug.communicate(timeout=600)
+  assert debug.returncode != 0 and "Traceback" in stderr and "FileExistsError" in stderr
+  assert not (tmp_path / "out").exists()  # nothing written by a refused command
