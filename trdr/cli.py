@@ -8,6 +8,7 @@ error), --workdir (``~`` and $VARS expanded), --overwrite, the flags of a run ac
 --artefacts.
 """
 
+import logging as std_logging
 import os
 import sys
 import time
@@ -57,6 +58,9 @@ def run(main) -> None:
   """`absl.app.run` of ``main`` with `parse_flags`, after `trdr.runtime.sharding.set_cpu_devices`
   and with matplotlib's Agg backend (the figures are written to files; no display)."""
   matplotlib.use("Agg")
+  # JAX's backend probe logs "Unable to initialize backend 'tpu'" at INFO on every machine
+  # without a TPU; its warnings and errors still show.
+  std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.WARNING)
 
   def with_devices(argv):
     sharding.set_cpu_devices(_CPU_DEVICES.value,
