@@ -9,6 +9,7 @@ import sys
 import flax.serialization
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
@@ -326,3 +327,30 @@ def test_the_readmes_use_from_python_example_runs_as_written(tmp_path, monkeypat
   assert np.all(np.isfinite(images))
   assert namespace["found"]["count_ssim_ge"].shape == (1,)
   assert namespace["target"].metadata["config"]["sha256"] == pretrained.sha256("model.npz")
+
+
+@pytest.mark.parametrize("arch", ["affine", "one_hidden", "haim_mlp"])
+@pytest.mark.parametrize("ext", [".npz", ".pth"])
+def test_save_victim_then_load_gives_theta_star_bitwise(tmp_path, arch, ext):
+  """`trdr.save_victim` writes what `victim.load` reads: θ* back bit for bit (a copy of
+  the arrays, transposed and channel-permuted for .pth and back), for every architecture."""
+  if ext == ".pth":
+    pytest.importorskip("torch")
+  import trdr  # noqa: PLC0415
+  shape = (4, 4, 3)
+  victim_config = ml_collections.ConfigDict(
+      {"arch": arch, "width": 5, "widths": (6, 5), "activation": "relu", "all_biases": True,
+       "num_outputs": 1})
+  model = models.build_model(victim_config)
+  params = models.init_params(model, jax.random.key(3), shape, jnp.float32)
+  params = jax.tree.map(  # every entry distinct, none 0: a misplaced one shows
+      lambda a: a + jax.random.uniform(jax.random.key(a.size), a.shape), params)
+  target = victim.Victim(model, params, victim_config, {})
+  path = trdr.save_victim(target, str(tmp_path / f"theta{ext}"), image_shape=shape)
+  found = pretrained.layers(pretrained.read(path), shape)
+  loaded = pretrained.params(found, victim_config, jnp.float32)
+  assert jax.tree.structure(loaded) == jax.tree.structure(params)
+  for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(a, b)
+  with pytest.raises(ValueError, match="known formats"):
+    trdr.save_victim(target, str(tmp_path / "theta.h5"))

@@ -3,6 +3,7 @@
   config = trdr.get_config("decoreco_cifar", "smoke")    # an ml_collections.ConfigDict
   task = trdr.load_task(config)                          # training / test images
   target = trdr.load_victim("model.pth", config, task)   # θ* from a file (or train_victim)
+  trdr.save_victim(target, "theta.npz")                  # θ* to a file (.npz or .pth)
   images = trdr.attack(target, config, task)             # reconstructions float[m, H, W, C]
   found = trdr.evaluate_reconstructions(images, task)    # nearest training images by SSIM
   trdr.run_experiment(config, "runs/mine", "attack")     # all of it, with files and resume
@@ -72,6 +73,13 @@ def load_victim(path: str, config: ml_collections.ConfigDict,
     config.victim = pretrained.resolve(config, task.train_images.shape[1:]).victim
   with jax.enable_x64(bool(config.float64)):
     return pretrained.load(config, task)
+
+
+def save_victim(target: victim.Victim, path: str, image_shape=None) -> str:
+  """Writes θ* to ``path`` (.npz in trdr's Flax names, or .pth/.pt as a PyTorch state_dict)
+  in a layout `load_victim` reads back bitwise (`trdr.victim.pretrained.export`, whose
+  docstring gives the layouts and errors). Returns ``path``."""
+  return pretrained.export(target, path, image_shape)
 
 
 def attack(target: victim.Victim, config: ml_collections.ConfigDict, task: data.Task,

@@ -28,6 +28,7 @@ biases and one output fits both the one-hidden network (eq. 9) and Haim et al.'s
 """
 
 import hashlib
+import io
 import os
 import re
 
@@ -105,6 +106,12 @@ def _read_orbax(path):
   return ocp.PyTreeCheckpointer().restore(os.path.abspath(path))
 
 
+def _flax_order(stem: str):
+  """trdr's Flax layer names in the network's order: dense / hidden / dense_0, … first,
+  output last."""
+  return stem == "output", int(stem[6:]) if re.fullmatch(r"dense_\d+", stem) else -1
+
+
 def layers(arrays: dict[str, np.ndarray], image_shape) -> list[dict]:
   """The linear layers of ``arrays`` (`read`) in order, in trdr's orientation.
 
@@ -129,8 +136,7 @@ def layers(arrays: dict[str, np.ndarray], image_shape) -> list[dict]:
     found = [(s, f"{s}.weight", f"{s}.bias") for s in sorted(stems, key=natural)]
   elif len(flax_style) == len(arrays):
     stems = {k.partition("/")[0] for k in arrays}
-    order = lambda s: (s == "output", int(s[6:]) if re.fullmatch(r"dense_\d+", s) else -1)
-    found = [(s, f"{s}/kernel", f"{s}/bias") for s in sorted(stems, key=order)]
+    found = [(s, f"{s}/kernel", f"{s}/bias") for s in sorted(stems, key=_flax_order)]
     dense = [int(x[6:]) for x in stems if re.fullmatch(r"dense_\d+", x)]
     missing = sorted({f"dense_{k}/kernel" for k in range(max(dense, default=-1))}
                      - set(arrays))
@@ -338,6 +344,56 @@ def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
                        f"θ* {str(old.get('sha256'))[:12]}…); restore it, use another "
                        "--workdir or pass --overwrite")
   return config, loaded
+
+
+def export(target: cache.Victim, path: str, image_shape=None) -> str:
+  """Writes θ* to ``path`` in a layout `read` takes back, bitwise (what `load` returns).
+
+  ``.npz``: trdr's Flax names (``<layer>/kernel`` float[in, out], ``<layer>/bias``), the
+  inputs NHWC-flattened. ``.pth``/``.pt`` (needs PyTorch): a PyTorch ``state_dict``,
+  ``layers.<i>.weight`` float[out, in] and ``layers.<i>.bias`` in the network's order, the
+  first layer's inputs NCHW-flattened (channels first, as a ``torch.nn.Linear`` on
+  ``x.flatten(1)`` of an NCHW image expects). Arrays keep θ*'s dtype. Written to a
+  temporary file and moved into place: a failed write leaves no partial file.
+
+  Args:
+    target: the victim (`trdr.victim.Victim`); its θ* is a dict of layers {kernel, bias}.
+    path: the file to write (.npz, .pth or .pt).
+    image_shape: (H, W, C) of the images (for .pth's channel order); default: the one
+      its training recorded (``metadata["config"]["image_shape"]``).
+  Returns:
+    ``path``.
+  Raises:
+    ValueError: another extension; .pth without an image shape known.
+    ModuleNotFoundError: .pth and PyTorch is not installed.
+  """
+  ext = os.path.splitext(path)[1].lower()
+  if ext not in (".npz", ".pth", ".pt"):
+    raise ValueError(f"cannot export θ* to {path}: known formats .npz, .pth, .pt")
+  stems = sorted(target.params, key=_flax_order)
+  if ext == ".npz":
+    arrays = {f"{stem}/{name}": np.asarray(a) for stem in stems
+              for name, a in target.params[stem].items()}
+    files.save_npz(path, **arrays)
+    return path
+  shape = image_shape or target.metadata.get("config", {}).get("image_shape")
+  if shape is None:
+    raise ValueError(f"cannot export θ* to {path}: the image shape (H, W, C) is unknown "
+                     "(pass image_shape)")
+  import torch  # noqa: PLC0415  (an optional extra)
+  state = {}
+  for i, stem in enumerate(stems):
+    kernel = np.asarray(target.params[stem]["kernel"])
+    if i == 0:  # NHWC-flattened inputs -> NCHW, as `layers` reads them back
+      h, w, c = shape
+      kernel = kernel.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(h * w * c, -1)
+    state[f"layers.{i}.weight"] = torch.from_numpy(np.array(kernel.T, order="C"))  # a copy
+    if "bias" in target.params[stem]:
+      state[f"layers.{i}.bias"] = torch.from_numpy(np.array(target.params[stem]["bias"]))
+  buffer = io.BytesIO()
+  torch.save(state, buffer)
+  files.atomic_write(path, buffer.getbuffer())
+  return path
 
 
 def keep(loaded: cache.Victim, workdir: str) -> cache.Victim:
