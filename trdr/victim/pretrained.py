@@ -256,8 +256,8 @@ def resolve(config: ml_collections.ConfigDict, image_shape) -> ml_collections.Co
     raise (e if path in str(e) else ValueError(f"{path}: {e}")) from None
   changed = {k: resolved.victim[k] for k in resolved.victim
              if config.victim.get(k) != resolved.victim[k]}
-  if changed:
-    logging.info("victim architecture from %s: %s", path, changed)
+  if changed:  # the file decides, but a config that said otherwise may be a mistake
+    logging.warning("victim architecture from %s replaces the config's: %s", path, changed)
   return resolved
 
 
