@@ -511,8 +511,10 @@ def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(t
   _finish(str(run), config, 1.0)
   _finish(str(elsewhere), other, 2.0)
   names = sorted(os.listdir(run))
-  assert set(names) >= {rundir.CONFIG_FILE, rundir.CHECKPOINT_FILE, rundir.METRICS_FILE,
-                        rundir.SUMS_FILE, experiment.RESULTS_FILE, experiment.LANDSCAPE_FILE}
+  assert set(names) >= {rundir.CONFIG_FILE, rundir.METRICS_FILE, rundir.SUMS_FILE,
+                        experiment.RESULTS_FILE, experiment.LANDSCAPE_FILE}
+  # The checkpoint served only resumption: a finished run drops it (`rundir.finish`).
+  assert rundir.CHECKPOINT_FILE not in names
   artefacts.run_or_reuse("landscape", config, str(run))  # intact: reused, nothing recomputed
   assert sorted(os.listdir(run)) == names
   for name in names:

@@ -149,15 +149,31 @@ SUMS_FILE = "SHA256SUMS"
 def finish(workdir: str, marker: str, obj: Any) -> None:
   """Marks a run finished: SHA256SUMS of every file in ``workdir`` (config.json,
   results.npz, metrics.jsonl, …, and the marker's own bytes, last), then the marker
-  ``marker`` (``obj`` as `write_json` writes it). `check_finished` verifies them; so
-  does ``sha256sum -c SHA256SUMS`` in ``workdir``."""
+  ``marker`` (``obj`` as `write_json` writes it), then removes the attack's checkpoints
+  (only a resumption needs them). `check_finished` verifies the files; so does
+  ``sha256sum -c SHA256SUMS`` in ``workdir``."""
   payload = dumps_json(obj, indent=2, sort_keys=True).encode()
+  resumption = [n for n in os.listdir(workdir) if _only_for_resuming(n)]
   names = sorted(n for n in os.listdir(workdir) if os.path.isfile(os.path.join(workdir, n))
-                 and n not in (LOCK_FILE, SUMS_FILE, marker) and ".tmp" not in n)
+                 and n not in (LOCK_FILE, SUMS_FILE, marker) and ".tmp" not in n
+                 and n not in resumption)
   lines = [f"{sha256_file(os.path.join(workdir, n))}  {n}\n" for n in names]
   lines.append(f"{hashlib.sha256(payload).hexdigest()}  {marker}\n")
   atomic_write(os.path.join(workdir, SUMS_FILE), "".join(lines).encode())
   atomic_write(os.path.join(workdir, marker), payload)
+  # Only now, with the run marked finished (a kill before this leaves a resumable run): the
+  # attack's checkpoints served only resumption, and a finished run is never resumed
+  # (the main job's is hundreds of MB).
+  for name in resumption:
+    with contextlib.suppress(OSError):
+      os.remove(os.path.join(workdir, name))
+
+
+def _only_for_resuming(name: str) -> bool:
+  """The attack loop's checkpoints (`CHECKPOINT_FILE` and, across processes, the previous
+  one kept beside it): what a finished run no longer needs."""
+  stem, ext = os.path.splitext(CHECKPOINT_FILE)
+  return name.startswith(stem) and name.endswith(ext) and ".tmp" not in name
 
 
 def check_finished(workdir: str, marker: str) -> None:
