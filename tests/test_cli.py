@@ -59,3 +59,19 @@ def test_bad_input_is_one_line_naming_the_file(subprocess_env, tmp_path):
   _, stderr = debug.communicate(timeout=600)
   assert debug.returncode != 0 and "Traceback" in stderr and "FileExistsError" in stderr
   assert not (tmp_path / "out").exists()  # nothing written by a refused command
+
+
+def test_a_finished_run_ends_with_its_headline_and_files(smoke_report_dir):
+  """The last lines of a landscape run: one row per pure start with its numbers, as
+  landscape.json has them to 3 significant digits, then the files written."""
+  from trdr import cli  # noqa: PLC0415  (defines the command lines' flags)
+  from trdr.report import artefacts  # noqa: PLC0415
+
+  run = artefacts.run_dir(smoke_report_dir, "landscape_bilevel")
+  lines = cli.headline(run, "landscape").splitlines()
+  records = files.read_json(os.path.join(run, experiment.LANDSCAPE_FILE))
+  (gt,) = [r for r in records if r["lambda1"] == 1.0 and r["lambda2"] == 1.0]
+  (row,) = [line for line in lines if line.startswith("| ground_truth |")]
+  assert f"| {gt['param_distance']:.3g} | {gt['l2_to_train']:.3g} |" in row
+  assert sum(line.startswith(("| noise", "| partition")) for line in lines) == 2
+  assert lines[-1].startswith("Written: ") and "results.npz" in lines[-1]

@@ -151,7 +151,48 @@ def experiment_main(mode: str):
       began = time.time()
       plotting.run_figures(workdir, check=False)  # files this process has just checksummed
       logging.info("Seconds: figures %.1f", time.time() - began)
+      print(headline(workdir, mode))
   return main
+
+
+def headline(workdir: str, mode: str) -> str:
+  """What a finished run found, for its last lines: a landscape's pure starts (||θ* − θ||²
+  and the mean L2 and SSIM of their reconstructions to the training set, the partition and
+  the noise; 3 significant digits), an attack's training images reconstructed, a sweep's
+  best setting; then the files in ``workdir`` with their sizes."""
+  from trdr.attacks import init as inits  # noqa: PLC0415
+
+  lines = [f"Finished: {workdir}"]
+  if mode == "landscape":
+    records = files.read_json(os.path.join(workdir, experiment.LANDSCAPE_FILE))
+    sets = ("train", "partition", "noise")
+    lines += ["| start | ||θ* − θ||² | " + " | ".join(f"L2 to {s}" for s in sets) + " | "
+              + " | ".join(f"SSIM to {s}" for s in sets) + " |",
+              "|---|---:|" + "---:|" * 2 * len(sets)]
+    for name in inits.PURE_INITS:
+      try:
+        r = records[inits.pure_index(records, name)]
+      except ValueError:  # a grid without that point
+        continue
+      cells = [r.get("param_distance", float("nan")), *(r[f"l2_to_{s}"] for s in sets),
+               *(r[f"ssim_to_{s}"] for s in sets)]
+      lines.append(f"| {name} | " + " | ".join(f"{c:.3g}" for c in cells) + " |")
+  elif mode == "attack":
+    summary = files.read_json(os.path.join(workdir, experiment.SUMMARY_FILE))
+    if "reconstructed" in summary:
+      lines.append(f"Training images reconstructed, of {summary['n_train']} (best SSIM ≥ t): "
+                   + ", ".join(f"t = {t}: {c}" for t, c in
+                               ((k.removeprefix("ssim_ge_"), v)
+                                for k, v in summary["reconstructed"].items())))
+  elif mode == "sweep":
+    best = files.read_json(os.path.join(workdir, experiment.BEST_FILE))
+    lines.append("Best setting: " + ", ".join(
+        f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}" for k, v in best.items()))
+  sizes = {n: os.path.getsize(os.path.join(workdir, n)) for n in sorted(os.listdir(workdir))
+           if os.path.isfile(os.path.join(workdir, n)) and not n.startswith(".")}
+  lines.append("Written: " + ", ".join(f"{n} ({b / 1e6:.1f} MB)" for n, b in sizes.items())
+               + f"; {sum(sizes.values()) / 1e6:.0f} MB in all")
+  return "\n".join(lines)
 
 
 def paper_main(argv):
