@@ -142,11 +142,18 @@ def initial_params(victim_config: ml_collections.ConfigDict, model: nn.Module, i
   Raises:
     ValueError: an unknown ``victim_config.init``.
   """
-  if victim_config.init not in VICTIM_INITS:
-    raise ValueError(f"unknown victim.init {victim_config.init!r}; known: {list(VICTIM_INITS)}")
+  init = _init(victim_config)
+  if init not in VICTIM_INITS:
+    raise ValueError(f"unknown victim.init {init!r}; known: {list(VICTIM_INITS)}")
   key = jax.random.key(victim_config.seed)
   default = models.init_params(model, key, image_shape, dtype)
-  return default if victim_config.init == "default" else models.uniform_params(key, default)
+  return default if init == "default" else models.uniform_params(key, default)
+
+
+def _init(victim_config) -> str:
+  # A config saved before the key existed (a finished run's config.json) trained from the
+  # default θ0 (`trdr.runtime.rundir.ADDED_KEYS`).
+  return victim_config.get("init", "default")
 
 
 def metadata(config: ml_collections.ConfigDict, task) -> dict:
@@ -170,7 +177,7 @@ def metadata(config: ml_collections.ConfigDict, task) -> dict:
         "weight_decay", "tol", "max_iter", "memory_size")}}
   # "init" only where it is not the default, so that victims saved before the key existed
   # (all trained from the default θ0) are reused.
-  init = {} if v.init == "default" else {"init": v.init}
+  init = {} if _init(v) == "default" else {"init": _init(v)}
   return files.to_jsonable({
       "arch": v.arch, **model_fields, **training, "seed": v.seed, **init,
       "float64": config.float64, "data": config.data,
@@ -179,9 +186,10 @@ def metadata(config: ml_collections.ConfigDict, task) -> dict:
 
 
 def _template(config: ml_collections.ConfigDict, image_shape) -> tuple[nn.Module, Params]:
+  """The model and a θ of its structure, shapes and dtype (what a saved θ* is read into)."""
   dtype = jnp.float64 if config.float64 else jnp.float32
   model = models.build_model(config.victim)
-  return model, initial_params(config.victim, model, image_shape, dtype)
+  return model, models.init_params(model, jax.random.key(0), image_shape, dtype)
 
 
 def load_saved(config: ml_collections.ConfigDict, directory: str, image_shape) -> Victim:
@@ -223,16 +231,17 @@ def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Vi
   if saved is not None:
     logging.info("Victim config changed: retraining θ* into %s", directory)
   start = time.time()
+  theta0 = initial_params(config.victim, model, task.train_images.shape[1:], dtype)
   if config.victim.training == "gd":
     task = task._replace(train_images=task.train_images.astype(dtype),
                          test_images=task.test_images.astype(dtype))
     theta_star, report = train_gd(
-        model, template, task, config.victim,
+        model, theta0, task, config.victim,
         log_fn=lambda r: logging.info("victim epoch %d: train loss %.3e, accuracy %.3f",
                                       r["epoch"], r["train_loss"], r["train_accuracy"]))
     report = report._asdict()
   else:
-    theta_star, report = train(model, template, task, config.victim)
+    theta_star, report = train(model, theta0, task, config.victim)
     report = report.__dict__
   meta = {"config": meta, "report": files.to_jsonable(report),
           "train_seconds": time.time() - start}
