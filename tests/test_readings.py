@@ -51,6 +51,13 @@ def test_a_victim_trained_before_the_init_key_existed_is_the_same_run():
   assert rundir.config_change(old, config) == ""
   config.victim.init = "uniform"
   assert rundir.config_change(old, config) == "victim.init: absent -> 'uniform'"
+  # and its config, read back as the run saved it, still gives the default θ0
+  saved = ml_collections.ConfigDict(old)
+  model = models.build_model(saved.victim)
+  for a, b in zip(jax.tree.leaves(cache.initial_params(saved.victim, model, _SHAPE, jnp.float32)),
+                  jax.tree.leaves(models.init_params(model, jax.random.key(saved.victim.seed),
+                                                     _SHAPE, jnp.float32))):
+    np.testing.assert_array_equal(a, b)
 
 
 def _affine_attack(start, load=None):
