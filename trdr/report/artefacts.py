@@ -322,9 +322,10 @@ def _readings_markdown(table: dict, r) -> str:
   lines += ["", "The paper's Table 1 (one-hidden, after the attack): random "
             f"{paper['random']:.2e} < ground truth {paper['ground truth']:.2e} < partition "
             f"{paper['partition']:.2e}. The numbers above are at the starts, before any "
-            "attack: under a reading where x_GT minimises l, no attack can end below 0 at "
-            "the ground-truth start, and the paper's ground truth 1.7e-3 above its random "
-            "6.1e-5 says its attack left x_GT or its re-solve did not retrace θ*."]
+            "attack. Under a reading where x_GT minimises l, an attack started at x_GT that "
+            "stays there ends at l = 0, below any other start; the paper's ground truth "
+            "1.7e-3, above its random 6.1e-5, says its attack left x_GT or its re-solve "
+            "did not retrace θ*."]
   return "\n".join(lines) + "\n"
 
 
