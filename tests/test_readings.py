@@ -74,6 +74,7 @@ def _affine_attack(start, load=None):
   return attack, target, jnp.asarray(rng.uniform(size=(n, *_SHAPE)), jnp.float32)
 
 
+@pytest.mark.slow  # compiles the attack's step (the implicit hypergradient)
 def test_victim_theta0_restarts_every_solve_from_the_victims_own_theta0():
   """Reading (b): the lower level starts from the θ0 the victim's training started from
   (here victim.init "uniform"), whatever the step; a θ* loaded from a file has none."""
