@@ -14,7 +14,7 @@ lower-level start of `trdr.attacks.bilevel`):
   (d) "previous_uniform"  warm start from the previous outer iterate, the first from
                           U(0, 1): at fixed images (no attack) it is (c)'s solve, so it
                           has no row of its own here;
-  (e) "theta_star"        warm start from θ* (trdr's main job).
+  (e) "theta_star"        every solve from θ* (as trdr's main job's first solve).
 
 `table1_readings` measures, for each reading, l at the training images x_GT, at the
 distinct partition and at U(0, 1) noise images (Table 1's three starts, before any
