@@ -295,23 +295,23 @@ def _readings_markdown(table: dict, r) -> str:
            "| activation | reading | " + " | ".join(f"l({s})" for s in sets)
            + " | l(x_GT) / P | max ||∇θE|| | victim's ||∇θE(θ*)|| | x_GT minimises |",
            "|---|---|" + "---:|" * (len(sets) + 4)]
+  minimisers = {a: [readings.minimiser_readings(p["readings"], table["minimiser_tolerance"])
+                    for p in per_seed] for a, per_seed in table["activations"].items()}
   for activation, per_seed in table["activations"].items():
     for reading, (_, init, words) in readings.READINGS.items():
       values = {s: np.array([p["readings"][reading][s]["distance"] for p in per_seed])
                 for s in sets}
       grad = max(p["readings"][reading][s]["grad_norm"] for p in per_seed for s in sets)
       victim_grad = max(p["victims"][init]["grad_norm"] for p in per_seed)
-      minimises = sum(reading in readings.minimiser_readings(
-          p["readings"], table["minimiser_tolerance"]) for p in per_seed)
+      minimises = sum(reading in found for found in minimisers[activation])
       cells = [f"{values[s].mean():.3e} ± {values[s].std():.1e}" for s in sets]
       lines.append(f"| {activation} | ({reading}) {words} | " + " | ".join(cells)
                    + f" | {values['ground_truth'].mean() / per_seed[0]['parameters']:.2e} | "
                    f"{grad:.1e} | {victim_grad:.1e} | {minimises} of {len(per_seed)} |")
   paper = table["paper"]
   for activation, per_seed in table["activations"].items():
-    every = [r for r in readings.READINGS if all(
-        r in readings.minimiser_readings(p["readings"], table["minimiser_tolerance"])
-        for p in per_seed)]
+    every = [r for r in readings.READINGS
+             if all(r in found for found in minimisers[activation])]
     ordered = [r for r in readings.READINGS if all(
         p["readings"][r]["noise"]["distance"] < p["readings"][r]["ground_truth"]["distance"]
         < p["readings"][r]["partition"]["distance"] for p in per_seed)]
@@ -323,9 +323,9 @@ def _readings_markdown(table: dict, r) -> str:
             f"{paper['random']:.2e} < ground truth {paper['ground truth']:.2e} < partition "
             f"{paper['partition']:.2e}. The numbers above are at the starts, before any "
             "attack. Under a reading where x_GT minimises l, an attack started at x_GT that "
-            "stays there ends at l = 0, below any other start; the paper's ground truth "
-            "1.7e-3, above its random 6.1e-5, says its attack left x_GT or its re-solve "
-            "did not retrace θ*."]
+            f"stays there ends at l = 0, below any other start; the paper's ground truth "
+            f"{paper['ground truth']:.2e}, above its random {paper['random']:.2e}, says its "
+            "attack left x_GT or its re-solve did not retrace θ*."]
   return "\n".join(lines) + "\n"
 
 
