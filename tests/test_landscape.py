@@ -65,6 +65,11 @@ def test_writes_every_artefact(smoke_run):
   for name in ("config.json", "landscape.json", "results.npz", "metrics.jsonl",
                "victim/victim.msgpack"):
     assert os.path.exists(os.path.join(workdir, name)), name
+  # What only a resumption needed is gone (`rundir.drop_checkpoints`), and the start
+  # images are regenerated rather than stored (`trdr.experiment.results`).
+  assert not os.path.exists(os.path.join(workdir, rundir.CHECKPOINT_FILE))
+  with np.load(os.path.join(workdir, "results.npz")) as stored:
+    assert "initial_images" not in stored.files
   for fig in ("fig10_heatmaps", "fig11_lambda2_eq_1", "fig12_lambda1_eq_1",
               "reconstructions_noise", "reconstructions_ground_truth",
               "reconstructions_partition", "reconstructions_partition_vs_partition"):
@@ -107,7 +112,7 @@ def test_ground_truth_initialisation_returns_the_training_images(smoke_run):
   others = [r["param_distance"] for r in records if (r["lambda1"], r["lambda2"]) != (1.0, 1.0)]
   assert gt["param_distance"] < 1e-3 * min(others)
   assert gt["ssim_to_train"] > 0.999  # SSIM(x, x) = 1 up to float32 rounding, as above
-  results = np.load(os.path.join(workdir, "results.npz"))
+  results = experiment.load_results(workdir)
   g = list(zip(results["lambda1"], results["lambda2"])).index((1.0, 1.0))
   np.testing.assert_array_equal(results["train_index"][g], np.arange(40))
 
@@ -126,7 +131,7 @@ def test_the_partition_start_is_traced_along_the_attack(smoke_run):
   """Its mean L2 to the training set, the partition and its start at every logged step
   (`evaluate.trajectory`); the other grid points are not traced (NaN)."""
   workdir, records = smoke_run
-  results = np.load(os.path.join(workdir, "results.npz"))
+  results = experiment.load_results(workdir)
   np.testing.assert_array_equal(results["trace_step"], [0, 10, 20, 30])
   g = list(zip(results["lambda1"], results["lambda2"])).index((0.0, 1.0))
   for name in ("train", "partition", "start"):
@@ -149,7 +154,7 @@ def test_the_partition_start_is_traced_along_the_attack(smoke_run):
 
 def test_attack_reduces_the_upper_loss(smoke_run):
   workdir, _ = smoke_run
-  loss = np.load(os.path.join(workdir, "results.npz"))["history_upper_loss"]
+  loss = experiment.load_results(workdir)["history_upper_loss"]
   # Every point but the ground truth, whose l at step 0 is 0, or at most ((victim.tol +
   # lower_level.tol) / wd)² = 4e-6 were the lower level to re-solve; the others start at l ≥ 2.
   config = smoke_config()
@@ -431,7 +436,7 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
   assert saved["data"]["classes"] == [[0, 2, 4, 6, 8], [1, 3, 5, 7, 9]]
   assert saved["data"]["n_per_class"] == 5
   assert _logged_steps(workdir) == [10]
-  results = np.load(workdir / "results.npz")
+  results = experiment.load_results(str(workdir))
   assert results["final_images"].shape == (9, 10, 28, 28, 1)
   gt = _point(files.read_json(workdir / "landscape.json"), 1.0, 1.0)
   assert gt["l2_to_train"] < 1e-2  # no step at x_true (test_ground_truth_initialisation_...)
@@ -469,7 +474,7 @@ def test_float64_switch_runs_the_whole_path_in_float64(x64, tmp_path):
   config.data.n_per_class = 10                      # the path, not the size, is tested
   config.init.lambda1 = config.init.lambda2 = (0.0, 1.0)
   records = experiment.run(config, str(tmp_path), "landscape").records
-  results = np.load(tmp_path / "results.npz")
+  results = experiment.load_results(str(tmp_path))
   assert results["final_images"].dtype == np.float64
   assert results["history_upper_loss"].dtype == np.float64
   assert _point(records, 1.0, 1.0)["l2_to_train"] < 1e-2  # no step at x_true (see above)

@@ -9,6 +9,7 @@ import re
 import numpy as np
 import pytest
 
+from trdr import experiment
 from trdr.evaluation import evaluate
 from trdr.report import claims, evidence, markdown, verdicts
 
@@ -496,7 +497,7 @@ def test_key_numbers_over_seeds_are_the_repeats_own(smoke_report):
     records = files.read_json(os.path.join(artefacts.run_dir(directory, "affine"),
                                            "landscape.json"))
     distances.append(verdicts.pure_record(records, "noise")["param_distance"])
-    with np.load(os.path.join(artefacts.run_dir(directory, "affine"), "results.npz")) as r:
+    with experiment.load_results(artefacts.run_dir(directory, "affine")) as r:
       images.append(r["train_images"])
   assert not np.array_equal(*images)            # another data draw
   fig1 = saved["fig1"]["seeds"]
@@ -578,13 +579,12 @@ def test_membership_numbers_match_the_runs(smoke_report):
 def test_rescoring_under_the_runs_own_display_gives_its_records(smoke_report):
   """`evaluate.rescored` (the one scale of Figs. 10–12) recomputes a saved run's own
   numbers exactly when given the run's display: the same images, sets and engine."""
-  from trdr.evaluation import evaluate
   from trdr.report import artefacts
   from trdr.runtime import files
 
   workdir, _ = smoke_report
   run = artefacts.run_dir(workdir, "landscape_bilevel")
-  with np.load(os.path.join(run, "results.npz")) as saved:
+  with experiment.load_results(run) as saved:
     results = dict(saved)
   evaluation = evaluate.rescored(results, str(results["display"]))
   for g, r in enumerate(files.read_json(os.path.join(run, "landscape.json"))):

@@ -25,8 +25,8 @@ def _command(workdir, *extra):
 
 
 def _results(workdir):
-  with np.load(os.path.join(workdir, "results.npz")) as f:
-    return {k: f[k] for k in f.files}
+  with experiment.load_results(workdir) as f:
+    return dict(f)
 
 
 def _without_timing(records):

@@ -41,7 +41,7 @@ __version__ = "0.1.0"
 # The Python API (`trdr.api`), imported on first use so that importing a module of trdr
 # stays light.
 API = ("get_config", "load_task", "train_victim", "load_victim", "save_victim", "attack",
-       "evaluate_reconstructions", "run_experiment")
+       "evaluate_reconstructions", "run_experiment", "load_results")
 
 
 def __getattr__(name):

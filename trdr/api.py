@@ -7,6 +7,7 @@
   images = trdr.attack(target, config, task)             # reconstructions float[m, H, W, C]
   found = trdr.evaluate_reconstructions(images, task)    # nearest training images by SSIM
   trdr.run_experiment(config, "runs/mine", "attack")     # all of it, with files and resume
+  results = trdr.load_results("runs/mine")               # its results.npz arrays
 
 Every image array is in the victim's input space (pixels in [0, 1], minus the training
 mean when ``config.data.subtract_mean``), NHWC.
@@ -130,3 +131,14 @@ def run_experiment(config: ml_collections.ConfigDict, workdir: str, mode: str = 
   with every file written, checked and resumable; returns its `experiment.Finished`
   (``.summary``, and ``.records`` of a landscape)."""
   return experiment.run(config, workdir, mode, overwrite=overwrite)
+
+
+def load_results(run_dir: str) -> experiment.results.Results:
+  """A finished run's results.npz as name -> np.ndarray, every array as the run computed
+  it (a landscape's start images regenerated, its final images spread over the grid's
+  duplicate points: `trdr.experiment.results`); each read when first used.
+
+  Raises:
+    FileNotFoundError: no results.npz in ``run_dir``.
+  """
+  return experiment.load_results(run_dir)

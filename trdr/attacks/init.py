@@ -99,11 +99,18 @@ def make_grid(lambda1s, lambda2s) -> Grid:
   return Grid(points[:, 0], points[:, 1], (l1.size, l2.size))
 
 
-def grid_images(grid: Grid, x_gt, x_part, x_rnd) -> jax.Array:
-  """All eq. 10 initialisations of the grid at once: float[G, n, H, W, C]."""
-  dtype = x_gt.dtype
-  return jax.vmap(mixture, in_axes=(None, None, None, 0, 0))(
-      x_gt, x_part, x_rnd, jnp.asarray(grid.lambda1, dtype), jnp.asarray(grid.lambda2, dtype))
+def grid_images(grid: Grid, x_gt, x_part, x_rnd) -> np.ndarray:
+  """All eq. 10 initialisations of the grid at once: np.ndarray float[G, n, H, W, C] in
+  x_gt's dtype (x_part, x_rnd: the same shape and dtype).
+
+  Elementwise numpy arithmetic in that dtype, each operation rounded once (no fused
+  multiply-add), so the same bits on every machine: a landscape's saved results
+  regenerate its start images with it (`trdr.experiment.results`).
+  """
+  x_gt, x_part, x_rnd = (np.asarray(x) for x in (x_gt, x_part, x_rnd))
+  dtype = x_gt.dtype.type
+  return np.stack([mixture(x_gt, x_part, x_rnd, dtype(l1), dtype(l2))
+                   for l1, l2 in zip(grid.lambda1, grid.lambda2)])
 
 
 # The three pure initialisations of eq. 10, as (λ1, λ2).

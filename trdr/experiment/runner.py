@@ -11,8 +11,9 @@ Every mode runs the same phases:
   evaluate  the reconstructions and, as the verdicts' attack-free baseline, the start
             images x0 evaluated alike (`trdr.evaluation.evaluate`; the start images'
             numbers prefixed `trdr.evaluation.evaluate.START`)
-  write     results.npz, summary.json, the mode's own files, and last SHA256SUMS and the
-            finished marker (`FINISHED`; `trdr.runtime.rundir.finish`)
+  write     results.npz (`trdr.experiment.results`; read it back with its `load`),
+            summary.json, the mode's own files, and last SHA256SUMS and the finished
+            marker (`FINISHED`; `trdr.runtime.rundir.finish`)
 
 Modes (`MODES`), one function each:
   "landscape"  the (λ1, λ2) grid of eq. 10 starts (Runkel et al. Sec. 4.3, 4.5; Figs. 1–4,
@@ -45,12 +46,13 @@ from trdr.attacks import ATTACKS, Attack
 from trdr.attacks import init as inits
 from trdr.evaluation import evaluate, records
 from trdr.experiment import loop
+from trdr.experiment import results as results_npz
+from trdr.experiment.results import RESULTS_FILE
 from trdr.experiment.starts import HPARAM_NAMES, STARTS, Starts
 from trdr.runtime import distributed, files, rundir
 from trdr.victim import pretrained
 
 LANDSCAPE_FILE = "landscape.json"
-RESULTS_FILE = "results.npz"
 SUMMARY_FILE = "summary.json"
 SWEEP_FILE = "sweep.json"
 BEST_FILE = "best.json"
@@ -135,7 +137,7 @@ def attack_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDic
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape",
-        overwrite: bool = False) -> Finished:
+        overwrite: bool = False, keep_checkpoint: bool = False) -> Finished:
   """Runs one experiment of ``mode`` and writes its files into ``workdir``.
 
   The run computes in float64 exactly when ``config.float64`` (JAX's x64 mode as a
@@ -149,6 +151,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
     mode: one of `MODES`.
     overwrite: replace a finished run (otherwise FileExistsError): the new run is built
       in ``workdir``.overwrite and replaces the old one only once it has finished.
+    keep_checkpoint: keep the attack's last checkpoint once the run has finished (by
+      default it is removed: `trdr.runtime.rundir.drop_checkpoints`).
   Returns:
     `Finished`: the run's summary and, for "landscape", its records. In a process other
     than 0 of a run across processes (`trdr.runtime.distributed`), which writes only its own
@@ -169,7 +173,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
   workdir = distributed.process_dir(
       os.path.abspath(os.path.expandvars(os.path.expanduser(workdir))))
   with jax.enable_x64(bool(config.float64)):
-    return _run(config, workdir, mode, overwrite)
+    finished = _run(config, workdir, mode, overwrite)
+  if not keep_checkpoint:
+    rundir.drop_checkpoints(workdir)
+  return finished
 
 
 def _run(config: ml_collections.ConfigDict, workdir: str, mode: str, overwrite: bool
@@ -245,7 +252,7 @@ def _landscape(run: Prepared, workdir: str) -> Finished:
   grid_records = records.grid_records(
       extra["lambda1"], extra["lambda2"], attacked.history, evaluation,
       config.eval.ssim_thresholds, config.eval.uniform_start_tols)
-  files.save_npz(os.path.join(workdir, RESULTS_FILE), **results)
+  results_npz.save(os.path.join(workdir, RESULTS_FILE), results, landscape=True)
   summary = attacked.summary
   _phase_done(summary, "evaluation", began)
   if attacked.attack.energy is not None:  # an attack with a lower level: how it converged

@@ -97,7 +97,8 @@ def landscape_starts(config, a, task, dtype) -> Starts:
   key_noise, key_attack = jax.random.split(jax.random.key(config.seed))
   x_gt = jnp.asarray(task.train_images, dtype)
   x_rnd = inits.uniform(key_noise, x_gt.shape, task.mean, dtype)
-  x0 = inits.grid_images(grid, x_gt, jnp.asarray(task.partition_images, dtype), x_rnd)
+  x0 = jnp.asarray(inits.grid_images(grid, x_gt, jnp.asarray(task.partition_images, dtype),
+                                     x_rnd))
   extra = {"lambda1": grid.lambda1, "lambda2": grid.lambda2,
            "grid_shape": np.asarray(grid.shape), "noise_images": np.asarray(x_rnd)}
   return Starts(x0, jnp.asarray(task.train_labels, dtype), key_attack, key_attack, extra)

@@ -27,7 +27,7 @@ import ml_collections
 from trdr import plotting
 from trdr.report import artefacts, evidence, figures, markdown, membership, verdicts
 from trdr.report.claims import RULES
-from trdr.runtime import files
+from trdr.runtime import files, rundir
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
@@ -57,7 +57,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   count_rows = evidence.counts(collected["summaries"])
   measured = membership.run(config.membership, os.path.join(workdir, "membership"))
   results["membership"] = verdicts.verdict_membership(measured)
-  plotting.save_figure(figures.membership_figure(measured), workdir, "membership")
+  plotting.save_figure(figures.membership_figure(measured), workdir, "membership",
+                       plotting.size_stamp(config.variant))
   paper_figures = os.path.join(workdir, "paper_figures")
   with open(os.path.join(paper_figures, "table1.md")) as f:
     table1_md = f.read()
@@ -69,11 +70,19 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     "rules": RULES, "table1": collected["table1"],
                     "table1_readings": files.read_json(os.path.join(
                         paper_figures, "table1_readings.json")) | {"markdown": readings_md},
-                    "generated": _provenance(config.variant)})
+                    "generated": _provenance(config.variant), "disk": _disk(workdir)})
   files.atomic_write(os.path.join(workdir, "report.md"),
                      markdown.report_page(results, table1_md, measured, config.variant,
                                           count_rows).encode())
   return results
+
+
+def _disk(workdir: str) -> dict:
+  """What the report's runs hold on disk: {"bytes": all of ``workdir`` (before report.md
+  and report.json), "runs": {run directory relative to ``workdir``: bytes}}."""
+  runs = {os.path.relpath(root, workdir): files.disk_usage(root)
+          for root, _, names in os.walk(workdir) if rundir.CONFIG_FILE in names}
+  return {"bytes": files.disk_usage(workdir), "runs": dict(sorted(runs.items()))}
 
 
 def _provenance(variant: str) -> dict:

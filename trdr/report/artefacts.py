@@ -122,7 +122,7 @@ def _records(runs, name):
 
 
 def _results(runs, name):
-  with np.load(os.path.join(runs[name], experiment.RESULTS_FILE)) as saved:
+  with experiment.load_results(runs[name]) as saved:
     return dict(saved)
 
 
@@ -171,7 +171,7 @@ def table1(runs, config) -> dict:
     sweeps[name] = sorted(config.paper[name].eval.uniform_start_tols, reverse=True)
     rows[name] = _table1_row(_records(runs, name), _summary(runs, name), sweeps[name])
     rows[name]["paper"] = PAPER_TABLE1[name]
-    with np.load(os.path.join(runs[name], experiment.RESULTS_FILE)) as saved:
+    with experiment.load_results(runs[name]) as saved:
       image_shape = saved["train_images"].shape[1:]
     count = parameter_count(config.paper[name].victim, image_shape)
     rows[name]["parameters"] = count
@@ -493,6 +493,7 @@ def make(config: ml_collections.ConfigDict, workdir: str, artefacts=tuple(ARTEFA
         files.atomic_write(os.path.join(folder, file_name), item.encode())
         written.append(os.path.join(folder, file_name))
       else:
-        written += plotting.save_figure(item, folder, file_name)
+        written += plotting.save_figure(item, folder, file_name,
+                                        plotting.size_stamp(config.variant))
   logging.info("Wrote %s", written)
   return written

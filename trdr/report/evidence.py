@@ -95,8 +95,8 @@ def collect(workdir: str, repeats: bool = False) -> dict:
     """Run ``name``'s results.npz arrays ``names`` and their start twins (at grid point
     ``index``), and phi_train where saved."""
     keys = (*names, *(START + k for k in names))
-    path = run(name, "results.npz")
-    with np.load(path) as saved:
+    path = run(name, experiment.RESULTS_FILE)
+    with experiment.load_results(path) as saved:
       missing = [k for k in keys if k not in saved]
       if missing:
         raise ValueError(f"{path} lacks {missing}: the run predates the evaluation of its "
@@ -161,7 +161,7 @@ def comparable_records(run_dir: str) -> list[dict]:
   """A landscape run's records on the scale both attacks share (`COMPARABLE_DISPLAY`):
   its own records where it was scored so, else its saved images scored again
   (`trdr.evaluation.evaluate.rescored`)."""
-  with np.load(os.path.join(run_dir, "results.npz")) as saved:
+  with experiment.load_results(run_dir) as saved:
     results = dict(saved)
   if str(results["display"]) == COMPARABLE_DISPLAY:
     return files.read_json(os.path.join(run_dir, "landscape.json"))

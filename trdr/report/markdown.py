@@ -220,4 +220,13 @@ def verdicts_page(report: dict, source: str) -> str:
   if "table1_readings" in report:  # a report.json written before it had none: no section
     lines += ["", "## Table 1 under each reading of the paper's random θ0", "",
               report["table1_readings"]["markdown"].strip()]
+  if "disk" in report:  # the same: no section
+    disk = report["disk"]
+    lines += ["", "## Disk", "",
+              f"The report's directory holds {disk['bytes'] / 1e6:.0f} MB in "
+              f"{len(disk['runs'])} run directories (finished runs keep no checkpoint; a "
+              "landscape stores its final images once per distinct grid point and "
+              "regenerates its start images: `trdr.experiment.results`).", "",
+              "| run | MB |", "|---|---:|",
+              *(f"| {name} | {b / 1e6:.1f} |" for name, b in disk["runs"].items())]
   return "\n".join(lines) + "\n"

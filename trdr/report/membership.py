@@ -140,7 +140,7 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0) -> di
   """
   rundir.check_finished(run_dir, experiment.MEMBERSHIP_FILE)
   config = ml_collections.ConfigDict(files.read_json(os.path.join(run_dir, rundir.CONFIG_FILE)))
-  with np.load(os.path.join(run_dir, experiment.RESULTS_FILE)) as saved:
+  with experiment.load_results(run_dir) as saved:
     results = dict(saved)
   task = data.make_task(config.data)
   if len(np.unique(task.train_labels)) != 2:

@@ -169,6 +169,16 @@ def read_verified(path: str, remedy: str) -> Any:
   return flax.serialization.msgpack_restore(outer["body"])
 
 
+def disk_usage(path: str) -> int:
+  """The bytes of a file, or of every file under a directory (their sizes, as ``du -b``
+  counts them; links not followed)."""
+  if not os.path.isdir(path):
+    return os.path.getsize(path)
+  return sum(os.path.getsize(os.path.join(root, name))
+             for root, _, names in os.walk(path) for name in names
+             if not os.path.islink(os.path.join(root, name)))
+
+
 def save_npz(path: str, **arrays) -> None:
   """np.savez, atomically (uncompressed: zlib would cost the main job seconds for a few
   percent of its hundreds of MB)."""

@@ -148,9 +148,9 @@ SUMS_FILE = "SHA256SUMS"
 
 def finish(workdir: str, marker: str, obj: Any) -> None:
   """Marks a run finished: SHA256SUMS of every file in ``workdir`` (config.json,
-  results.npz, metrics.jsonl, …, and the marker's own bytes, last), then the marker
-  ``marker`` (``obj`` as `write_json` writes it), then removes the attack's checkpoints
-  (only a resumption needs them). `check_finished` verifies the files; so does
+  results.npz, metrics.jsonl, …, and the marker's own bytes, last; the attack's
+  checkpoints left out: `drop_checkpoints`), then the marker ``marker`` (``obj`` as
+  `write_json` writes it). `check_finished` verifies the files; so does
   ``sha256sum -c SHA256SUMS`` in ``workdir``."""
   payload = dumps_json(obj, indent=2, sort_keys=True).encode()
   resumption = [n for n in os.listdir(workdir) if _only_for_resuming(n)]
@@ -161,12 +161,16 @@ def finish(workdir: str, marker: str, obj: Any) -> None:
   lines.append(f"{hashlib.sha256(payload).hexdigest()}  {marker}\n")
   atomic_write(os.path.join(workdir, SUMS_FILE), "".join(lines).encode())
   atomic_write(os.path.join(workdir, marker), payload)
-  # Only now, with the run marked finished (a kill before this leaves a resumable run): the
-  # attack's checkpoints served only resumption, and a finished run is never resumed
-  # (the main job's is hundreds of MB).
-  for name in resumption:
-    with contextlib.suppress(OSError):
-      os.remove(os.path.join(workdir, name))
+
+
+def drop_checkpoints(workdir: str) -> None:
+  """Removes the attack's checkpoints from a run `finish` has marked finished: they serve
+  only resumption, and a finished run is never resumed (the main job's are hundreds of
+  MB). Called after the marker, so a kill before it leaves a resumable run."""
+  for name in os.listdir(workdir):
+    if _only_for_resuming(name):
+      with contextlib.suppress(OSError):
+        os.remove(os.path.join(workdir, name))
 
 
 def _only_for_resuming(name: str) -> bool:
