@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -48,6 +49,7 @@ def test_bad_input_is_one_line_naming_the_file(subprocess_env, tmp_path):
                 env=subprocess_env, cwd=tmp_path)
   debug = _start("landscape", f"--config={config}", f"--workdir={finished}", "--debug",
                  env=subprocess_env, cwd=tmp_path)
+  export = run("landscape", f"--config={config}", f"--export_victim={tmp_path / 'theta.h5'}")
   for script, process in missing.items():
     line = _error_line(process)
     # the configs that exist are listed (here the repository's: none beside the path)
@@ -56,6 +58,7 @@ def test_bad_input_is_one_line_naming_the_file(subprocess_env, tmp_path):
     assert str(bad_model) in _error_line(process)
   line = _error_line(done)
   assert str(finished) in line and "--overwrite" in line
+  assert "theta.h5" in _error_line(export)  # refused before the run, not after it
   _, stderr = debug.communicate(timeout=600)
   assert debug.returncode != 0 and "Traceback" in stderr and "FileExistsError" in stderr
   assert not (tmp_path / "out").exists()  # nothing written by a refused command
@@ -75,3 +78,29 @@ def test_a_finished_run_ends_with_its_headline_and_files(smoke_report_dir):
   assert f"| {gt['param_distance']:.3g} | {gt['l2_to_train']:.3g} |" in row
   assert sum(line.startswith(("| noise", "| partition")) for line in lines) == 2
   assert lines[-1].startswith("Written: ") and "results.npz" in lines[-1]
+
+
+@pytest.mark.slow  # a Python process that runs a (tiny) landscape
+def test_export_victim_and_keep_checkpoint(subprocess_env, tmp_path):
+  """--export_victim writes the run's θ* in a layout victim.load reads back bitwise, named
+  in the last line; --keep_checkpoint keeps the checkpoint a finished run otherwise drops."""
+  from trdr import victim  # noqa: PLC0415
+  from trdr.runtime import rundir  # noqa: PLC0415
+  from trdr.victim import pretrained  # noqa: PLC0415
+
+  workdir, path = tmp_path / "run", tmp_path / "theta.npz"
+  process = _start(
+      "landscape", f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
+      f"--workdir={workdir}", "--config.data.n_per_class=5", "--config.attack.steps=2",
+      "--config.init.lambda1=(0.0,1.0)", "--config.init.lambda2=(0.0,1.0)",
+      f"--export_victim={path}", "--keep_checkpoint", env=subprocess_env, cwd=tmp_path)
+  stdout, stderr = process.communicate(timeout=600)
+  assert process.returncode == 0, stderr[-3000:]
+  assert stdout.splitlines()[-1].startswith(f"θ* exported: {path} (")
+  assert (workdir / rundir.CHECKPOINT_FILE).exists()
+  rundir.check_finished(str(workdir), experiment.LANDSCAPE_FILE)  # not in its SHA256SUMS
+  theta_star = victim.from_run(str(workdir)).params
+  exported = pretrained.layers(pretrained.read(str(path)), (32, 32, 3))
+  for a, b in zip(jax.tree.leaves(pretrained.params(exported, victim.from_run(
+      str(workdir)).config, np.float32)), jax.tree.leaves(theta_star)):
+    np.testing.assert_array_equal(a, b)

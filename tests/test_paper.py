@@ -49,7 +49,7 @@ def test_the_ground_truth_is_a_fixed_point_the_paper_lower_level_only_approximat
   c = config.paper[victim]
   # The paper's U(0, 1) start; the one-hidden victim is warm-started at :smoke (not :cpu).
   assert c.attack.lower_level.start == ("uniform" if victim == "affine" else "previous")
-  with np.load(os.path.join(artefacts.run_dir(workdir, victim), experiment.RESULTS_FILE)) as r:
+  with experiment.load_results(artefacts.run_dir(workdir, victim)) as r:
     first = r["history_upper_loss"][inits.pure_index(records, "ground_truth"), 0]
   if victim == "affine":
     bound = ((c.attack.lower_level.tol + c.victim.tol + 1e-6) / c.victim.weight_decay) ** 2
@@ -66,7 +66,7 @@ def test_random_initialisation_stays_noise_while_the_parameters_match(smoke, vic
   assert row["ssim_to_train"]["random"] < 0.2
   run = artefacts.run_dir(workdir, victim)
   records = files.read_json(os.path.join(run, experiment.LANDSCAPE_FILE))
-  with np.load(os.path.join(run, experiment.RESULTS_FILE)) as results:
+  with experiment.load_results(run) as results:
     initial = results["history_upper_loss"][inits.pure_index(records, "noise"), 0]
   distance = row["from_theta_star"]["random"]   # the attack's upper loss is from θ* too
   assert distance < 0.5 * initial, (distance, initial)
@@ -103,7 +103,7 @@ def test_table1_holds_the_measured_and_the_paper_values(smoke):
     assert row["lower_level_start"] == config.paper[victim].attack.lower_level.start
     # Reported as measured: from θ0 ~ U(0, 1) the one-hidden victim's lower level does not
     # always reach its tolerance within max_iter (README, Table 1).
-    with np.load(os.path.join(artefacts.run_dir(workdir, victim), experiment.RESULTS_FILE)) as r:
+    with experiment.load_results(artefacts.run_dir(workdir, victim)) as r:
       converged = np.mean(r["history_grad_norm"] < config.paper[victim].attack.lower_level.tol)
     assert row["lower_level"]["fraction_converged"] == pytest.approx(converged, abs=1e-12)
   with open(os.path.join(workdir, "paper_figures", "table1.md")) as f:
@@ -184,3 +184,47 @@ def test_finished_runs_are_reused_not_recomputed(smoke, monkeypatch):
     artefacts.make(other, workdir, ["fig5"])
   with pytest.raises(ValueError, match="unknown artefact"):
     artefacts.make(config, workdir, ["fig13"])
+
+
+def _untitled_and_unlabelled(fig) -> list[str]:
+  """What a reader of ``fig`` would miss: no title (a suptitle, a subfigure's header or
+  suptitle, or an axes title) or a colorbar without a label."""
+  import matplotlib.axes  # noqa: PLC0415
+  import matplotlib.figure  # noqa: PLC0415
+  subfigures = fig.findobj(matplotlib.figure.SubFigure)
+  axes = fig.findobj(matplotlib.axes.Axes)
+  titles = [f._suptitle.get_text() for f in (fig, *subfigures) if f._suptitle is not None]
+  titles += [t.get_text() for f in subfigures for t in f.texts]
+  titles += [ax.get_title(loc) for ax in axes for loc in ("center", "left", "right")]
+  missing = [] if any(titles) else ["title"]
+  return missing + [f"colorbar label of {ax}" for ax in axes
+                    if getattr(ax, "_colorbar", None) is not None
+                    and not (ax.get_ylabel() or ax.get_xlabel())]
+
+
+def test_every_figure_has_a_title_labelled_colorbars_and_the_runs_size(smoke, monkeypatch):
+  """The report's figures (`artefacts.make` on its finished runs, which it reuses) and a
+  landscape's and an attack's own figures (`plotting.run_figures`): each titled, each
+  colorbar labelled, and saved with the size it was run at in its corner."""
+  from trdr import plotting  # noqa: PLC0415
+  config, workdir, _, _ = smoke
+  saved = {}
+
+  def record(fig, directory, name, stamp=""):  # instead of writing: the shared runs stay
+    saved[name] = (_untitled_and_unlabelled(fig), stamp)
+    plotting.plt.close(fig)
+    return []
+
+  monkeypatch.setattr(plotting, "save_figure", record)
+  figures = [a for a in artefacts.ARTEFACTS if a not in ("table1", "table1_readings")]
+  artefacts.make(config, workdir, figures)
+  report_figures = set(saved)
+  for run in ("landscape_bilevel", "untuned"):
+    plotting.run_figures(artefacts.run_dir(workdir, run))
+  assert set(figures) <= report_figures and len(saved) > len(report_figures)
+  for name, (missing, _) in saved.items():
+    assert not missing, (name, missing)
+  assert {saved[name][1] for name in report_figures} == {"trdr · size smoke"}
+  landscape = saved["fig10_heatmaps"][1]
+  assert landscape.startswith("trdr · bilevel on affine") and "9 grid points" in landscape
+  assert saved["overview"][1].startswith("trdr · decoreco on haim_mlp")

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from trdr import data, experiment, models, victim
-from trdr.configs import decoreco_cifar
+from trdr.configs import bilevel_affine, decoreco_cifar
 from trdr.runtime import files, rundir
 from trdr.victim import pretrained
 
@@ -354,3 +354,52 @@ def test_save_victim_then_load_gives_theta_star_bitwise(tmp_path, arch, ext):
     np.testing.assert_array_equal(a, b)
   with pytest.raises(ValueError, match="known formats"):
     trdr.save_victim(target, str(tmp_path / "theta.h5"))
+
+
+def test_a_loaded_theta_star_far_from_stationary_is_warned_about(tmp_path, caplog):
+  """A random-weights file attacked by the bilevel attack is named in a warning with its
+  ||∇θE|| and, for the affine victim, the bound on ||θ* − θ(x_GT)||; the same victim
+  trained by trdr (float64, to ||∇θE|| < victim.tol) loads without one.
+
+  Tolerance: the trained θ*'s ||∇θE|| is recomputed in float64, where it differs from the
+  solver's own last value by rounding (~1e-16 · ||∇ of each term||), far below the margin
+  the solver leaves under victim.tol = 1e-5."""
+  import trdr  # noqa: PLC0415
+  config = bilevel_affine.get_config("smoke")
+  config.float64 = True
+  task = _task()
+  model = models.build_model(config.victim)
+  with jax.enable_x64(True):
+    theta0 = models.init_params(model, jax.random.key(0), IMAGE_SHAPE, jnp.float64)
+    trained, report = victim.train(model, theta0, task, config.victim)
+    random = jax.tree.map(lambda a: jax.random.uniform(jax.random.key(a.size), a.shape,
+                                                       jnp.float64), theta0)
+  assert report.grad_norm < config.victim.tol
+  for name, params, warned in (("trained", trained, False), ("random", random, True)):
+    path = trdr.save_victim(victim.Victim(model, params, config.victim, {}),
+                            str(tmp_path / f"{name}.npz"))
+    config.victim.load = path
+    caplog.clear()
+    with jax.enable_x64(True), caplog.at_level("WARNING"):
+      loaded = pretrained.load(pretrained.resolve(config, IMAGE_SHAPE), task)
+    grad_norm = loaded.metadata["report"]["grad_norm"]
+    messages = [r.getMessage() for r in caplog.records if "not stationary" in r.getMessage()]
+    assert (grad_norm > config.victim.tol) == warned, (name, grad_norm)
+    assert len(messages) == warned, messages
+    if warned:
+      assert path in messages[0] and f"{grad_norm:.3g}" in messages[0]
+      assert f"{grad_norm / config.victim.weight_decay:.3g}" in messages[0]
+  # DecoReco: a θ* that does not fit the task's training set (random weights) is warned about.
+  config = _config()
+  model = models.build_model(config.victim)
+  with jax.enable_x64(True):
+    theta = models.init_params(model, jax.random.key(1), IMAGE_SHAPE, jnp.float64)
+  config.victim.load = trdr.save_victim(victim.Victim(model, theta, config.victim, {}),
+                                        str(tmp_path / "mlp.npz"))
+  caplog.clear()
+  with jax.enable_x64(True), caplog.at_level("WARNING"):
+    loaded = pretrained.load(pretrained.resolve(config, IMAGE_SHAPE), task)
+  accuracy = loaded.metadata["report"]["train_accuracy"]
+  assert accuracy < 1
+  assert [f"{100 * accuracy:.1f}% of the task's training set" in r.getMessage()
+          for r in caplog.records] == [True]

@@ -17,8 +17,9 @@ import matplotlib
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from trdr import experiment, plotting
+from trdr import experiment, plotting, victim
 from trdr.runtime import distributed, files, sharding
+from trdr.victim import pretrained
 
 # paper, report and membership (and scipy.stats through them, ~1 s) are imported by the
 # mains that use them, not by every experiment script.
@@ -28,6 +29,12 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config fil
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where results are written (experiments: "
                                "default runs/<config name>[_<variant>][_sweep]).")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a finished run in --workdir.")
+_KEEP_CHECKPOINT = flags.DEFINE_bool(
+    "keep_checkpoint", False, "Keep the attack's last checkpoint once the run has finished "
+    "(experiments; by default it is removed: only a resumption needs it).")
+_EXPORT_VICTIM = flags.DEFINE_string(
+    "export_victim", None, "Also write the run's θ* to this file, .npz (trdr's Flax names) "
+    "or .pth (a PyTorch state_dict), the layouts --config.victim.load reads (experiments).")
 _ARTEFACTS = flags.DEFINE_list("artefacts", None, "Which artefacts to write (paper.py; "
                                "names from trdr.report.artefacts.ARTEFACTS, default: all of them).")
 _COORDINATOR = flags.DEFINE_string(
@@ -146,20 +153,26 @@ def experiment_main(mode: str):
     workdir = _workdir(_WORKDIR.value or default_workdir(
         config_flags.get_config_filename(flags.FLAGS["config"]),
         "_sweep" if mode == "sweep" else ""))
-    experiment.run(_CONFIG.value, workdir, mode, overwrite=_OVERWRITE.value)
+    if _EXPORT_VICTIM.value:  # refused now, not after the run
+      pretrained.check_export_path(_EXPORT_VICTIM.value)
+    experiment.run(_CONFIG.value, workdir, mode, overwrite=_OVERWRITE.value,
+                   keep_checkpoint=_KEEP_CHECKPOINT.value)
     if distributed.is_main():
       began = time.time()
       plotting.run_figures(workdir, check=False)  # files this process has just checksummed
       logging.info("Seconds: figures %.1f", time.time() - began)
-      print(headline(workdir, mode))
+      if _EXPORT_VICTIM.value:
+        pretrained.export(victim.from_run(workdir), _EXPORT_VICTIM.value)
+      print(headline(workdir, mode, _EXPORT_VICTIM.value))
   return main
 
 
-def headline(workdir: str, mode: str) -> str:
+def headline(workdir: str, mode: str, exported: str | None = None) -> str:
   """What a finished run found, for its last lines: a landscape's pure starts (||θ* − θ||²
   and the mean L2 and SSIM of their reconstructions to the training set, the partition and
   the noise; 3 significant digits), an attack's training images reconstructed, a sweep's
-  best setting; then the files in ``workdir`` with their sizes."""
+  best setting; then the files and folders in ``workdir`` with their sizes, and θ*'s
+  ``exported`` file."""
   from trdr.attacks import init as inits  # noqa: PLC0415
 
   lines = [f"Finished: {workdir}"]
@@ -188,10 +201,13 @@ def headline(workdir: str, mode: str) -> str:
     best = files.read_json(os.path.join(workdir, experiment.BEST_FILE))
     lines.append("Best setting: " + ", ".join(
         f"{k} = {v:.3g}" if isinstance(v, float) else f"{k} = {v}" for k, v in best.items()))
-  sizes = {n: os.path.getsize(os.path.join(workdir, n)) for n in sorted(os.listdir(workdir))
-           if os.path.isfile(os.path.join(workdir, n)) and not n.startswith(".")}
+  sizes = {n + ("/" if os.path.isdir(p) else ""): files.disk_usage(p)
+           for n in sorted(os.listdir(workdir))
+           if not n.startswith(".") and (p := os.path.join(workdir, n))}
   lines.append("Written: " + ", ".join(f"{n} ({b / 1e6:.1f} MB)" for n, b in sizes.items())
                + f"; {sum(sizes.values()) / 1e6:.0f} MB in all")
+  if exported:
+    lines.append(f"θ* exported: {exported} ({os.path.getsize(exported) / 1e6:.1f} MB)")
   return "\n".join(lines)
 
 
@@ -224,7 +240,8 @@ def membership_main(argv):
       config_flags.get_config_filename(flags.FLAGS["config"])))
   measured = membership.run(_CONFIG.value, workdir)
   verdict = verdicts.verdict_membership(measured)
-  plotting.save_figure(figures.membership_figure(measured), workdir, "membership")
+  plotting.save_figure(figures.membership_figure(measured), workdir, "membership",
+                       plotting.size_stamp(_CONFIG.value.variant))
   files.atomic_write(os.path.join(workdir, "membership.md"),
                      markdown.membership_page(measured, verdict).encode())
   for check, ok in verdict["checks"].items():

@@ -7,13 +7,13 @@ one). Reconstructions are shown through the one display transform of the evaluat
 (`trdr.evaluation.evaluate.to_display`, the run's "display").
 """
 
-import collections.abc
 import io as _bytes_io
 import os
 
 import matplotlib.pyplot as plt
 import numpy as np
 
+from trdr import experiment
 from trdr.attacks import init as inits
 from trdr.evaluation import evaluate
 from trdr.runtime import files, rundir
@@ -51,7 +51,15 @@ def _heatmaps(fig, records, grid_shape) -> None:
       for j in range(len(l2)):
         ax.text(i, j, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
                 color="white" if values[i, j] < values.mean() else "black")
-    fig.colorbar(im, ax=ax)
+    fig.colorbar(im, ax=ax, label=f"mean L2 to SSIM-nearest {label} image")
+
+
+_HEATMAPS_TITLE = "mean L2 distance to the SSIM-nearest image of each set over the eq. 10 grid"
+
+
+def _curve_title(fixed_key, fixed) -> str:
+  return (f"mean L2 to the SSIM-nearest image along {fixed_key.replace('lambda', 'λ')} = "
+          f"{fixed:g}")
 
 
 # Fig. 11 and 12: (name, fixed key, fixed value, free key).
@@ -91,10 +99,12 @@ def landscape_figures(records: list[dict], grid_shape) -> dict[str, plt.Figure]:
   figs = {}
   fig = plt.figure(figsize=(13, 4), layout="constrained")
   _heatmaps(fig, records, grid_shape)
+  fig.suptitle(f"Fig. 10: {_HEATMAPS_TITLE}")
   figs["fig10_heatmaps"] = fig
   for name, fixed_key, fixed, free_key in CURVES:
     fig, ax = plt.subplots(figsize=(5, 3.5), constrained_layout=True)
     if _curve(ax, records, fixed_key, fixed, free_key):
+      ax.set_title(f"Fig. {name[3:5]}: {_curve_title(fixed_key, fixed)}", fontsize=9)
       figs[name] = fig
     else:
       plt.close(fig)
@@ -116,6 +126,7 @@ def combined_landscape_figures(panels: dict[str, tuple[list[dict], tuple]]
                                            panels.items()):
     _heatmaps(sub, records, shape)
     sub.suptitle(label)
+  fig.suptitle(f"Fig. 10: {_HEATMAPS_TITLE}", fontsize=13)
   figs["fig10"] = fig
   for (_, fixed_key, fixed, free_key), short in zip(CURVES, ("fig11", "fig12")):
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5),
@@ -123,6 +134,7 @@ def combined_landscape_figures(panels: dict[str, tuple[list[dict], tuple]]
     for ax, (label, (records, _)) in zip(axes[0], panels.items()):
       _curve(ax, records, fixed_key, fixed, free_key)
       ax.set_title(label)
+    fig.suptitle(f"Fig. {short[3:]}: {_curve_title(fixed_key, fixed)}")
     figs[short] = fig
   return figs
 
@@ -251,6 +263,7 @@ def ssim_vs_output(results, thresholds=(0.3, 0.4, 0.5)) -> plt.Figure:
     ax.axhline(t, color="grey", lw=0.6, ls="--")
   ax.set_xlabel("victim output Φ(x_i)")
   ax.set_ylabel("SSIM of the best reconstruction")
+  ax.set_title("Each training image's best SSIM against the victim's output", fontsize=9)
   ax.legend(fontsize=7)
   return fig
 
@@ -274,11 +287,14 @@ def stacked(panels, title: str, draw, n_show: int = 32) -> plt.Figure:
   return fig
 
 
-def save_figure(fig, directory: str, name: str) -> list[str]:
+def save_figure(fig, directory: str, name: str, stamp: str = "") -> list[str]:
   """Saves ``fig`` as ``name``.png and ``name``.pdf in ``directory`` (atomically), closes
   it; returns the paths. Both are cropped to the box that ``bbox_inches="tight"`` finds
-  for the PNG (found once: each search is a draw of its own)."""
+  for the PNG (found once: each search is a draw of its own). ``stamp``: a grey line
+  under the figure's bottom-right corner, the run's size (`run_stamp`) or the report's."""
   paths = []
+  if stamp:
+    fig.text(1.0, 0.0, stamp, ha="right", va="top", fontsize=7, color="0.35")
   fig.draw_without_rendering()  # lays it out (constrained layout) as savefig would
   box = fig.get_tightbbox().padded(plt.rcParams["savefig.pad_inches"])
   for ext in ("png", "pdf"):
@@ -291,26 +307,20 @@ def save_figure(fig, directory: str, name: str) -> list[str]:
   return paths
 
 
-class _Arrays(collections.abc.Mapping):
-  """An .npz file's arrays, each read when first used (a figure needs few of them)."""
-
-  def __init__(self, path: str):
-    self._npz, self._read = np.load(path), {}
-
-  def __getitem__(self, key):
-    if key not in self._read:
-      self._read[key] = self._npz[key]  # KeyError for a name the file lacks
-    return self._read[key]
-
-  def __iter__(self):
-    return iter(self._npz.files)
-
-  def __len__(self) -> int:
-    return len(self._npz.files)
+def size_stamp(variant: str) -> str:
+  """The stamp of a figure of the report or of membership: its config's size."""
+  return f"trdr · size {variant or 'paper'}"
 
 
-def _load(workdir: str, name: str) -> dict:
-  return _Arrays(os.path.join(workdir, name))
+def run_stamp(config: dict, results) -> str:
+  """The size of a run, as its figures say it: attack, victim, training images, steps and
+  starts (from config.json and results.npz; what a smoke, a :cpu or a paper-size run
+  differ in)."""
+  n_train = results["train_images"].shape[0]
+  starts = results["final_images"].shape
+  grid = f"{starts[0]} grid points × {starts[1]}" if "lambda1" in results else f"{starts[0]}"
+  return (f"trdr · {config['attack']['name']} on {config['victim']['arch']} · n = {n_train} "
+          f"training images · {config['attack']['steps']} steps · {grid} starts")
 
 
 def run_figures(workdir: str, check: bool = True) -> list[str]:
@@ -340,7 +350,7 @@ def run_figures(workdir: str, check: bool = True) -> list[str]:
   figures = {}
   if landscape:
     records = files.read_json(os.path.join(workdir, "landscape.json"))
-    results = _load(workdir, "results.npz")
+    results = experiment.load_results(workdir)
     figures.update(landscape_figures(records, tuple(results["grid_shape"])))
     for name in inits.PURE_INITS:
       try:
@@ -354,7 +364,7 @@ def run_figures(workdir: str, check: bool = True) -> list[str]:
         figures["reconstructions_partition_vs_partition"] = reconstruction_grid(
             results, "partition", n_show=n_show, grid_index=g, title=title)
   elif "init" in files.read_json(os.path.join(workdir, "summary.json")):
-    results = _load(workdir, "results.npz")
+    results = experiment.load_results(workdir)
     title = f"{config['attack']['name']}, {config['init']['kind']} initialisation"
     for reference in ("train", "partition"):
       figures[f"reconstructions_vs_{reference}"] = reconstruction_grid(
@@ -364,4 +374,5 @@ def run_figures(workdir: str, check: bool = True) -> list[str]:
     if "best_ssim_per_train" in results:
       figures["best_per_train"] = best_per_train_grid(results, n_show=n_show)
       figures["ssim_vs_output"] = ssim_vs_output(results, config["eval"]["ssim_thresholds"])
-  return [p for name, fig in figures.items() for p in save_figure(fig, workdir, name)]
+  stamp = run_stamp(config, results) if figures else ""
+  return [p for name, fig in figures.items() for p in save_figure(fig, workdir, name, stamp)]

@@ -6,7 +6,7 @@
               lower level
   training    θ* by L-BFGS to ||∇θE|| < tol, or by Haim et al.'s gradient descent
   cache       `Victim` (model, θ*, config, report) and `load_or_train`: θ* reused from its
-              directory when saved for the same config
+              directory when saved for the same config; `from_run` a run directory's θ*
   pretrained  θ* from a user's file (.pth, .npz, .msgpack, orbax), checked against the task
 
 The names below are the stage's API (``from trdr import victim; victim.load_or_train``);
@@ -14,14 +14,14 @@ no module is named like one of them, so none is shadowed. `pretrained` is import
 own (``from trdr.victim import pretrained``).
 """
 
-from trdr.victim.cache import (VICTIM_FILE, Victim, load, load_metadata, load_or_train,
-                               load_saved, metadata, save)
+from trdr.victim.cache import (VICTIM_FILE, Victim, from_run, load, load_metadata,
+                               load_or_train, load_saved, metadata, save)
 from trdr.victim.objective import (GD_LOSSES, accuracy, class_index, energy, logistic_loss,
                                    predictions)
 from trdr.victim.solver import MinimizeInfo, minimize_energy
 from trdr.victim.training import GDReport, TrainReport, train, train_gd
 
 __all__ = ["GD_LOSSES", "GDReport", "MinimizeInfo", "TrainReport", "VICTIM_FILE", "Victim",
-           "accuracy", "class_index", "energy", "load", "load_metadata", "load_or_train",
-           "load_saved", "logistic_loss", "metadata", "minimize_energy", "predictions",
-           "save", "train", "train_gd"]
+           "accuracy", "class_index", "energy", "from_run", "load", "load_metadata",
+           "load_or_train", "load_saved", "logistic_loss", "metadata", "minimize_energy",
+           "predictions", "save", "train", "train_gd"]

@@ -206,6 +206,31 @@ def load_saved(config: ml_collections.ConfigDict, directory: str, image_shape) -
   return Victim(model, load(directory, template), config.victim, meta)
 
 
+def from_run(run_dir: str) -> Victim:
+  """θ* of a run directory (trained by the run, or reused by it), with the run's victim
+  config from its config.json: what `trdr.victim.pretrained.export` writes out.
+
+  Raises:
+    FileNotFoundError: ``run_dir`` has no config.json or no saved victim (its victim/ or
+      the config's ``victim.checkpoint_dir``).
+    ValueError: the run read θ* from a file (``victim.load``): that file is θ*; or the
+      saved θ* is corrupted or does not fit the run's architecture.
+  """
+  path = os.path.join(run_dir, "config.json")
+  if not os.path.exists(path):
+    raise FileNotFoundError(f"no config.json in {run_dir}: not a trdr run directory")
+  config = ml_collections.ConfigDict(files.read_json(path))
+  if config.victim.get("load"):
+    raise ValueError(f"the run in {run_dir} read θ* from {config.victim.load} "
+                     "(victim.load): that file is its θ*")
+  directory = config.victim.get("checkpoint_dir") or os.path.join(run_dir, "victim")
+  meta = load_metadata(directory)
+  if meta is None:
+    raise FileNotFoundError(f"no saved victim in {directory}")
+  with jax.enable_x64(bool(config.float64)):
+    return load_saved(config, directory, tuple(meta["config"]["image_shape"]))
+
+
 def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Victim:
   """θ* from ``directory`` if it was saved for this same victim config, else trained.
 

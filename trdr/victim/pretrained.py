@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax.tree
 from absl import logging
 
 from trdr import models
@@ -315,9 +316,54 @@ def load(config: ml_collections.ConfigDict, task) -> cache.Victim:
             "train_accuracy": acc(task.train_images, task.train_labels),
             "test_accuracy": acc(task.test_images, task.test_labels),
             "n_train": int(len(task.train_images)), "n_test": int(len(task.test_images))}
+  report.update(_stationarity(config, model, theta, task, path))
   meta = {"config": {"load": os.path.abspath(path), "sha256": sha256(path)},
           "report": report}
   return cache.Victim(model, theta, config.victim, meta)
+
+
+def _stationarity(config, model, theta, task, path) -> dict:
+  """How far a file's θ* is from what the attack assumes of a trained θ*, with a warning
+  where it is not so.
+
+  Bilevel (binary victims): ||∇θE(θ*)|| on the task's training set (E of
+  `trdr.victim.objective.energy` with ``victim.weight_decay``) against ``victim.tol``, the
+  stationarity trdr trains its own victims to: the training images minimise the upper
+  level (Runkel et al., eq. 2) only where ∇θE(θ*) = 0. DecoReco: its KKT conditions (Haim et al.
+  2022) describe a network trained to fit its training set; warned about when the
+  training accuracy is below 1.
+
+  Returns:
+    {"grad_norm": float} for the bilevel attack on a binary victim, else {}.
+  """
+  dtype = jax.tree.leaves(theta)[0].dtype
+  x, y = jnp.asarray(task.train_images, dtype), jnp.asarray(task.train_labels, dtype)
+  apply_fn = lambda p, images: model.apply({"params": p}, images)
+  logits = apply_fn(theta, x)
+  if config.attack.name == "decoreco":
+    fit = float(jnp.mean(objective.predictions(logits) == y))
+    if fit < 1.0:
+      logging.warning(
+          "θ* of %s classifies %.1f%% of the task's training set correctly: DecoReco's KKT "
+          "conditions (Haim et al. 2022) describe a network trained to fit its training "
+          "set. Check that config.data is the model's training set.", path, 100 * fit)
+    return {}
+  if config.attack.name != "bilevel" or logits.ndim != 1:
+    return {}
+  wd = float(config.victim.weight_decay)
+  grad = jax.grad(lambda p: objective.energy(p, x, y, apply_fn=apply_fn, weight_decay=wd))
+  g = float(optax.tree.norm(grad(theta)))
+  if g > config.victim.tol:
+    # E is wd-strongly convex for the affine victim: ||θ* − θ(x_GT)|| ≤ ||∇θE(θ*)|| / wd.
+    bound = (f"; ||θ* − θ(x_GT)|| ≤ ||∇θE||/wd = {g / wd:.3g} for this strongly convex E"
+             if config.victim.arch == "affine" and wd > 0 else "")
+    logging.warning(
+        "θ* of %s is not stationary on the task's training set: ||∇θE(θ*)|| = %.3g > "
+        "victim.tol = %g (E: mean logistic loss + weight decay %g). The bilevel attack "
+        "assumes ∇θE(θ*) = 0, where the training images minimise its upper level (Runkel "
+        "eq. 2); here they do not exactly%s. Check that config.data is the model's training "
+        "set and victim.weight_decay its training's.", path, g, config.victim.tol, wd, bound)
+  return {"grad_norm": g}
 
 
 def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
@@ -346,6 +392,25 @@ def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
   return config, loaded
 
 
+def check_export_path(path: str) -> str:
+  """The format of an `export` to ``path`` (".npz", ".pth" or ".pt"), checked before any
+  work: a CLI refuses a bad --export_victim before its run, not after.
+
+  Raises:
+    ValueError: another extension, or ``path``'s directory does not exist.
+    ModuleNotFoundError: .pth/.pt and PyTorch is not installed.
+  """
+  ext = os.path.splitext(path)[1].lower()
+  if ext not in (".npz", ".pth", ".pt"):
+    raise ValueError(f"cannot export θ* to {path}: known formats .npz, .pth, .pt")
+  directory = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(directory):
+    raise ValueError(f"cannot export θ* to {path}: no directory {directory}")
+  if ext != ".npz":
+    import torch  # noqa: F401, PLC0415  (an optional extra)
+  return ext
+
+
 def export(target: cache.Victim, path: str, image_shape=None) -> str:
   """Writes θ* to ``path`` in a layout `read` takes back, bitwise (what `load` returns).
 
@@ -364,12 +429,11 @@ def export(target: cache.Victim, path: str, image_shape=None) -> str:
   Returns:
     ``path``.
   Raises:
-    ValueError: another extension; .pth without an image shape known.
+    ValueError: another extension or no such directory (`check_export_path`); .pth
+      without an image shape known.
     ModuleNotFoundError: .pth and PyTorch is not installed.
   """
-  ext = os.path.splitext(path)[1].lower()
-  if ext not in (".npz", ".pth", ".pt"):
-    raise ValueError(f"cannot export θ* to {path}: known formats .npz, .pth, .pt")
+  ext = check_export_path(path)
   stems = sorted(target.params, key=_flax_order)
   if ext == ".npz":
     arrays = {f"{stem}/{name}": np.asarray(a) for stem in stems
