@@ -51,7 +51,7 @@ def _heatmaps(fig, records, grid_shape) -> None:
       for j in range(len(l2)):
         ax.text(i, j, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
                 color="white" if values[i, j] < values.mean() else "black")
-    fig.colorbar(im, ax=ax, label=f"mean L2 to SSIM-nearest {label} image")
+    fig.colorbar(im, ax=ax, label="mean L2 distance (pixel values in [0, 1])")
 
 
 _HEATMAPS_TITLE = "mean L2 distance to the SSIM-nearest image of each set over the eq. 10 grid"

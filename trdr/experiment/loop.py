@@ -289,7 +289,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
         if distributed.active():
           previous, pending = pending, None
           previous.result()
-      logging.info("step %d/%d  %s: min %s  median %s  max %s  diverged %d  (%.3fs/step)",
+      logging.info("step %d/%d  %s: min %.4g  median %.4g  max %.4g  diverged %d  (%.3fs/step)",
                    done, steps, objective, records[-1][f"{objective}_min"],
                    records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
                    records[-1]["diverged"], seconds)

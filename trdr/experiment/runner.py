@@ -30,6 +30,7 @@ unchanged), metrics.jsonl and checkpoint.msgpack (`trdr.experiment.loop`). Figur
 drawn from these files by `trdr.plotting.run_figures`.
 """
 
+import math
 import os
 import shutil
 import time
@@ -266,7 +267,7 @@ def _landscape(run: Prepared, workdir: str) -> Finished:
                       ll.tol, 100 * converged, ll.max_iter)
   files.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
   rundir.finish(workdir, LANDSCAPE_FILE, grid_records)
-  logging.info("Victim: %s", attacked.target.metadata["report"])
+  logging.info("Victim: %s", victim.report_line(attacked.target.metadata["report"]))
   logging.info("Wrote %s", os.path.join(workdir, LANDSCAPE_FILE))
   return Finished(workdir, summary, grid_records)
 
@@ -446,16 +447,27 @@ def _evaluate(run: Prepared, attacked: Attacked, weights=None) -> dict[str, np.n
   `evaluate.with_starts` (``weights``: a landscape's eq. 10 weights, float[G, 3]), and for
   an attack with a lower level ||θ* − θ(x)||² of both (`_param_distances`)."""
   e = run.config.eval
+  sets = ", ".join(f"{len(v)} {k}" for k, v in attacked.sets.items())
 
   def evaluation_of(x, mixture=None):
-    return evaluate.reconstructions(
+    began = time.time()
+    what = "start images" if mixture is not None else "images"
+    logging.info("Evaluation: the SSIM-nearest of %d %s among %s images (exact search)...",
+                 math.prod(x.shape[:-3]), what, sets)
+    out = evaluate.reconstructions(
         x, run.task.mean, attacked.sets, display=attacked.attack.display,
         thresholds=e.ssim_thresholds, chunk_size=e.ssim_chunk_size,
         ssim_window=e.ssim_window, count_windows=e.count_windows, mixture=mixture)
+    logging.info("Evaluation: ... %.1f s", time.time() - began)
+    return out
 
   evaluation = evaluate.with_starts(evaluation_of, attacked.images, run.starts.images, weights)
   if attacked.attack.energy is not None:
+    began = time.time()
+    logging.info("Evaluation: ||θ* − θ(x)||² re-solved for the reconstructions and the "
+                 "start images...")
     evaluation.update(_param_distances(run, attacked))
+    logging.info("Evaluation: ... %.1f s", time.time() - began)
   return evaluation
 
 

@@ -15,7 +15,7 @@ own (``from trdr.victim import pretrained``).
 """
 
 from trdr.victim.cache import (VICTIM_FILE, Victim, from_run, load, load_metadata,
-                               load_or_train, load_saved, metadata, save)
+                               load_or_train, load_saved, metadata, report_line, save)
 from trdr.victim.objective import (GD_LOSSES, accuracy, class_index, energy, logistic_loss,
                                    predictions)
 from trdr.victim.solver import MinimizeInfo, minimize_energy
@@ -24,4 +24,4 @@ from trdr.victim.training import GDReport, TrainReport, train, train_gd
 __all__ = ["GD_LOSSES", "GDReport", "MinimizeInfo", "TrainReport", "VICTIM_FILE", "Victim",
            "accuracy", "class_index", "energy", "from_run", "load", "load_metadata",
            "load_or_train", "load_saved", "logistic_loss", "metadata", "minimize_energy",
-           "predictions", "save", "train", "train_gd"]
+           "predictions", "report_line", "save", "train", "train_gd"]

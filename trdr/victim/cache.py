@@ -206,6 +206,13 @@ def load_saved(config: ml_collections.ConfigDict, directory: str, image_shape) -
   return Victim(model, load(directory, template), config.victim, meta)
 
 
+def report_line(report: dict) -> str:
+  """A training report (`TrainReport`, `GDReport` or a loaded θ*'s) for the log: its
+  floats to 4 significant digits."""
+  return ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                   for k, v in report.items())
+
+
 def from_run(run_dir: str) -> Victim:
   """θ* of a run directory (trained by the run, or reused by it), with the run's victim
   config from its config.json: what `trdr.victim.pretrained.export` writes out.
@@ -271,5 +278,5 @@ def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Vi
   meta = {"config": meta, "report": files.to_jsonable(report),
           "train_seconds": time.time() - start}
   save(directory, theta_star, meta)
-  logging.info("Trained θ* in %.1fs: %s", meta["train_seconds"], report)
+  logging.info("Trained θ* in %.1fs: %s", meta["train_seconds"], report_line(report))
   return Victim(model, theta_star, config.victim, meta)
