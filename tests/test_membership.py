@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+import scipy.stats
 
 from trdr import data
 from trdr.attacks import init as inits
@@ -57,6 +58,22 @@ def test_tpr_at_fpr_never_buys_a_true_positive_with_a_tie():
   assert roc.tpr_at_fpr(np.full(14, 3.0), positive, 0.05) == 0.0
   with pytest.raises(ValueError, match="fpr"):
     roc.tpr_at_fpr(scores, positive, 1.5)
+
+
+def test_tpr_p_value_is_fishers_exact_test_at_the_tpr_threshold():
+  """The same example: at FPR ≤ 0.1 the threshold is 9, with 3 of 4 members and 1 of 10
+  non-members above it; the p-value is the hypergeometric tail P(X ≥ 3) for 4 draws from
+  14 with 4 above the threshold: [C(4,3)C(10,1) + C(4,4)C(10,0)] / C(14,4) = 41 / 1001."""
+  neg = np.arange(10.0, 0.0, -1.0)
+  pos = np.array([10.5, 10.0, 9.5, 5.0])
+  scores, positive = np.r_[pos, neg], np.r_[np.ones(4, bool), np.zeros(10, bool)]
+  assert roc.tpr_p_value(scores, positive, 0.1) == pytest.approx(41 / 1001, rel=1e-12)
+  assert roc.tpr_p_value(np.full(14, 3.0), positive, 0.05) == 1.0   # nobody above
+  row = roc.summary(scores, positive, fprs=(0.1,), n_resamples=100)
+  assert row["p_tpr"] == {"0.1": roc.tpr_p_value(scores, positive, 0.1)}
+  # The AUC's p-value is the two-sided Mann–Whitney U test's (U = AUC · 4 · 10 = 33).
+  assert row["auc"] == 0.825
+  assert row["p_auc"] == scipy.stats.mannwhitneyu(pos, neg, alternative="two-sided").pvalue
 
 
 def test_roc_curve_runs_from_0_0_to_1_1_and_its_area_is_the_auc():

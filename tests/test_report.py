@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from trdr import experiment
-from trdr.evaluation import evaluate
+from trdr.evaluation import evaluate, roc
 from trdr.report import claims, evidence, markdown, verdicts
 
 # ------------------------------------------------------------------------- verdict rules
@@ -360,32 +360,83 @@ def test_spearman():
   assert np.isnan(verdicts.spearman([1, 2, 3], [5, 5, 5]))
 
 
-def _row(kind, auc, ci, tpr, stage="reconstruction", informative=True):
+def _row(kind, auc, ci, tpr, stage="reconstruction", informative=True, members=200,
+         non_members=2000, p_auc=0.5, p_tpr=0.5):
   return {"attack": "a", "kind": kind, "stage": stage, "score": f"s{auc}", "auc": auc,
-          "ci": list(ci), "tpr_at_fpr": {"0.01": tpr}, "informative": informative}
+          "ci": list(ci), "p_auc": p_auc, "tpr_at_fpr": {"0.01": tpr},
+          "p_tpr": {"0.01": p_tpr}, "informative": informative, "members": members,
+          "non_members": non_members}
 
 
 def test_membership_verdict_follows_the_stated_rule():
-  """"Cannot tell" with a score: its CI contains 0.5 or its TPR at 1 % FPR ≤ 5 %; a start
-  kind passes when every informative score cannot tell; beside it the same rule on the
-  start images."""
+  """A score tells when its AUC's or its TPR's p-value is below 0.05 / (2 · its group's
+  scores); it cannot tell only with the AUC's CI inside 0.5 ± 0.1 and ≥ 1,000 non-members
+  with the TPR's interval ≤ 5 %; else underpowered. A start kind fails when a score tells,
+  passes when every score cannot tell; beside it the same rule on the start images."""
   rule = verdicts.verdict_membership
-  chance, weak = _row("noise", 0.52, (0.45, 0.6), 0.2), _row("noise", 0.7, (0.6, 0.8), 0.03)
-  tells = _row("mixed", 0.9, (0.85, 0.95), 0.4)
-  starts_tell = [_row(k, 0.9, (0.85, 0.95), 0.4, stage="start") for k in ("noise", "mixed")]
-  out = rule({"rows": [chance, weak, tells, *starts_tell]})
+  chance = _row("noise", 0.5, (0.45, 0.55), 0.01)            # 2 of 200 members: ≤ 5 %
+  wide = _row("noise", 0.52, (0.38, 0.66), 0.01)             # the CI reaches past 0.4, 0.6
+  tpr_tells = _row("noise", 0.52, (0.45, 0.59), 0.1, p_tpr=1e-4)
+  tells = _row("mixed", 0.9, (0.85, 0.95), 0.4, p_auc=1e-9, p_tpr=1e-9)
+  starts_tell = [_row(k, 0.9, (0.85, 0.95), 0.4, stage="start", p_auc=1e-9)
+                 for k in ("noise", "mixed")]
+  answer = verdicts.membership_answer
+  assert [answer(r) for r in (chance, wide, tpr_tells, tells)] == [
+      "cannot tell", "underpowered", "can tell", "can tell"]
+  # Bonferroni over the group: p = 0.02 tells alone (< 0.025), not among 3 scores (< 0.0083).
+  assert answer(_row("noise", 0.55, (0.45, 0.59), 0.01, p_auc=0.02)) == "can tell"
+  assert answer(_row("noise", 0.55, (0.45, 0.59), 0.01, p_auc=0.02), scores=3) == "cannot tell"
+  # Too few non-members to resolve 1 % FPR (< 10 / FPR): never "cannot tell".
+  assert answer(_row("noise", 0.5, (0.45, 0.55), 0.0, non_members=999)) == "underpowered"
+  out = rule({"rows": [chance, tells, *starts_tell]})
   assert out["checks"] == {"a, noise: cannot tell": True, "a, mixed: cannot tell": False}
   assert out["verdict"] == "partly" and out["baseline"]["verdict"] == "not reproduced"
   assert out["measured"]["a, mixed: max AUC (s0.9)"] == 0.9
   assert rule({"rows": [tells, *starts_tell]})["verdict"] == "not reproduced"
   assert rule({"rows": [chance, *starts_tell]})["verdict"] == "reproduced"
+  # No score tells but one is underpowered: the whole answer is underpowered, not a pass.
+  assert rule({"rows": [chance, wide, *starts_tell]})["verdict"] == "underpowered"
+  assert rule({"rows": [wide, tells, *starts_tell]})["verdict"] == "not reproduced"
   # An AUC over too few images does not count; none at all: uninformative.
   few = _row("noise", 1.0, (1.0, 1.0), 1.0, informative=False)
   assert rule({"rows": [chance, few, *starts_tell]})["verdict"] == "reproduced"
   assert rule({"rows": [few, *starts_tell]})["verdict"] == "uninformative"
   # The start images pass too: the reconstructions' pass says nothing about the attack.
-  start_chance = _row("noise", 0.5, (0.4, 0.6), 0.0, stage="start")
+  start_chance = _row("noise", 0.5, (0.45, 0.55), 0.0, stage="start")
   assert rule({"rows": [chance, start_chance]})["verdict"] == "uninformative"
+
+
+def _planted_answers(scorer: str, n: int, seeds) -> list[str]:
+  """`verdicts.membership_answer` of planted scores, n members and n non-members per seed,
+  through the report's own statistics (`roc.summary`)."""
+  out = []
+  for seed in seeds:
+    rng = np.random.default_rng(seed)
+    member = np.repeat([True, False], n)
+    scores = (member + rng.normal(0.0, 0.3, 2 * n) if scorer == "knows"
+              else rng.uniform(size=2 * n))
+    out.append(verdicts.membership_answer(
+        roc.summary(scores, member, fprs=(0.01,), n_resamples=500, seed=seed)))
+  return out
+
+
+def test_planted_membership_scores_get_the_answer_their_power_allows():
+  """A score that knows membership can tell; a random one over few images (n = 20 members
+  and non-members) is never "cannot tell"; over many (n = 4,000) it cannot tell.
+
+  Why these n: a random score's AUC has a 95 % CI half-width of about
+  1.96 · sqrt((2n + 1) / (12 n²)): 0.18 at n = 20, past the 0.1 margin, so "cannot tell"
+  is impossible there; 0.013 at n = 4,000, inside it with 7 standard errors to spare, and
+  its TPR at 1 % FPR (about Binomial(4000, 0.01) / 4000) has a 95 % upper bound near 1.4 %,
+  far below 5 %. What remains random is the rule's false alarm: a random score "tells"
+  with probability at most α = 5 % (Bonferroni over its two tests), so over 20 seeds the
+  test allows up to 5 false alarms (P(more) < 5e-4 under Binomial(20, 0.05))."""
+  seeds = range(20)
+  assert set(_planted_answers("knows", 100, seeds[:5])) == {"can tell"}
+  few = _planted_answers("random", 20, seeds)
+  assert "cannot tell" not in few and few.count("underpowered") >= 15, few
+  many = _planted_answers("random", 4000, seeds)
+  assert many.count("cannot tell") >= 15 and "underpowered" not in many, many
 
 
 PAPER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",

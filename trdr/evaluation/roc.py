@@ -8,6 +8,8 @@ members, negatives non-members. Everything here is numpy and scipy on 1-D arrays
               non-members resampled separately, so every resample has both)
   tpr_at_fpr  the largest TPR of a threshold whose FPR is at most the given level (Carlini
               et al. 2022, "Membership inference attacks from first principles")
+  tpr_p_value the p-value of that TPR against a score that knows nothing (Fisher's exact
+              test of members and non-members above the threshold)
   roc_curve   (FPR, TPR) at every threshold
   summary     all of these for one score
 """
@@ -107,6 +109,33 @@ def tpr_at_fpr(scores, positive, fpr: float) -> float:
   return float(np.mean(pos > neg[allowed]))
 
 
+def tpr_p_value(scores, positive, fpr: float) -> float:
+  """One-sided p-value of `tpr_at_fpr`'s TPR against a score that knows nothing: Fisher's
+  exact test that members lie above its threshold more often than non-members do (the
+  2 × 2 table of members and non-members above and not above it). Under that null the
+  threshold is as random as the members' side of it, which a binomial test of the TPR
+  against ``fpr`` ignores (and with few non-members the threshold's FPR is not ``fpr``).
+
+  Returns:
+    p in [0, 1]; NaN when either class is empty.
+  Raises:
+    ValueError: as `tpr_at_fpr`.
+  """
+  if not 0.0 <= fpr <= 1.0:
+    raise ValueError(f"fpr must be in [0, 1], got {fpr}")
+  scores, positive = _checked(scores, positive)
+  pos, neg = scores[positive], np.sort(scores[~positive])[::-1]
+  if len(pos) == 0 or len(neg) == 0:
+    return float("nan")
+  allowed = int(np.floor(fpr * len(neg) + 1e-9))
+  if allowed >= len(neg):
+    return 1.0
+  threshold = neg[allowed]
+  pos_above, neg_above = int(np.sum(pos > threshold)), int(np.sum(neg > threshold))
+  table = [[pos_above, len(pos) - pos_above], [neg_above, len(neg) - neg_above]]
+  return float(scipy.stats.fisher_exact(table, alternative="greater").pvalue)
+
+
 def roc_curve(scores, positive) -> tuple[np.ndarray, np.ndarray]:
   """(FPR float[k], TPR float[k]) of "member when score ≥ t" at every distinct score t, from
   (0, 0) to (1, 1).
@@ -126,15 +155,21 @@ def roc_curve(scores, positive) -> tuple[np.ndarray, np.ndarray]:
 
 def summary(scores, positive, *, fprs=(0.01, 0.1), confidence: float = 0.95,
             n_resamples: int = 2000, seed: int = 0) -> dict:
-  """`auc`, `auc_ci` and `tpr_at_fpr` of one score.
+  """`auc`, `auc_ci`, `tpr_at_fpr` of one score, and the p-values of both against a score
+  that knows nothing: the AUC's by the two-sided Mann–Whitney U test, the TPR's by
+  `tpr_p_value`.
 
   Returns:
-    {"members": int, "non_members": int, "auc": float, "ci": [low, high],
-     "tpr_at_fpr": {str(fpr): float}}.
+    {"members": int, "non_members": int, "auc": float, "ci": [low, high], "p_auc": float,
+     "tpr_at_fpr": {str(fpr): float}, "p_tpr": {str(fpr): float}}.
   """
   scores, positive = _checked(scores, positive)
+  both = positive.any() and not positive.all()
   return {"members": int(positive.sum()), "non_members": int((~positive).sum()),
           "auc": auc(scores, positive),
           "ci": list(auc_ci(scores, positive, confidence=confidence,
                             n_resamples=n_resamples, seed=seed)),
-          "tpr_at_fpr": {f"{f:g}": tpr_at_fpr(scores, positive, f) for f in fprs}}
+          "p_auc": float(scipy.stats.mannwhitneyu(scores[positive], scores[~positive]).pvalue)
+          if both else float("nan"),
+          "tpr_at_fpr": {f"{f:g}": tpr_at_fpr(scores, positive, f) for f in fprs},
+          "p_tpr": {f"{f:g}": tpr_p_value(scores, positive, f) for f in fprs}}

@@ -29,10 +29,15 @@ RULES = {
     # "Cannot tell" (an AUC at chance) needs its 95 % interval inside 0.5 ± this margin;
     # an interval that contains 0.5 but is wider is "underpowered" (fixed before running).
     "equivalence_margin": 0.1,
-    # Membership (Carlini et al. 2022's convention): an adversary "cannot tell" with a
-    # score when its AUC's CI contains 0.5 or its TPR at this FPR is at most membership_max_tpr
+    # Membership (Carlini et al. 2022's convention), per score (`verdicts.membership_answer`):
+    # "can tell" when its AUC's or its TPR's (at this FPR) p-value against a random score is
+    # below 1 − confidence, Bonferroni-divided over the tests of its group; "cannot tell"
+    # only when the AUC's CI is inside 0.5 ± the equivalence margin and, with at least
+    # 10 / FPR non-members (fewer: the FPR cannot be resolved), the TPR's interval lies at or
+    # below membership_max_tpr; else underpowered.
     "membership_fpr": 0.01,
     "membership_max_tpr": 0.05,
+    "membership_confidence": 0.95,
 }
 
 # artefact -> (the paper's sentence, quoted; where it stands; the rule in words).
@@ -167,14 +172,21 @@ CLAIMS = {
                    "training dataset, an adversary yet cannot identify whether it is a valid "
                    "or invalid training data sample with certainty”",
                    "Sec. 5 (conclusion)",
-                   "per attack and start kind (`trdr.report.membership`, configs/membership.py): "
-                   "among natural-looking reconstructions, for every per-image score the "
-                   "adversary can compute, the AUC's CI contains 0.5 or the TPR at "
-                   "{membership_fpr:.0%} FPR is ≤ {membership_max_tpr:.0%} (a check per attack "
-                   "and start kind; scores with fewer than min_per_class members or "
-                   "non-members are left out). All checks pass: reproduced; some: partly; "
-                   "none: not reproduced; no informative score: uninformative. Baseline: "
-                   "the same rule on the start images"),
+                   "per attack and start kind (`trdr.report.membership`, configs/membership.py), "
+                   "among natural-looking reconstructions, each per-image score the adversary "
+                   "can compute: it can tell when its AUC (Mann–Whitney) or its TPR at "
+                   "{membership_fpr:.0%} FPR (Fisher's exact test against the non-members "
+                   "above the threshold) differs from a random score's at p < "
+                   "1 − {membership_confidence}, Bonferroni-divided over the group's tests; "
+                   "it cannot tell only when the AUC's 95 % CI lies inside 0.5 ± "
+                   "{equivalence_margin} and, with at least 10 / FPR non-members, the TPR's "
+                   "interval lies at or below {membership_max_tpr:.0%}; otherwise the score "
+                   "is underpowered. A check per attack and start kind: no score tells "
+                   "and every score cannot tell (scores with fewer than min_per_class members "
+                   "or non-members are left out). A failed check: partly or not reproduced; "
+                   "no failed check but an underpowered score: underpowered; all pass: "
+                   "reproduced; no informative score: uninformative. Baseline: the same rule "
+                   "on the start images"),
 }
 
 def claim(name: str, rules: dict = RULES) -> tuple[str, str, str]:

@@ -293,33 +293,86 @@ def verdict_fig12(comparable: dict, rules: dict = RULES) -> dict:
   return verdict_of("fig12", measured, checks, rules=rules)
 
 
-def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, dict]:
-  """Per (attack, start kind): the most separating informative score and whether the
-  adversary cannot tell with any score (`CLAIMS["membership"]`'s rule) on ``stage``."""
+CAN_TELL, CANNOT_TELL = "can tell", "cannot tell"
+
+
+def membership_answer(row: dict, rules: dict = RULES, scores: int = 1) -> str:
+  """What one membership score answers (`CLAIMS["membership"]`'s rule): "can tell",
+  "cannot tell" or "underpowered".
+
+  "Can tell": the AUC's or the low-FPR TPR's p-value against a score that knows nothing
+  (`trdr.evaluation.roc.summary`: Mann–Whitney, Fisher) is below α = 1 − confidence,
+  Bonferroni-divided over the 2 · ``scores`` tests of its group (an adversary tries every
+  score, so a group of random scores must not "tell" more often than α). "Cannot tell":
+  the AUC's CI inside 0.5 ± the equivalence margin (an equivalence test: the CI need not
+  contain 0.5, a difference is the p-value's to find), at least 10 / FPR
+  non-members (with fewer the threshold's FPR is not resolved: "TPR at 1 % FPR" over 50
+  non-members is the TPR at FPR 0), and the TPR's Clopper–Pearson upper bound over the
+  members at most ``membership_max_tpr``. Anything else: "underpowered".
+
+  Args:
+    row: `trdr.evaluation.roc.summary` of the score (members, non_members, auc, ci, p_auc,
+      tpr_at_fpr, p_tpr).
+    scores: the number of scores tested in its group.
+  """
   fpr = f"{rules['membership_fpr']:g}"
-  numbers, checks = {}, {}
+  alpha = (1.0 - rules["membership_confidence"]) / (2 * scores)
+  if row["p_auc"] < alpha or row["p_tpr"][fpr] < alpha:
+    return CAN_TELL
+  members = row["members"]
+  high = scipy.stats.binomtest(int(round(row["tpr_at_fpr"][fpr] * members)),
+                               members).proportion_ci(rules["membership_confidence"]).high
+  resolved = row["non_members"] >= 10 / rules["membership_fpr"]
+  low_auc, high_auc, margin = *row["ci"], rules["equivalence_margin"]
+  inside = 0.5 - margin <= low_auc and high_auc <= 0.5 + margin  # not tested as a difference
+  return CANNOT_TELL if (inside and resolved and high <= rules["membership_max_tpr"]
+                         ) else UNDERPOWERED
+
+
+def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, dict, list]:
+  """Per (attack, start kind) on ``stage``: the most separating informative score, each
+  score's answer (`membership_answer`), and the check "cannot tell" (no score tells,
+  every score cannot tell); a group with no score that tells but one underpowered gets
+  no check and is listed as underpowered."""
+  fpr = f"{rules['membership_fpr']:g}"
+  numbers, checks, underpowered = {}, {}, []
   groups = {}
   for row in measured["rows"]:
     if row["stage"] == stage and row["informative"]:
       groups.setdefault(f"{row['attack']}, {row['kind']}", []).append(row)
   for name, rows in groups.items():
-    tells = [r for r in rows if not (r["ci"][0] <= 0.5 <= r["ci"][1]
-                                     or r["tpr_at_fpr"][fpr] <= rules["membership_max_tpr"])]
+    answers = [membership_answer(r, rules, scores=len(rows)) for r in rows]
     best = max(rows, key=lambda r: r["auc"])
     numbers[f"{name}: max AUC ({best['score']})"] = best["auc"]
     numbers[f"{name}: its TPR at {fpr} FPR"] = best["tpr_at_fpr"][fpr]
-    checks[f"{name}: cannot tell"] = not tells
-  return numbers, checks
+    numbers[f"{name}: answers"] = {
+        r["score"]: f"{a} (AUC {r['auc']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}], "
+                    f"half-width {(r['ci'][1] - r['ci'][0]) / 2:.3f}; {r['members']} members, "
+                    f"{r['non_members']} non-members)" for r, a in zip(rows, answers)}
+    if CAN_TELL in answers:
+      checks[f"{name}: cannot tell"] = False
+    elif all(a == CANNOT_TELL for a in answers):
+      checks[f"{name}: cannot tell"] = True
+    else:
+      underpowered.append(name)
+  return numbers, checks, underpowered
 
 
 def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
-  """The membership verdict from `trdr.report.membership.measure` output, beside its baseline (the
-  same rule on the start images), `with_baseline`."""
+  """The membership verdict from `trdr.report.membership.measure` output, beside its
+  baseline (the same rule on the start images), `with_baseline`: a failed check (some
+  score tells) decides; without one, an underpowered group makes it "underpowered"."""
   results = []
   for stage in ("reconstruction", "start"):
-    numbers, checks = _membership_checks(measured, stage, rules)
-    results.append(verdict_of("membership", numbers, checks,
-                           None if checks else UNINFORMATIVE, rules))
+    numbers, checks, underpowered = _membership_checks(measured, stage, rules)
+    verdict = None
+    if not checks and not underpowered:
+      verdict = UNINFORMATIVE
+    elif underpowered and all(checks.values()):
+      verdict = UNDERPOWERED
+    if underpowered:
+      numbers["underpowered (no score tells; not every score can say it cannot)"] = underpowered
+    results.append(verdict_of("membership", numbers, checks, verdict, rules))
   return with_baseline(*results)
 
 
