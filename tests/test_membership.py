@@ -13,7 +13,7 @@ import scipy.stats
 from trdr import data
 from trdr.attacks import init as inits
 from trdr.configs import membership as membership_config
-from trdr.evaluation import roc
+from trdr.evaluation import roc, ssim
 from trdr.report import membership, verdicts
 
 # ------------------------------------------------------------------------------ ROC
@@ -99,7 +99,8 @@ def _planted(n_images=600, seeds=(0, 1, 2), natural_fraction=0.8, rng_seed=0):
   natural = np.where(rng.random(n) < natural_fraction, 0.9, 0.0)
   knows = member + 0.01 * rng.normal(size=n)
   knows[natural == 0.0] = -1.0           # would spoil the AUC if the unnatural ones counted
-  stage = {"member_ssim": member, "member_l2": member, "best_buddy": np.zeros(n, bool),
+  stage = {"member": member, "non_member": ~member, "member_ssim": member, "member_l2": member,
+           "best_buddy": np.zeros(n, bool),
            "natural_ssim": natural,
            "scores": {"knows": knows, "random": rng.normal(size=n)}}
   return {"kind": np.full(n, "noise"), "seed": np.repeat(seeds, n_images),
@@ -193,6 +194,25 @@ def _assert_per_image(values, grid_point):
     assert np.unique(values[grid_point == g]).size > 1, f"constant within grid point {g}"
 
 
+def test_labels_have_an_excluded_middle(task):
+  """A training image itself is a member (its own best buddy at SSIM 1); U(0, 1) noise is a
+  non-member (SSIM to every training image far below 0.3); a blend 0.45 · training image +
+  0.55 · noise lands between the two levels (checked below) and is excluded, as is a copy
+  of a training image when another copy is that image's best buddy (only one of two
+  duplicates can be)."""
+  train = task.to_pixels(task.train_images)
+  noise = np.random.default_rng(0).uniform(size=train[:3].shape).astype(train.dtype)
+  blend = 0.45 * train[3] + 0.55 * noise[0]
+  assert 0.3 <= float(np.max(ssim.pairwise_ssim(blend[None], train))) < 0.4
+  images = np.stack([train[0], noise[1], blend, train[2], train[2]])[None]
+  truth = membership._ground_truth(images, train, len(train), np.zeros((1, 5)),
+                                   np.zeros((1, 5)), (0.4, 0.3), chunk_size=8)
+  member, non_member = truth["member"][0], truth["non_member"][0]
+  assert member.tolist()[:3] == [True, False, False]
+  assert non_member.tolist() == [False, True, False, False, False]
+  assert member[3] != member[4]
+
+
 def test_the_per_image_check_fails_on_a_broadcast_number():
   grid_point = np.repeat(np.arange(3), 4)
   with pytest.raises(AssertionError, match="constant within grid point"):
@@ -207,7 +227,9 @@ def test_every_score_is_computed_per_image(smoke_report_dir, attack):
   per = membership.per_image(run_dir)
   n = per["grid_point"].size
   for stage in membership.STAGES:
-    assert set(per[stage]) >= {"member_ssim", "member_l2", "best_buddy", "natural_ssim"}
+    assert set(per[stage]) >= {"member", "non_member", "member_ssim", "member_l2",
+                               "best_buddy", "natural_ssim"}
+    assert not np.any(per[stage]["member"] & per[stage]["non_member"])
     for name, values in per[stage]["scores"].items():
       assert name in membership.SCORES and values.shape == (n,), (stage, name)
       _assert_per_image(values, per["grid_point"])

@@ -69,6 +69,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     attack.init.seeds = (0, 1, 2)
     attack.eval.ssim_thresholds = ()
   config.natural_threshold = 0.15
+  # The labels (fixed before any run): member when the image and a training image are
+  # best buddies by SSIM at ≥ member_min_ssim (Haim et al.'s "reconstructed" level, the
+  # report's RULES["ssim_level"]); non-member when its SSIM to every training image is
+  # < non_member_max_ssim; between: excluded, and counted. How the two treat genuine
+  # non-members (the partition images) is measured by `membership.label_calibration` and
+  # printed beside the tables.
+  config.member_min_ssim = 0.4
+  config.non_member_max_ssim = 0.3
   config.natural_thresholds = (0.1, 0.15, 0.2, 0.25)   # the member-fraction table
   config.fprs = (0.01, 0.1)
   config.confidence = 0.95

@@ -85,16 +85,20 @@ def membership_markdown(measured: dict) -> list[str]:
   with its bootstrap CI, spread over seeds and TPR at low FPR, on the reconstructions and
   on their start images; natural-looking counts and member fractions."""
   fprs = [f"{f:g}" for f in measured["fprs"]]
+  labels = measured.get("labels", {"member_min_ssim": float("nan"),
+                                   "non_member_max_ssim": float("nan")})
   lines = [f"Natural-looking: SSIM ≥ {measured['natural_threshold']:g} to the nearest public "
-           "reference image (test[1::2], never a start). Member: the nearest real image "
-           "(SSIM) in training set ∪ partition is a training image. AUC = P(score of a member "
+           "reference image (test[1::2], never a start). Member: best buddies by SSIM with a "
+           f"training image at SSIM ≥ {labels['member_min_ssim']:g}; non-member: SSIM < "
+           f"{labels['non_member_max_ssim']:g} to every training image; between: excluded "
+           "(counted). AUC = P(score of a member "
            f"> score of a non-member), {measured['confidence']:.0%} stratified bootstrap CI "
            "over images (all seeds pooled); seeds: the AUC per seed, mean ± std. Scores are "
            f"oriented before running (higher = member); fewer than {measured['min_per_class']}"
            " members or non-members: no AUC.", "",
-           "| attack | start | stage | score | members | non-members | AUC [CI] | per seed "
-           "(mean ± std) | " + " | ".join(f"TPR at {f} FPR" for f in fprs) + " |",
-           "|---|---|---|---|---:|---:|---|---|" + "---:|" * len(fprs)]
+           "| attack | start | stage | score | members | non-members | excluded | AUC [CI] | "
+           "per seed (mean ± std) | " + " | ".join(f"TPR at {f} FPR" for f in fprs) + " |",
+           "|---|---|---|---|---:|---:|---:|---|---|" + "---:|" * len(fprs)]
   for r in measured["rows"]:
     if not r["informative"]:
       cells = ["too few", "—", *("—" for _ in fprs)]
@@ -103,7 +107,13 @@ def membership_markdown(measured: dict) -> list[str]:
                f"{_fmt(r['per_seed'])} ({_fmt(r['seed_mean'])} ± {_fmt(r['seed_std'])})",
                *(_fmt(r["tpr_at_fpr"][f]) for f in fprs)]
     lines.append(f"| {r['attack']} | {r['kind']} | {r['stage']} | {r['score']} | "
-                 f"{r['members']} | {r['non_members']} | " + " | ".join(cells) + " |")
+                 f"{r['members']} | {r['non_members']} | {r.get('excluded', '—')} | "
+                 + " | ".join(cells) + " |")
+  for attack, c in measured.get("label_calibration", {}).items():
+    lines += ["", f"Labels on genuine non-members ({attack}'s {c['images']} partition images "
+              f"scored as reconstructions): {c['labelled_non_member']:.0%} labelled non-member, "
+              f"{c['at_member_level']:.0%} at the member level (an upper bound on false "
+              "members)."]
   ts = [row["threshold"] for row in measured["fractions"][0]["rows"]]
   lines += ["", "Natural-looking images at SSIM ≥ t: count (member fraction; for mixed starts "
             "also the fraction whose nearest real image has the start's membership).", "",

@@ -12,11 +12,14 @@ sample with certainty").
 
 **Scores** (`SCORES`) are what an adversary holding θ* and the reconstruction can compute,
 without the training set, each computed per image and oriented once (higher = "member").
-**Ground truth** (evaluation only): a reconstruction is a member when its SSIM-nearest
-real image in the pool training set ∪ distinct partition (non-members of the same
-distribution) is a training image; the L2-nearest image's membership and Haim et al.'s
-best buddies (the reconstruction and its L2-nearest pool image are each other's nearest)
-are reported beside it. **Natural-looking**: SSIM ≥ t to the nearest image of the public
+**Labels** (evaluation only), with an excluded middle: a member is an image that
+is best buddies by SSIM with a training image (each the other's SSIM-nearest) at SSIM ≥
+``member_min_ssim``; a non-member one whose SSIM to every training image is below
+``non_member_max_ssim``; the images between are excluded and counted (a near-random
+label would pull every AUC towards 0.5). `label_calibration` measures what the two
+thresholds do to genuine non-members. The older labels (the SSIM- or L2-nearest image of
+training set ∪ partition, and L2 best buddies) are kept beside them for the fractions.
+**Natural-looking**: SSIM ≥ t to the nearest image of the public
 reference test[1::2] (never a start), so it needs no training set. **Stages**: the same
 measurement on the reconstructions and on their start images ("start": an attack that
 returns its start, the baseline).
@@ -112,26 +115,56 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
   return out
 
 
-def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim) -> dict:
-  """Member by SSIM and by L2 and best buddies, each bool[G, m]; display float[G, m, ...]."""
+def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim, labels: tuple,
+                  chunk_size: int) -> dict:
+  """Each bool[G, m] (display float[G, m, ...]): the labels the AUCs use, "member" (the
+  image and a training image are best buddies by SSIM, each the other's SSIM-nearest, at
+  SSIM ≥ labels[0]) and "non_member" (SSIM < labels[1] to every training image; neither:
+  excluded), and beside them member by the nearest pool image (SSIM, L2) and L2 best
+  buddies in the pool."""
   flat = display.reshape((-1, *display.shape[-3:]))
   d = np.asarray(metrics.pairwise_l2(flat, pool)).reshape((*display.shape[:2], -1))
   buddy = np.stack([np.asarray(metrics.best_buddies(dg.T)[0]) for dg in d])
-  return {"member_ssim": np.asarray(train_ssim) >= np.asarray(partition_ssim),
+  member, nearest = [], []
+  for images in display:  # per grid point: its m images against the n training images
+    s = np.asarray(ssim.pairwise_ssim(images, pool[:n_train], chunk_size=chunk_size),
+                   np.float64)
+    mutual = s.argmax(0)[s.argmax(1)] == np.arange(len(s))
+    member.append(mutual & (s.max(1) >= labels[0]))
+    nearest.append(s.max(1))
+  return {"member": np.stack(member), "non_member": np.stack(nearest) < labels[1],
+          "member_ssim": np.asarray(train_ssim) >= np.asarray(partition_ssim),
           "member_l2": d.argmin(-1) < n_train, "best_buddy": buddy}
 
 
-def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0) -> dict:
+def label_calibration(config: ml_collections.ConfigDict, labels: tuple, chunk_size: int) -> dict:
+  """How the labels treat genuine non-members: the victim's distinct partition images (same
+  distribution, never trained on) scored as reconstructions would be, by their SSIM to the
+  nearest training image: the fraction labelled non-member (< labels[1]) and the fraction
+  that would pass the member level (≥ labels[0]; an upper bound on false members, as a
+  best buddy needs more)."""
+  task = data.make_task(config.data)
+  nearest = np.asarray(ssim.nearest_neighbours(
+      task.to_pixels(task.partition_images), task.to_pixels(task.train_images),
+      chunk_size=chunk_size).ssim, np.float64)
+  return {"images": int(nearest.size), "labelled_non_member": float(np.mean(nearest < labels[1])),
+          "at_member_level": float(np.mean(nearest >= labels[0]))}
+
+
+def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
+              labels: tuple = (0.4, 0.3)) -> dict:
   """Scores and ground truth of every image of a finished "membership" run.
 
   Args:
     run_dir: a `trdr.experiment` run of mode "membership" (binary victim).
     chunk_size: SSIM queries per block.
     loo_per_start: images per grid point scored by `leave_one_out` (bilevel runs; 0: none).
+    labels: (member SSIM level, non-member SSIM bound) of `_ground_truth`.
   Returns:
     {"kind": str[N], "seed": int[N], "start_member": int8[N] (`init.start_membership`),
-     "grid_point": int[N], and per stage of `STAGES`: {"member_ssim", "member_l2",
-     "best_buddy": bool[N], "natural_ssim": float[N], "scores": {name: float[N]}}},
+     "grid_point": int[N], and per stage of `STAGES`: {"member", "non_member",
+     "member_ssim", "member_l2", "best_buddy": bool[N], "natural_ssim": float[N],
+     "scores": {name: float[N]}}},
     N = G · m images, grid point-major. Every score is a function of its own image (and,
     for λ_i, of its own candidate's multiplier): nothing is broadcast from a grid point.
   Raises:
@@ -181,7 +214,7 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0) -> di
                                       ).reshape(-1)
       shown = evaluate.to_display(images, mean, display)
       truth = _ground_truth(shown, pool, n_train, results[prefix + "train_ssim"],
-                            results[prefix + "partition_ssim"])
+                            results[prefix + "partition_ssim"], labels, chunk_size)
       natural = ssim.nearest_neighbours(shown.reshape((-1, *shown.shape[-3:])), reference,
                                         chunk_size=chunk_size)
       out[stage] = {**{k: v.reshape(-1) for k, v in truth.items()},
@@ -239,10 +272,12 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
         fractions.append({"attack": attack, "kind": kind, "stage": stage, "rows": _fractions(
             s, in_kind, config.natural_thresholds, per["start_member"])})
         for score, values in s["scores"].items():
-          keep = in_kind & (s["natural_ssim"] >= config.natural_threshold) & np.isfinite(values)
-          label = s["member_ssim"][keep]
+          scored = in_kind & (s["natural_ssim"] >= config.natural_threshold) & np.isfinite(values)
+          keep = scored & (s["member"] | s["non_member"])
+          label = s["member"][keep]
           row = {"attack": attack, "kind": kind, "stage": stage, "score": score,
-                 "members": int(label.sum()), "non_members": int((~label).sum())}
+                 "members": int(label.sum()), "non_members": int((~label).sum()),
+                 "excluded": int(np.sum(scored & ~keep))}
           row["informative"] = min(row["members"], row["non_members"]) >= config.min_per_class
           if row["informative"]:
             row.update(roc.summary(values[keep], label, fprs=config.fprs,
@@ -255,6 +290,8 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
           rows.append(row)
   return {"rows": rows, "fractions": fractions, "roc": curves,
           "natural_threshold": float(config.natural_threshold),
+          "labels": {"member_min_ssim": float(config.member_min_ssim),
+                     "non_member_max_ssim": float(config.non_member_max_ssim)},
           "fprs": [float(f) for f in config.fprs], "confidence": float(config.confidence),
           "min_per_class": int(config.min_per_class)}
 
@@ -273,11 +310,14 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ValueError: as `per_image`.
   """
   os.makedirs(workdir, exist_ok=True)
+  labels = (config.member_min_ssim, config.non_member_max_ssim)
   images = {}
   for name, attack in config.attacks.items():
     directory = os.path.join(workdir, name)
     artefacts.run_or_reuse("membership", attack, directory)
-    images[name] = per_image(directory, config.chunk_size, config.loo_per_start)
+    images[name] = per_image(directory, config.chunk_size, config.loo_per_start, labels)
   measured = measure(images, config)
+  measured["label_calibration"] = {name: label_calibration(attack, labels, config.chunk_size)
+                                   for name, attack in config.attacks.items()}
   files.write_json(os.path.join(workdir, MEASURED_FILE), measured)
   return measured
