@@ -406,6 +406,25 @@ def test_membership_verdict_follows_the_stated_rule():
   assert rule({"rows": [chance, start_chance]})["verdict"] == "uninformative"
 
 
+def test_an_attack_whose_positive_control_detects_nothing_cannot_pass_cannot_tell():
+  """The controls on the mixed starts: a positive control that tells training from
+  partition starts lets the attack's "cannot tell" stand; one that detects nothing turns
+  it into underpowered; a negative control's false alarm is reported."""
+  chance = _row("noise", 0.5, (0.45, 0.55), 0.01)
+  start = _row("noise", 0.9, (0.85, 0.95), 0.4, stage="start", p_auc=1e-9)
+  control = lambda kind, p: {**_row("mixed", 0.5, (0.4, 0.6), 0.01, p_auc=p), "control": kind}
+  detects = {"rows": [chance, start], "controls": [control("positive", 1e-6),
+                                                   control("negative", 0.7)]}
+  assert verdicts.membership_controls(detects) == {"a": {"positive": True, "negative": False}}
+  assert verdicts.verdict_membership(detects)["verdict"] == "reproduced"
+  blind = {"rows": [chance, start], "controls": [control("positive", 0.3),
+                                                 control("negative", 1e-6)]}
+  assert verdicts.membership_controls(blind) == {"a": {"positive": False, "negative": True}}
+  out = verdicts.verdict_membership(blind)
+  assert out["verdict"] == "underpowered" and out["checks"] == {}
+  assert out["measured"]["a: negative control false alarm (random halves of non-members)"]
+
+
 def _planted_answers(scorer: str, n: int, seeds) -> list[str]:
   """`verdicts.membership_answer` of planted scores, n members and n non-members per seed,
   through the report's own statistics (`roc.summary`)."""

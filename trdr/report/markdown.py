@@ -109,6 +109,19 @@ def membership_markdown(measured: dict) -> list[str]:
     lines.append(f"| {r['attack']} | {r['kind']} | {r['stage']} | {r['score']} | "
                  f"{r['members']} | {r['non_members']} | {r.get('excluded', '—')} | "
                  + " | ".join(cells) + " |")
+  controls = measured.get("controls", [])
+  if controls:
+    lines += ["", "Controls on the mixed starts, after the attack: positive (label: the start "
+              "was a training image; an experiment that cannot tell these apart cannot "
+              "detect membership) and negative (the partition starts split at random into "
+              "two halves; telling them apart is a false alarm).", "",
+              "| attack | control | score | members | non-members | AUC [CI] | p (AUC) |",
+              "|---|---|---|---:|---:|---|---:|"]
+    for r in controls:
+      cells = (f"{_fmt(r['auc'])} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}] | {_fmt(r['p_auc'])}"
+               if r["informative"] else "too few | —")
+      lines.append(f"| {r['attack']} | {r['control']} | {r['score']} | {r['members']} | "
+                   f"{r['non_members']} | {cells} |")
   for attack, c in measured.get("label_calibration", {}).items():
     lines += ["", f"Labels on genuine non-members ({attack}'s {c['images']} partition images "
               f"scored as reconstructions): {c['labelled_non_member']:.0%} labelled non-member, "

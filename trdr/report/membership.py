@@ -247,6 +247,32 @@ def _fractions(stage: dict, kind_mask, thresholds, start_member) -> list[dict]:
   return rows
 
 
+def _control_rows(per: dict, config, attack: str) -> list[dict]:
+  """The two controls of one attack, on its natural-looking reconstructions from the mixed
+  starts (`init.start_membership`: each start a training image or a partition image, at
+  random and recorded). Positive: label = the start's membership, through the same attack
+  and scores; an experiment that cannot tell these apart cannot detect membership at all.
+  Negative: the reconstructions from partition starts (all non-members) split at random
+  (a fixed seed) into two halves, one labelled "member"; any score that tells them apart
+  is a false alarm of the rule."""
+  s, start = per["reconstruction"], per["start_member"]
+  natural = (per["kind"] == "mixed") & (s["natural_ssim"] >= config.natural_threshold)
+  halves = np.random.default_rng(0).random(start.size) < 0.5
+  rows = []
+  for control, keep, label in (("positive", natural & (start >= 0), start == 1),
+                               ("negative", natural & (start == 0), halves)):
+    for score, values in s["scores"].items():
+      use = keep & np.isfinite(values)
+      row = {"attack": attack, "control": control, "score": score,
+             "members": int(np.sum(label[use])), "non_members": int(np.sum(~label[use]))}
+      row["informative"] = min(row["members"], row["non_members"]) >= config.min_per_class
+      if row["informative"]:
+        row.update(roc.summary(values[use], label[use], fprs=config.fprs,
+                               confidence=config.confidence, n_resamples=config.n_resamples))
+      rows.append(row)
+  return rows
+
+
 def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
   """The membership tables from `per_image` output of each attack.
 
@@ -256,14 +282,18 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
       confidence, n_resamples, min_per_class).
   Returns:
     {"rows": [{"attack", "kind", "stage", "score", "informative", and when informative
-      the `roc.summary` fields and per_seed, seed_mean, seed_std}], "fractions": [{"attack",
+      the `roc.summary` fields and per_seed, seed_mean, seed_std}], "controls": [{"attack",
+      "control" (positive | negative), "score", "informative", `roc.summary` fields}]
+      (`_control_rows`), "fractions": [{"attack",
       "kind", "stage", "rows": [...]}], "roc": {"attack/kind/score": [fpr, tpr]} (the
       reconstructions' curves), "natural_threshold", "fprs", "confidence", "min_per_class"}.
     AUCs count natural-looking images with a finite score only; fewer than min_per_class
     members or non-members: "informative" False and no AUC.
   """
-  rows, fractions, curves = [], [], {}
+  rows, fractions, curves, controls = [], [], {}, []
   for attack, per in images.items():
+    if "mixed" in per["kind"]:
+      controls += _control_rows(per, config, attack)
     for kind in dict.fromkeys(per["kind"].tolist()):
       in_kind = per["kind"] == kind
       seeds = sorted(set(per["seed"][in_kind].tolist()))
@@ -288,7 +318,7 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
               curves[f"{attack}/{kind}/{score}"] = [
                   c.tolist() for c in roc.roc_curve(values[keep], label)]
           rows.append(row)
-  return {"rows": rows, "fractions": fractions, "roc": curves,
+  return {"rows": rows, "controls": controls, "fractions": fractions, "roc": curves,
           "natural_threshold": float(config.natural_threshold),
           "labels": {"member_min_ssim": float(config.member_min_ssim),
                      "non_member_max_ssim": float(config.non_member_max_ssim)},

@@ -358,13 +358,45 @@ def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, d
   return numbers, checks, underpowered
 
 
+def membership_controls(measured: dict, rules: dict = RULES) -> dict:
+  """Per attack, what its controls (`trdr.report.membership.measure`'s "controls") say:
+  {"positive": True when a score tells training-image starts from partition-image starts
+  after the attack (the experiment can detect membership), False when none does, None when
+  no score had enough images; "negative": True when a score tells two random halves of
+  non-members apart (a false alarm), False, or None}."""
+  out = {}
+  for row in measured.get("controls", []):
+    out.setdefault(row["attack"], {}).setdefault(row["control"], []).append(row)
+  answers = {}
+  for attack, controls in out.items():
+    answers[attack] = {}
+    for control in ("positive", "negative"):
+      rows = [r for r in controls.get(control, []) if r["informative"]]
+      answers[attack][control] = (None if not rows else any(
+          membership_answer(r, rules, scores=len(rows)) == CAN_TELL for r in rows))
+  return answers
+
+
 def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
   """The membership verdict from `trdr.report.membership.measure` output, beside its
   baseline (the same rule on the start images), `with_baseline`: a failed check (some
-  score tells) decides; without one, an underpowered group makes it "underpowered"."""
+  score tells) decides; without one, an underpowered group makes it "underpowered". An
+  attack whose positive control detects nothing (`membership_controls`) cannot support
+  "cannot tell": its passing checks count as underpowered."""
   results = []
+  controls = membership_controls(measured, rules)
   for stage in ("reconstruction", "start"):
     numbers, checks, underpowered = _membership_checks(measured, stage, rules)
+    for attack, c in controls.items():
+      numbers[f"{attack}: positive control detects (training vs partition starts)"] = c[
+          "positive"]
+      numbers[f"{attack}: negative control false alarm (random halves of non-members)"] = c[
+          "negative"]
+      if c["positive"] is not True:
+        for name in [k for k, ok in checks.items() if ok and k.startswith(f"{attack}, ")]:
+          del checks[name]
+          underpowered.append(f"{name.removesuffix(': cannot tell')} (positive control "
+                              "detects nothing)")
     verdict = None
     if not checks and not underpowered:
       verdict = UNINFORMATIVE
