@@ -230,6 +230,10 @@ def test_every_score_is_computed_per_image(smoke_report_dir, attack):
     assert set(per[stage]) >= {"member", "non_member", "member_ssim", "member_l2",
                                "best_buddy", "natural_ssim"}
     assert not np.any(per[stage]["member"] & per[stage]["non_member"])
+  # The levels reach the labels: none can pass SSIM ≥ 2, none is below −1.
+  unreachable = membership.per_image(run_dir, levels=(2.0, -1.0))
+  for stage in membership.STAGES:
+    assert not unreachable[stage]["member"].any() and not unreachable[stage]["non_member"].any()
     for name, values in per[stage]["scores"].items():
       assert name in membership.SCORES and values.shape == (n,), (stage, name)
       _assert_per_image(values, per["grid_point"])

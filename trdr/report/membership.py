@@ -115,11 +115,11 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
   return out
 
 
-def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim, labels: tuple,
+def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim, levels: tuple,
                   chunk_size: int) -> dict:
   """Each bool[G, m] (display float[G, m, ...]): the labels the AUCs use, "member" (the
   image and a training image are best buddies by SSIM, each the other's SSIM-nearest, at
-  SSIM ≥ labels[0]) and "non_member" (SSIM < labels[1] to every training image; neither:
+  SSIM ≥ levels[0]) and "non_member" (SSIM < levels[1] to every training image; neither:
   excluded), and beside them member by the nearest pool image (SSIM, L2) and L2 best
   buddies in the pool."""
   flat = display.reshape((-1, *display.shape[-3:]))
@@ -130,36 +130,36 @@ def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim, label
     s = np.asarray(ssim.pairwise_ssim(images, pool[:n_train], chunk_size=chunk_size),
                    np.float64)
     mutual = s.argmax(0)[s.argmax(1)] == np.arange(len(s))
-    member.append(mutual & (s.max(1) >= labels[0]))
+    member.append(mutual & (s.max(1) >= levels[0]))
     nearest.append(s.max(1))
-  return {"member": np.stack(member), "non_member": np.stack(nearest) < labels[1],
+  return {"member": np.stack(member), "non_member": np.stack(nearest) < levels[1],
           "member_ssim": np.asarray(train_ssim) >= np.asarray(partition_ssim),
           "member_l2": d.argmin(-1) < n_train, "best_buddy": buddy}
 
 
-def label_calibration(config: ml_collections.ConfigDict, labels: tuple, chunk_size: int) -> dict:
+def label_calibration(config: ml_collections.ConfigDict, levels: tuple, chunk_size: int) -> dict:
   """How the labels treat genuine non-members: the victim's distinct partition images (same
   distribution, never trained on) scored as reconstructions would be, by their SSIM to the
-  nearest training image: the fraction labelled non-member (< labels[1]) and the fraction
-  that would pass the member level (≥ labels[0]; an upper bound on false members, as a
+  nearest training image: the fraction labelled non-member (< levels[1]) and the fraction
+  that would pass the member level (≥ levels[0]; an upper bound on false members, as a
   best buddy needs more)."""
   task = data.make_task(config.data)
   nearest = np.asarray(ssim.nearest_neighbours(
       task.to_pixels(task.partition_images), task.to_pixels(task.train_images),
       chunk_size=chunk_size).ssim, np.float64)
-  return {"images": int(nearest.size), "labelled_non_member": float(np.mean(nearest < labels[1])),
-          "at_member_level": float(np.mean(nearest >= labels[0]))}
+  return {"images": int(nearest.size), "labelled_non_member": float(np.mean(nearest < levels[1])),
+          "at_member_level": float(np.mean(nearest >= levels[0]))}
 
 
 def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
-              labels: tuple = (0.4, 0.3)) -> dict:
+              levels: tuple = (0.4, 0.3)) -> dict:
   """Scores and ground truth of every image of a finished "membership" run.
 
   Args:
     run_dir: a `trdr.experiment` run of mode "membership" (binary victim).
     chunk_size: SSIM queries per block.
     loo_per_start: images per grid point scored by `leave_one_out` (bilevel runs; 0: none).
-    labels: (member SSIM level, non-member SSIM bound) of `_ground_truth`.
+    levels: (member SSIM level, non-member SSIM bound) of `_ground_truth`.
   Returns:
     {"kind": str[N], "seed": int[N], "start_member": int8[N] (`init.start_membership`),
      "grid_point": int[N], and per stage of `STAGES`: {"member", "non_member",
@@ -214,7 +214,7 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
                                       ).reshape(-1)
       shown = evaluate.to_display(images, mean, display)
       truth = _ground_truth(shown, pool, n_train, results[prefix + "train_ssim"],
-                            results[prefix + "partition_ssim"], labels, chunk_size)
+                            results[prefix + "partition_ssim"], levels, chunk_size)
       natural = ssim.nearest_neighbours(shown.reshape((-1, *shown.shape[-3:])), reference,
                                         chunk_size=chunk_size)
       out[stage] = {**{k: v.reshape(-1) for k, v in truth.items()},
@@ -340,14 +340,14 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ValueError: as `per_image`.
   """
   os.makedirs(workdir, exist_ok=True)
-  labels = (config.member_min_ssim, config.non_member_max_ssim)
+  levels = (config.member_min_ssim, config.non_member_max_ssim)
   images = {}
   for name, attack in config.attacks.items():
     directory = os.path.join(workdir, name)
     artefacts.run_or_reuse("membership", attack, directory)
-    images[name] = per_image(directory, config.chunk_size, config.loo_per_start, labels)
+    images[name] = per_image(directory, config.chunk_size, config.loo_per_start, levels)
   measured = measure(images, config)
-  measured["label_calibration"] = {name: label_calibration(attack, labels, config.chunk_size)
+  measured["label_calibration"] = {name: label_calibration(attack, levels, config.chunk_size)
                                    for name, attack in config.attacks.items()}
   files.write_json(os.path.join(workdir, MEASURED_FILE), measured)
   return measured
