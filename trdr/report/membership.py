@@ -51,6 +51,12 @@ SCORES = {
     "loo": "‖θ* − θ(X∖x_i)‖² − ‖θ* − θ(X)‖²: how far θ(·) moves from θ* without the image "
            "(bilevel; θ(·) = argmin E re-solved from θ*; a subsample)",
 }
+# The adversary also holds the start it attacked from: per image, the larger of a score at
+# the start and at the reconstruction (both oriented higher = member), on the
+# reconstruction stage: what a real adversary keeps, not what the attack leaves.
+BOTH = ("neg_loss", "margin", "neg_grad_norm", "loo")
+SCORES.update({f"best_of_{k}": f"max over the start and the reconstruction of {k}"
+               for k in BOTH})
 STAGES = ("reconstruction", "start")
 
 
@@ -219,6 +225,10 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
                                         chunk_size=chunk_size)
       out[stage] = {**{k: v.reshape(-1) for k, v in truth.items()},
                     "natural_ssim": np.asarray(natural.ssim, np.float64), "scores": scores}
+  both = out["reconstruction"]["scores"], out["start"]["scores"]
+  for k in BOTH:
+    if k in both[0] and k in both[1]:  # NaN (a score not computed for the image) stays NaN
+      both[0][f"best_of_{k}"] = np.maximum(both[0][k], both[1][k])
   return out
 
 
