@@ -80,27 +80,45 @@ def test_a_finished_run_ends_with_its_headline_and_files(smoke_report_dir):
   assert lines[-1].startswith("Written: ") and "results.npz" in lines[-1]
 
 
-@pytest.mark.slow  # a Python process that runs a (tiny) landscape
-def test_export_victim_and_keep_checkpoint(subprocess_env, tmp_path):
+@pytest.mark.slow  # Python processes that run a (tiny) landscape
+def test_export_victim_keep_checkpoint_and_a_warm_second_run(subprocess_env, tmp_path):
   """--export_victim writes the run's θ* in a layout victim.load reads back bitwise, named
-  in the last line; --keep_checkpoint keeps the checkpoint a finished run otherwise drops."""
+  in the last line; --keep_checkpoint keeps the checkpoint a finished run otherwise drops;
+  a second run with the same --compilation_cache loads every program the first compiled
+  and computes the same results bit for bit."""
+  import re  # noqa: PLC0415
+
   from trdr import victim  # noqa: PLC0415
   from trdr.runtime import rundir  # noqa: PLC0415
   from trdr.victim import pretrained  # noqa: PLC0415
 
-  workdir, path = tmp_path / "run", tmp_path / "theta.npz"
-  process = _start(
+  path, cache = tmp_path / "theta.npz", tmp_path / "cache"
+  env = {k: v for k, v in subprocess_env.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+  landscape = lambda workdir, *extra: _start(
       "landscape", f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
       f"--workdir={workdir}", "--config.data.n_per_class=5", "--config.attack.steps=2",
       "--config.init.lambda1=(0.0,1.0)", "--config.init.lambda2=(0.0,1.0)",
-      f"--export_victim={path}", "--keep_checkpoint", env=subprocess_env, cwd=tmp_path)
-  stdout, stderr = process.communicate(timeout=600)
-  assert process.returncode == 0, stderr[-3000:]
+      f"--compilation_cache={cache}", *extra, env=env, cwd=tmp_path)
+  runs = []
+  for workdir, extra in ((tmp_path / "run", (f"--export_victim={path}", "--keep_checkpoint")),
+                         (tmp_path / "again", ())):
+    process = landscape(workdir, *extra)
+    stdout, stderr = process.communicate(timeout=600)
+    assert process.returncode == 0, stderr[-3000:]
+    (used,) = re.findall(r"Compilation cache .*: (\d+) programs loaded .*, (\d+) compiled",
+                         stderr)
+    runs.append((workdir, stdout, [int(n) for n in used]))
+  (workdir, stdout, first), (again, _, second) = runs
+  assert first[0] == 0 and first[1] > 0 and second == [first[1], 0], (first, second)
+  with experiment.load_results(str(workdir)) as a, experiment.load_results(str(again)) as b:
+    for key in a:
+      np.testing.assert_array_equal(a[key], b[key], err_msg=key)
   assert stdout.splitlines()[-1].startswith(f"θ* exported: {path} (")
   assert (workdir / rundir.CHECKPOINT_FILE).exists()
+  assert not (again / rundir.CHECKPOINT_FILE).exists()
   rundir.check_finished(str(workdir), experiment.LANDSCAPE_FILE)  # not in its SHA256SUMS
-  theta_star = victim.from_run(str(workdir)).params
+  theta_star = victim.from_run(str(workdir))
   exported = pretrained.layers(pretrained.read(str(path)), (32, 32, 3))
-  for a, b in zip(jax.tree.leaves(pretrained.params(exported, victim.from_run(
-      str(workdir)).config, np.float32)), jax.tree.leaves(theta_star)):
+  for a, b in zip(jax.tree.leaves(pretrained.params(exported, theta_star.config, np.float32)),
+                  jax.tree.leaves(theta_star.params)):
     np.testing.assert_array_equal(a, b)

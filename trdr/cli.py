@@ -8,11 +8,16 @@ error), --workdir (``~`` and $VARS expanded), --overwrite, the flags of a run ac
 --artefacts.
 """
 
+import contextlib
+import hashlib
 import logging as std_logging
 import os
+import platform
 import sys
 import time
 
+import jax
+import jax.monitoring
 import matplotlib
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -50,6 +55,12 @@ _CPU_DEVICES = flags.DEFINE_integer(
     "CPU core it may use (JAX_NUM_CPU_DEVICES, if set, stands), so that a grid attacked "
     "one start at a time runs one start per core (trdr.experiment.loop). Not changed across "
     "processes or when XLA_FLAGS sets --xla_force_host_platform_device_count.")
+_COMPILATION_CACHE = flags.DEFINE_string(
+    "compilation_cache", None, "Directory of the persistent XLA compilation cache: a second "
+    "run loads the programs the first compiled instead of compiling them again (the same "
+    "programs, so the same numbers). Safe to delete; 'off' disables it. Default: "
+    "$JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/trdr/xla-<machine>-<this CPU's "
+    "feature flags>.")
 _DEBUG = flags.DEFINE_bool(
     "debug", False, "Show the traceback of an error trdr raises on bad input (a config "
     "value, a model file, a finished --workdir) instead of its one line.")
@@ -62,8 +73,9 @@ _REPO_CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__f
 
 
 def run(main) -> None:
-  """`absl.app.run` of ``main`` with `parse_flags`, after `trdr.runtime.sharding.set_cpu_devices`
-  and with matplotlib's Agg backend (the figures are written to files; no display)."""
+  """`absl.app.run` of ``main`` with `parse_flags`, after `trdr.runtime.sharding.set_cpu_devices`,
+  with JAX's persistent compilation cache (`--compilation_cache`; what it saved is logged
+  at the end) and matplotlib's Agg backend (the figures are written to files; no display)."""
   matplotlib.use("Agg")
   # JAX's backend probe logs "Unable to initialize backend 'tpu'" at INFO on every machine
   # without a TPU; its warnings and errors still show.
@@ -72,8 +84,12 @@ def run(main) -> None:
   def with_devices(argv):
     sharding.set_cpu_devices(_CPU_DEVICES.value,
                              _DISTRIBUTED.value or bool(_COORDINATOR.value))
+    cache = _use_compilation_cache(_COMPILATION_CACHE.value)
     try:
-      return main(argv)
+      out = main(argv)
+      if cache is not None:
+        logging.info(cache.line())
+      return out
     except _INPUT_ERRORS as e:
       if _DEBUG.value:
         raise
@@ -81,6 +97,55 @@ def run(main) -> None:
             f"{config_flags.get_config_filename(flags.FLAGS['config'])}; --debug shows "
             "the traceback)", status=2)
   app.run(with_devices, flags_parser=parse_flags)
+
+
+def _cpu_key() -> str:
+  """The machine and its CPU's feature flags, hashed: executables compiled for one CPU
+  (AVX-512, say) are never loaded on another."""
+  flags_line = ""
+  with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+    flags_line = next((line for line in f if line.startswith(("flags", "Features"))), "")
+  return f"{platform.machine()}-" + hashlib.sha256(flags_line.encode()).hexdigest()[:12]
+
+
+class _CacheUse:
+  """What the persistent compilation cache did in this process (JAX's monitoring events)."""
+
+  def __init__(self, directory: str):
+    self.directory, self.hits, self.misses, self.saved_s = directory, 0, 0, 0.0
+
+  def event(self, event: str, **_):
+    if event == "/jax/compilation_cache/cache_hits":
+      self.hits += 1
+    elif event == "/jax/compilation_cache/cache_misses":
+      self.misses += 1
+
+  def duration(self, event: str, seconds: float, **_):
+    if event == "/jax/compilation_cache/compile_time_saved_sec":
+      self.saved_s += seconds
+
+  def line(self) -> str:
+    return (f"Compilation cache {self.directory}: {self.hits} programs loaded (about "
+            f"{self.saved_s:.0f} s of compilation skipped), {self.misses} compiled and stored")
+
+
+def _use_compilation_cache(value: str | None) -> _CacheUse | None:
+  """Turns on JAX's persistent compilation cache for this process (a process-wide switch:
+  set here, by the entry point, never by the library) in ``value``'s directory or the
+  default (`_COMPILATION_CACHE`); every program is cached, however short its compile.
+  Returns what records its use, None when 'off'."""
+  if value == "off":
+    return None
+  directory = value or os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
+      os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trdr",
+      f"xla-{_cpu_key()}")
+  jax.config.update("jax_compilation_cache_dir", directory)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+  jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+  use = _CacheUse(directory)
+  jax.monitoring.register_event_listener(use.event)
+  jax.monitoring.register_event_duration_secs_listener(use.duration)
+  return use
 
 
 def _fail(line: str, status: int) -> None:
