@@ -97,16 +97,24 @@ def tpr_at_fpr(scores, positive, fpr: float) -> float:
   Raises:
     ValueError: as `auc`, or fpr outside [0, 1].
   """
+  pos, neg, threshold = _low_fpr_threshold(scores, positive, fpr)
+  if threshold is None:
+    return float("nan") if len(pos) == 0 or len(neg) == 0 else 1.0
+  return float(np.mean(pos > threshold))
+
+
+def _low_fpr_threshold(scores, positive, fpr: float):
+  """(member scores, non-member scores, the threshold of `tpr_at_fpr`: the
+  (floor(fpr · N) + 1)-th largest of the N non-member scores; None when a class is empty
+  or every non-member may score above it)."""
   if not 0.0 <= fpr <= 1.0:
     raise ValueError(f"fpr must be in [0, 1], got {fpr}")
   scores, positive = _checked(scores, positive)
   pos, neg = scores[positive], np.sort(scores[~positive])[::-1]
-  if len(pos) == 0 or len(neg) == 0:
-    return float("nan")
   allowed = int(np.floor(fpr * len(neg) + 1e-9))
-  if allowed >= len(neg):
-    return 1.0
-  return float(np.mean(pos > neg[allowed]))
+  if len(pos) == 0 or allowed >= len(neg):
+    return pos, neg, None
+  return pos, neg, neg[allowed]
 
 
 def tpr_p_value(scores, positive, fpr: float) -> float:
@@ -121,16 +129,9 @@ def tpr_p_value(scores, positive, fpr: float) -> float:
   Raises:
     ValueError: as `tpr_at_fpr`.
   """
-  if not 0.0 <= fpr <= 1.0:
-    raise ValueError(f"fpr must be in [0, 1], got {fpr}")
-  scores, positive = _checked(scores, positive)
-  pos, neg = scores[positive], np.sort(scores[~positive])[::-1]
-  if len(pos) == 0 or len(neg) == 0:
-    return float("nan")
-  allowed = int(np.floor(fpr * len(neg) + 1e-9))
-  if allowed >= len(neg):
-    return 1.0
-  threshold = neg[allowed]
+  pos, neg, threshold = _low_fpr_threshold(scores, positive, fpr)
+  if threshold is None:
+    return float("nan") if len(pos) == 0 or len(neg) == 0 else 1.0
   pos_above, neg_above = int(np.sum(pos > threshold)), int(np.sum(neg > threshold))
   table = [[pos_above, len(pos) - pos_above], [neg_above, len(neg) - neg_above]]
   return float(scipy.stats.fisher_exact(table, alternative="greater").pvalue)
