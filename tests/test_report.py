@@ -507,7 +507,8 @@ def test_report_links_every_figure_table1_and_membership(smoke_report):
   for link in links:
     assert os.path.getsize(os.path.join(workdir, link)) > 5000, link
   assert "## Table 1" in text and "1.1214e-03" in text     # the paper's value beside ours
-  assert "| attack | start | stage | score | members | non-members | AUC [CI] |" in text
+  assert ("| attack | start | stage | score | members | non-members | excluded | AUC [CI] |"
+          in text)
   assert "| attack | start | stage | t = 0.1 |" in text
 
 
@@ -640,10 +641,12 @@ def test_membership_numbers_match_the_runs(smoke_report):
       per["start"]["scores"])
   for r in rows:
     s = per[r["stage"]]
-    keep = ((per["kind"] == r["kind"]) & (s["natural_ssim"] >= measured["natural_threshold"])
-            & np.isfinite(s["scores"][r["score"]]))
-    assert (r["members"], r["non_members"]) == (int(s["member_ssim"][keep].sum()),
-                                                int((~s["member_ssim"][keep]).sum())), r
+    scored = ((per["kind"] == r["kind"]) & (s["natural_ssim"] >= measured["natural_threshold"])
+              & np.isfinite(s["scores"][r["score"]]))
+    keep = scored & (s["member"] | s["non_member"])   # the excluded middle left out, counted
+    assert (r["members"], r["non_members"], r["excluded"]) == (
+        int(s["member"][keep].sum()), int(s["non_member"][keep].sum()),
+        int((scored & ~keep).sum())), r
   by = {(r["attack"], r["kind"], r["stage"], r["score"]): r for r in measured["rows"]}
   for (attack, kind, stage, score), r in by.items():
     if score == "margin" and r["informative"]:
