@@ -246,10 +246,11 @@ def verdicts_page(report: dict, source: str) -> str:
   if "disk" in report:  # the same: no section
     disk = report["disk"]
     lines += ["", "## Disk", "",
-              f"The report's directory holds {disk['bytes'] / 1e6:.0f} MB in "
-              f"{len(disk['runs'])} run directories (finished runs keep no checkpoint; a "
-              "landscape stores its final images once per distinct grid point and "
-              "regenerates its start images: `trdr.experiment.results`).", "",
+              f"The report's directory held {disk['bytes'] / 1e6:.0f} MB in "
+              f"{len(disk['runs'])} run directories when the report was written (every "
+              "file's bytes). Runs finished by an older trdr keep the larger files it "
+              "wrote (start images and duplicate grid points in results.npz, the "
+              "checkpoint) until they are computed again.", "",
               "| run | MB |", "|---|---:|",
               *(f"| {name} | {b / 1e6:.1f} |" for name, b in disk["runs"].items())]
   return "\n".join(lines) + "\n"
