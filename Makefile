@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership fig1 fig2 fig3 fig4 table1 table1-readings sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -91,6 +91,15 @@ fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
 
 membership:  ## Membership ambiguity as an adversary faces it (~20 min at SIZE=cpu): runs/membership_SIZE/membership.md.
 	$(PYTHON) experiments/membership.py --config=configs/membership.py:$(PAPER_VARIANT) --workdir=$(RUNS)/membership_$(SIZE)
+
+knowledge:  ## Privacy against what the adversary knows (informed adversary, k unknown images; ~1 h at SIZE=cpu): runs/knowledge_SIZE/knowledge.md.
+	$(PYTHON) experiments/knowledge.py --config=configs/knowledge.py:$(SIZE) --workdir=$(RUNS)/knowledge_$(SIZE)
+
+knowledge-doc:  ## docs/knowledge.{md,png} from runs/knowledge_SIZE, after make knowledge.
+	cp $(RUNS)/knowledge_$(SIZE)/knowledge.md $(RUNS)/knowledge_$(SIZE)/knowledge.png docs/
+
+knowledge-smoke:  ## The same at smoke size (a couple of minutes; CI runs it in the tests).
+	$(MAKE) knowledge SIZE=smoke
 
 figures:  ## Figs. 1–12 + Table 1 with verdicts and membership ambiguity: runs/report_SIZE/report.md.
 	$(REPORT)

@@ -10,7 +10,8 @@ The packages and modules are the pipeline, in the order data flows through it:
   models      the Flax victims (MODELS): affine (eq. 8), one-hidden (eq. 9), Haim's MLP
   configs     every experiment config, `get_config(variant)`
   victim      E(x, y; θ), its solver, training to θ*, θ* cached or read from a file
-  attacks     the Attack protocol and ATTACKS: bilevel (eq. 2, 7), DecoReco; INITS (eq. 10)
+  attacks     the Attack protocol and ATTACKS: bilevel (eq. 2, 7), DecoReco, informed
+              (all training points but k known); INITS (eq. 10)
   evaluation  SSIM, nearest neighbours, distances, ||θ* − θ||², records, ROC statistics
   experiment  run(config, workdir, mode): starts, the checkpointed loop, one function per mode
   plotting    the runs' figures, from saved files only
@@ -41,7 +42,7 @@ __version__ = "0.1.0"
 # The Python API (`trdr.api`), imported on first use so that importing a module of trdr
 # stays light.
 API = ("get_config", "load_task", "train_victim", "load_victim", "save_victim", "attack",
-       "evaluate_reconstructions", "run_experiment", "load_results")
+       "informed_attack", "evaluate_reconstructions", "run_experiment", "load_results")
 
 
 def __getattr__(name):

@@ -5,6 +5,7 @@
   target = trdr.load_victim("model.pth", config, task)   # θ* from a file (or train_victim)
   trdr.save_victim(target, "theta.npz")                  # θ* to a file (.npz or .pth)
   images = trdr.attack(target, config, task)             # reconstructions float[m, H, W, C]
+  images = trdr.informed_attack(target, task, [3, 7])    # all training images but 3, 7 known
   found = trdr.evaluate_reconstructions(images, task)    # nearest training images by SSIM
   trdr.run_experiment(config, "runs/mine", "attack")     # all of it, with files and resume
   results = trdr.load_results("runs/mine")               # its results.npz arrays
@@ -22,7 +23,7 @@ import ml_collections
 import numpy as np
 
 from trdr import data, experiment, models, victim
-from trdr.attacks import ATTACKS
+from trdr.attacks import ATTACKS, informed
 from trdr.attacks import init as inits
 from trdr.evaluation import evaluate
 from trdr.experiment import loop, starts
@@ -109,6 +110,47 @@ def attack(target: victim.Victim, config: ml_collections.ConfigDict, task: data.
                             grid_batch_size=a.grid_batch_size, workdir=workdir or scratch,
                             resume=False, stop_on_divergence=True)
     return np.asarray(reconstruction.images(states))[0]
+
+
+def informed_attack(target: victim.Victim, task: data.Task, unknown, *,
+                    attack_config: ml_collections.ConfigDict | None = None,
+                    restarts: int = 4, steps: int = 1000, seed: int = 0) -> np.ndarray:
+  """The informed adversary (`trdr.attacks.informed`; Balle et al. 2022): it knows θ*, the
+  training recipe and every training image of ``task`` but those at ``unknown``, and
+  their labels; it reconstructs them in closed form where one applies, else from
+  ``restarts`` starts (`trdr.attacks.informed.start_images`), keeping the lowest loss.
+
+  Args:
+    target: a victim trained on ``task`` (to stationarity of E for the closed forms; by
+      gradient descent, the DecoReco loss with the known images fixed).
+    task: its task; unknown: int indices into its training set, k of them.
+    attack_config: the attack section of configs/knowledge.py (its ":cpu" one if None).
+    restarts, steps, seed: the starts, the steps from each (DecoReco's too) and the
+      starts' PRNG seed.
+  Returns:
+    float[k, H, W, C] reconstructions in the victim's input space, in ``unknown``'s order.
+  Raises:
+    ValueError: indices out of range or repeated.
+  """
+  n = task.train_images.shape[0]
+  unknown = np.asarray(unknown, int)
+  if unknown.ndim != 1 or len(set(unknown.tolist())) != len(unknown) or (
+      len(unknown) and (unknown.min() < 0 or unknown.max() >= n)):
+    raise ValueError(f"unknown must be distinct training indices in [0, {n}), got "
+                     f"{unknown.tolist()}")
+  a = (attack_config or get_config("knowledge", "cpu").attack
+       ).copy_and_resolve_references().unlock()
+  a.steps = a.kkt.steps = int(steps)
+  dtype = jax.tree.leaves(target.params)[0].dtype
+  with jax.enable_x64(dtype == jnp.float64):
+    x = jnp.asarray(task.train_images, dtype)
+    y = jnp.asarray(task.train_labels, dtype)
+    known = np.setdiff1d(np.arange(n), unknown)
+    starts = jax.vmap(lambda key: informed.start_images(
+        target, a, key, (len(unknown), *x.shape[1:]), task.mean, dtype))(
+            jax.random.split(jax.random.key(seed), restarts))
+    return informed.reconstruct(target, a, (x[known], y[known]), y[unknown], starts,
+                                box=inits.pixel_box(task.mean)).images
 
 
 def evaluate_reconstructions(images: np.ndarray, task: data.Task, *,

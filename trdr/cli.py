@@ -313,3 +313,22 @@ def membership_main(argv):
     print(f"{check}: {ok}")
   print(f"membership: {verdict['verdict']} (baseline: {verdict['baseline']['verdict']})")
   print(f"Wrote {os.path.join(workdir, 'membership.md')}")
+
+
+def knowledge_main(argv):
+  """``main`` of experiments/knowledge.py: the informed adversary against k (`trdr.report.
+  knowledge`; finished rows reused), WORKDIR/knowledge.{png,pdf} and knowledge.md."""
+  del argv
+  from trdr import report
+  from trdr.report import knowledge
+  config = _CONFIG.value
+  workdir = _workdir(_WORKDIR.value or default_workdir(
+      config_flags.get_config_filename(flags.FLAGS["config"])))
+  rows = knowledge.run(config, workdir)
+  plotting.save_figure(knowledge.figure(rows, tuple(config.eval.windows)), workdir,
+                       "knowledge", plotting.size_stamp(config.variant))
+  files.atomic_write(os.path.join(workdir, "knowledge.md"),
+                     knowledge.markdown(rows, config, report.provenance(config.variant))
+                     .encode())
+  print(knowledge.reading(rows, config.eval.windows[0]))
+  print(f"Wrote {os.path.join(workdir, 'knowledge.md')}")

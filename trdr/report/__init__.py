@@ -70,7 +70,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     "rules": RULES, "table1": collected["table1"],
                     "table1_readings": files.read_json(os.path.join(
                         paper_figures, "table1_readings.json")) | {"markdown": readings_md},
-                    "generated": _provenance(config.variant), "disk": _disk(workdir)})
+                    "generated": provenance(config.variant), "disk": _disk(workdir)})
   files.atomic_write(os.path.join(workdir, "report.md"),
                      markdown.report_page(results, table1_md, measured, config.variant,
                                           count_rows).encode())
@@ -85,8 +85,9 @@ def _disk(workdir: str) -> dict:
   return {"bytes": files.disk_usage(workdir), "runs": dict(sorted(runs.items()))}
 
 
-def _provenance(variant: str) -> dict:
-  """Where report.json comes from: the size, the UTC time, the machine and JAX."""
+def provenance(variant: str) -> dict:
+  """Where a report (report.json, knowledge.md) comes from: the size, the UTC time, the
+  machine and JAX."""
   return {"size": variant or "paper",
           "utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()}",
