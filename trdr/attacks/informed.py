@@ -317,11 +317,10 @@ def first_layer_span(residual: Params, k: int, layer: str = "hidden"
 
 
 class State(NamedTuple):
-  """The unknown images' guesses (float[k, H, W, C], or their coefficients float[k, k] in
-  `first_layer_span`'s basis), the multipliers (KKT victims; float[0] otherwise) and
-  Adam's state."""
+  """A stationary victim's attack state: the unknown images' guesses (float[k, H, W, C],
+  or their coefficients float[k, k] in `first_layer_span`'s basis) and Adam's state. (A
+  KKT victim's is DecoReco's `decoreco.AttackState`.)"""
   images: jax.Array
-  lambdas: jax.Array
   opt_state: Any
 
 
@@ -380,7 +379,7 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict, label
     if x0.shape[0] != k:
       raise ValueError(f"{x0.shape[0]} start images for {k} unknown labels")
     variables = encode(x0)
-    return State(variables, jnp.zeros((0,), x0.dtype), optimizer.init(variables))
+    return State(variables, optimizer.init(variables))
 
   def step(state):
     value, grad = jax.value_and_grad(loss)(state.images)
@@ -388,7 +387,7 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict, label
     variables = optax.apply_updates(state.images, updates)
     if not span:
       variables = jnp.clip(variables, low, high)
-    return State(variables, state.lambdas, opt_state), StepMetrics(value)
+    return State(variables, opt_state), StepMetrics(value)
 
   return Attack(name="informed", init=init, step=step, images=lambda s: decode(s.images),
                 batches_well=True, display="pixels")
