@@ -145,10 +145,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
           if target is None:
             target = victim.load_or_train(c, task, os.path.join(workdir, "victims",
                                                                 f"{name}_seed{seed}"))
+            grad_norm = _grad_norm(target, task)     # one θ* per victim and seed
           row = {"victim": name, "adversary": INFORMED, "seed": int(seed),
                  **attack_row(target, task, k, int(seed), config, config.restarts[name],
                               config.steps[name]),
-                 "grad_norm": _grad_norm(target, task)}
+                 "grad_norm": grad_norm}
           _log(row)
           rows.append(row)
           done.add(_key(row))
