@@ -92,7 +92,7 @@ fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
 membership:  ## Membership ambiguity as an adversary faces it (~20 min at SIZE=cpu): runs/membership_SIZE/membership.md.
 	$(PYTHON) experiments/membership.py --config=configs/membership.py:$(PAPER_VARIANT) --workdir=$(RUNS)/membership_$(SIZE)
 
-knowledge:  ## Privacy against what the adversary knows (informed adversary, k unknown images; ~1 h at SIZE=cpu): runs/knowledge_SIZE/knowledge.md.
+knowledge:  ## Privacy against what the adversary knows (informed adversary, k unknown images; ~40 min at SIZE=cpu): runs/knowledge_SIZE/knowledge.md.
 	$(PYTHON) experiments/knowledge.py --config=configs/knowledge.py:$(SIZE) --workdir=$(RUNS)/knowledge_$(SIZE)
 
 knowledge-doc:  ## docs/knowledge.{md,png} from runs/knowledge_SIZE, after make knowledge.

@@ -228,6 +228,7 @@ def test_knowledge_experiment_writes_its_rows_and_reuses_them(tmp_path):
       ("affine", "bilevel, θ0 known", 40), ("affine", "bilevel, θ0 unknown", 40),
       ("haim_mlp", "informed", 1), ("haim_mlp", "informed", 2)]
   assert rows[0]["method"] == "closed form" and rows[0]["recovered"]["w11"] == 1
+  assert config.truth_seeds == (0,) and np.isfinite(rows[1]["truth_residual"])
   saved = files.read_json(os.path.join(tmp_path, knowledge.ROWS_FILE))
   fields = lambda rs: [(r["victim"], r["seed"], r["k"], r["recovered"]) for r in rs]
   assert fields(saved) == fields(rows)

@@ -81,12 +81,15 @@ def attack_row(target: victim.Victim, task, k: int, seed: int,
                config: ml_collections.ConfigDict, restarts: int, steps: int) -> dict:
   """One row: the informed adversary with k unknown points of ``task``'s training set,
   from ``restarts`` starts (`trdr.attacks.informed.start_images`; a closed form needs
-  none), ``steps`` steps each.
+  none), ``steps`` steps each; on the seeds of ``config.truth_seeds`` also the same steps
+  from the true images (a diagnostic; it costs one more start, as much as the adversary's
+  own search for the gradient-descent victim's single start).
 
   Returns:
     {k, n, method ("closed form" | "optimisation"), residual (the kept start's final
     loss; NaN for a closed form), truth_residual (the final loss from the true images,
-    `trdr.attacks.informed.reconstruct`'s diagnostic), display (how the reconstructions
+    `trdr.attacks.informed.reconstruct`'s diagnostic; NaN on a seed outside
+    ``config.truth_seeds``), display (how the reconstructions
     were scored: "minmax" for DecoReco's, as Haim et al. show them), recovered and
     start_recovered ({"w<window>": count}), seconds}.
   """
@@ -103,7 +106,8 @@ def attack_row(target: victim.Victim, task, k: int, seed: int,
       target, attack, s, (k, *x.shape[1:]), task.mean, x.dtype))(
           jax.random.split(key, restarts))
   found = informed.reconstruct(target, attack, (x[known], y[known]), y[unknown],
-                               starts, box=inits.pixel_box(task.mean), truth=x[unknown])
+                               starts, box=inits.pixel_box(task.mean),
+                               truth=x[unknown] if seed in config.truth_seeds else None)
   level, windows = config.eval.ssim_level, tuple(config.eval.windows)
   truth = np.asarray(x[unknown])
   display = "minmax" if target.config.get("training", "lbfgs") == "gd" else "pixels"
@@ -318,7 +322,8 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict,
            "paper's adversary. Baseline: the same count for the start images (U(0, 1) noise; "
            "N(0, σ²) for the gradient-descent victim, whose reconstructions are scored "
            "min-max scaled as DecoReco's are). The last column is a diagnostic the "
-           "adversary cannot run: the same steps from the true images. A loss from the truth "
+           "adversary cannot run: the same steps from the true images, on seeds "
+           f"{list(config.truth_seeds)}. A loss from the truth "
            "below the kept one means the optimiser missed a better point; one at or above it "
            "means the objective does not prefer the training images.", ""]
   for w in windows:
