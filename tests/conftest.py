@@ -25,7 +25,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The suite compiles with LLVM's backend optimisation off: about half of its CPU time is
 # XLA compiling small programs that then run for milliseconds, and XLA's HLO passes
 # (fusion, layout) still run; only LLVM's passes over the generated code are skipped.
-# The README's test paragraph gives the times side by side with XLA's default level 3.
 # Set before JAX starts its backend, so the xdist workers and every subprocess (the
 # :smoke report, the command-line tests) inherit it. The tolerances argued from rounding
 # do not depend on the level. The comparisons of two programs doing the same per-point
