@@ -25,6 +25,9 @@ Modes (`MODES`), one function each:
                (one start per training image), G = kinds · seeds, for
                `trdr.report.membership`; starts.json
 
+`reevaluate` runs the evaluate and write phases of a finished landscape or attack run again
+for other reconstructions (the report's control attacks, `trdr.report.controls`).
+
 A run directory also holds config.json, victim/ (θ*, reused while the victim config is
 unchanged), metrics.jsonl and checkpoint.msgpack (`trdr.experiment.loop`). Figures are
 drawn from these files by `trdr.plotting.run_figures`.
@@ -95,10 +98,10 @@ class Attacked(NamedTuple):
   """A run after its attack phase (`_attack`)."""
   target: victim.Victim
   attack: Attack
-  states: Any  # the attack's final states, leading grid axis G
   history: dict[str, np.ndarray]  # metric -> float[G, steps] (`loop.run`)
   trace: dict[str, np.ndarray]  # the Fig. 9 trace ({} when none is recorded)
   images: np.ndarray  # the reconstructions float[G, m, H, W, C], victim input space
+  outputs: dict[str, np.ndarray]  # the attack's own arrays (`Attack.outputs`), axis G first
   sets: dict[str, np.ndarray]  # `evaluate.comparison_sets`
   summary: dict  # summary.json so far: victim, attack, seconds per phase
 
@@ -199,6 +202,88 @@ def _run(config: ml_collections.ConfigDict, workdir: str, mode: str, overwrite: 
     return out._replace(workdir=workdir) if distributed.is_main() else out
 
 
+def reevaluate(run_dir: str, images: np.ndarray, workdir: str) -> Finished:
+  """What a finished run would have written had its attack returned ``images``: the same
+  victim, start images, loss history and attack outputs, its evaluation phase and files
+  computed again for ``images`` into a new run directory. The report's control attacks
+  (`trdr.report.controls`) are built so; given the run's own final images it writes the
+  run's own numbers.
+
+  Args:
+    run_dir: a finished run of mode "landscape" or "attack".
+    images: the reconstructions in the victim's input space, as the run's final_images:
+      float[G, m, H, W, C] for a landscape, float[m, H, W, C] for an attack.
+    workdir: the new run directory; it must not exist. Built beside it and renamed once
+      finished, so a failed call leaves nothing there. Its config.json is the run's, with
+      ``victim.checkpoint_dir`` naming the run's θ* (a θ* file, ``victim.load``, is read
+      again).
+  Returns:
+    `Finished`, as `run`'s.
+  Raises:
+    FileNotFoundError: ``run_dir`` holds no finished run.
+    FileExistsError: ``workdir`` exists.
+    ValueError: the run is of another mode, or ``images`` has another shape than its
+      final images.
+  """
+  marker = next((m for m in (LANDSCAPE_FILE, SWEEP_FILE, MEMBERSHIP_FILE, SUMMARY_FILE)
+                 if os.path.exists(os.path.join(run_dir, m))), None)
+  if marker is None:
+    raise FileNotFoundError(f"{run_dir} holds no finished run")
+  mode = {LANDSCAPE_FILE: "landscape", SUMMARY_FILE: "attack"}.get(marker)
+  if mode is None:
+    raise ValueError(f"{run_dir} is a {marker} run: only landscape and attack runs are "
+                     "re-evaluated")
+  if os.path.exists(workdir):
+    raise FileExistsError(f"{workdir} exists: re-evaluate into a new directory")
+  config = ml_collections.ConfigDict(files.read_json(os.path.join(run_dir, rundir.CONFIG_FILE)))
+  if not config.victim.get("load"):
+    config.victim.checkpoint_dir = os.path.abspath(
+        config.victim.get("checkpoint_dir") or os.path.join(run_dir, "victim"))
+  summary = files.read_json(os.path.join(run_dir, SUMMARY_FILE))
+  with jax.enable_x64(bool(config.float64)):
+    run = prepare(config, mode, None)
+    with results_npz.load(run_dir) as saved:
+      saved = {k: np.asarray(saved[k]) for k in saved}
+    images = np.asarray(images)
+    if images.shape != saved["final_images"].shape:
+      raise ValueError(f"images of shape {images.shape}; the run's final images are "
+                       f"{saved['final_images'].shape}")
+    target = run.loaded or victim.load_saved(config, config.victim.checkpoint_dir,
+                                             run.task.train_images.shape[1:])
+    starts = run.starts
+    attack = ATTACKS[run.attack_config.name](target, run.attack_config, starts.labels,
+                                             key=starts.build_key, box=run.box)
+    outputs = () if attack.outputs is None else jax.eval_shape(lambda: attack.outputs(
+        jax.vmap(attack.init, in_axes=(0, 0 if starts.init_keys.ndim else None))(
+            starts.images, starts.init_keys)))
+    # An attack run's results drop the grid axis G = 1 (`_write_attack`): put it back.
+    grid = (lambda v: v[None]) if mode == "attack" else (lambda v: v)
+    attacked = Attacked(
+        target, attack,
+        {k.removeprefix("history_"): grid(v) for k, v in saved.items()
+         if k.startswith("history_")},
+        {k.removeprefix("trace_"): v if k == "trace_step" else grid(v)
+         for k, v in saved.items() if k.startswith("trace_")},
+        grid(images), {k: grid(saved[k]) for k in outputs},
+        evaluate.comparison_sets(run.task, starts.extra.get("noise_images"),
+                                 public=config.eval.public_set),
+        {**{k: summary[k] for k in ("victim", "attack", "attack_seconds", "phase_seconds",
+                                    "hyperparameters") if k in summary},
+         "reevaluated": os.path.abspath(run_dir)})
+    building = workdir.rstrip(os.sep) + ".reevaluating"
+    shutil.rmtree(building, ignore_errors=True)   # a failed call's leftover
+    try:
+      with rundir.locked(building):
+        rundir.prepare_workdir(building, config, FINISHED[mode])
+        finished = (_write_landscape if mode == "landscape" else _write_attack)(
+            run, attacked, building)
+    except BaseException:
+      shutil.rmtree(building, ignore_errors=True)
+      raise
+  os.rename(building, workdir)
+  return finished._replace(workdir=workdir)
+
+
 def prepare(config: ml_collections.ConfigDict, mode: str, workdir: str | None) -> Prepared:
   """Everything a run of ``mode`` checks before its first write (`run`'s ValueErrors),
   and its start images, in the current precision (`run` sets it from ``config.float64``).
@@ -242,6 +327,11 @@ def _landscape(run: Prepared, workdir: str) -> Finished:
   attacked = _attack(run, workdir, stop_on_divergence=True)
   if isinstance(attacked, Finished):
     return attacked
+  return _write_landscape(run, attacked, workdir)
+
+
+def _write_landscape(run: Prepared, attacked: Attacked, workdir: str) -> Finished:
+  """A landscape's evaluation and files, from its attacked grid."""
   began = time.time()
   extra, config = run.starts.extra, run.config
   # The starts of a landscape shown as pixels are eq. 10 mixtures of the three sets,
@@ -278,13 +368,18 @@ def _single_attack(run: Prepared, workdir: str) -> Finished:
   attacked = _attack(run, workdir, stop_on_divergence=True)
   if isinstance(attacked, Finished):
     return attacked
+  return _write_attack(run, attacked, workdir)
+
+
+def _write_attack(run: Prepared, attacked: Attacked, workdir: str) -> Finished:
+  """One attack's evaluation and files, from its attacked start (G = 1)."""
   began = time.time()
   config, task = run.config, run.task
   results = _results(run, attacked, _evaluate(run, attacked))
   per_point = ("best_ssim_per_train", "best_index_per_train", "count_ssim_ge",
                "best_buddy_ssim_per_train", "count_best_buddies_ssim_ge",
                "param_distance", "param_distance_uniform")
-  grid_keys = {"initial_images", "final_images", "final_lambdas"} | {
+  grid_keys = {"initial_images", "final_images", *attacked.outputs} | {
       k for k in results if k.startswith("history_") or k.endswith(("_index", "_ssim", "_l2"))
       or (k.startswith("trace_") and k != "trace_step")
       or k.removeprefix(evaluate.START).startswith(per_point)}
@@ -427,8 +522,9 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
   if attack.hyperparameters is not None:
     summary["hyperparameters"] = {k: float(v) for k, v in
                                   attack.hyperparameters._asdict().items()}
-  return Attacked(target, attack, states, history, trajectory, attack.images(states), sets,
-                  summary)
+  outputs = attack.outputs(states) if attack.outputs is not None else {}
+  return Attacked(target, attack, history, trajectory, attack.images(states),
+                  {k: np.asarray(v) for k, v in outputs.items()}, sets, summary)
 
 
 def _partition_starts(run: Prepared) -> np.ndarray:
@@ -504,10 +600,8 @@ def _results(run: Prepared, attacked: Attacked, evaluation: dict) -> dict[str, n
   """results.npz's arrays: the start and final images, the attack's own outputs, the
   labels and real images, the loss history, the trace and the evaluation."""
   task, attack = run.task, attacked.attack
-  outputs = attack.outputs(attacked.states) if attack.outputs is not None else {}
   return {**run.starts.extra, "initial_images": np.asarray(run.starts.images),
-          "final_images": np.asarray(attacked.images),
-          **{k: np.asarray(v) for k, v in outputs.items()},
+          "final_images": np.asarray(attacked.images), **attacked.outputs,
           "labels": np.asarray(run.starts.labels), "train_images": task.train_images,
           "train_labels": task.train_labels, "partition_images": task.partition_images,
           "mean": np.zeros(0) if task.mean is None else task.mean,

@@ -6,6 +6,7 @@
               images' (the baseline), and the verdict they make
   evidence    the numbers behind the verdicts, read from the runs (and their repeats)
   membership  membership ambiguity measured as an adversary faces it
+  controls    the rules applied to control attacks (identity, worsening, oracle)
   markdown    report.md and membership.md
   figures     the report's own figures (the quiz, the trajectories, membership)
 

@@ -142,7 +142,10 @@ CLAIMS = {
               "both attacks on one scale (min-max scaled images, Haim et al.'s view; trdr "
               "scores bilevel images raw elsewhere), on the change Δ = mean L2 to the nearest "
               "training image of the reconstructions − of their starts: at the ground-truth "
-              "start (λ1 = λ2 = 1) bilevel's Δ smaller than DecoReco's; along λ1 = 1, the rise "
+              "start (λ1 = λ2 = 1) bilevel's reconstructions recover the training images "
+              "(mean SSIM to the nearest ≥ {ssim_level}: an attack that performs better in "
+              "recovering must recover) and its Δ is smaller than DecoReco's; along λ1 = 1, "
+              "the rise "
               "of L2 to train from the ground-truth start to the noise start (λ2 = 0) beyond "
               "the starts' own rise larger for bilevel"),
     "fig11": ("“For [λ < 0.5], the average [L2] distance between the reconstructions and "
