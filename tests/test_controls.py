@@ -82,3 +82,8 @@ def test_reevaluating_a_run_with_its_own_images_gives_its_own_numbers(smoke_repo
   with pytest.raises(ValueError, match="final images are"):
     experiment.reevaluate(source, own["final_images"][..., :1], out + "_shape")
   assert not os.path.exists(out + "_shape")
+  with pytest.raises(FileNotFoundError, match="no finished run"):
+    experiment.reevaluate(str(tmp_path), own["final_images"], out + "_none")
+  with pytest.raises(ValueError, match="only landscape and attack runs"):
+    experiment.reevaluate(artefacts.run_dir(smoke_report_dir, "sweep"), own["final_images"],
+                          out + "_sweep")
