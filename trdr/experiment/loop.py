@@ -289,10 +289,11 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
         if distributed.active():
           previous, pending = pending, None
           previous.result()
-      logging.info("step %d/%d  %s: min %.4g  median %.4g  max %.4g  diverged %d  (%.3fs/step)",
-                   done, steps, objective, records[-1][f"{objective}_min"],
+      # The time left at the last chunk's pace (the first chunk's includes compilation).
+      logging.info("step %d/%d  %s: min %.4g  median %.4g  max %.4g  diverged %d  (%.3fs/step"
+                   ", about %.0f s left)", done, steps, objective, records[-1][f"{objective}_min"],
                    records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
-                   records[-1]["diverged"], seconds)
+                   records[-1]["diverged"], seconds, seconds * (steps - done))
   except BaseException:
     _settle(pending)  # logged, not raised: the run's own error is the one to see
     raise
