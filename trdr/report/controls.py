@@ -29,10 +29,6 @@ from trdr.runtime import files
 
 KINDS = ("identity", "worsening", "oracle")
 
-# The runs whose reconstructions `trdr.report.evidence.collect` reads (keys of
-# `trdr.report.artefacts.RUNS`).
-RUNS = ("affine", "one_hidden", "untuned", "tuned", "partition", "landscape_bilevel",
-        "landscape_decoreco")
 
 
 def images(saved, kind: str, key: jax.Array) -> np.ndarray:
@@ -62,15 +58,17 @@ def images(saved, kind: str, key: jax.Array) -> np.ndarray:
 
 def make(config: ml_collections.ConfigDict, workdir: str, kind: str, out: str,
          seed: int = 0) -> str:
-  """The report's runs re-evaluated for control ``kind`` into ``out`` (created; each run
-  in the directory it has under ``workdir``), with paper_figures/table1.json.
+  """The report's runs that `trdr.report.evidence.collect` reads (`evidence.COLLECTED_RUNS`)
+  re-evaluated for control ``kind`` into ``out`` (created; each run in the directory it has
+  under ``workdir``), with paper_figures/table1.json.
 
   Args:
     config: the report's config (configs/report.py) that made ``workdir``.
-    workdir: a report's work directory whose `RUNS` have finished.
+    workdir: a report's work directory whose collected runs have finished.
     kind: "worsening" or "oracle".
     out: a new directory.
-    seed: the worsening noise's seed (a run's key folded with its index in `RUNS`).
+    seed: the worsening noise's seed (a run's key folded with its index in
+      `evidence.COLLECTED_RUNS`).
   Returns:
     ``out``.
   Raises:
@@ -79,7 +77,7 @@ def make(config: ml_collections.ConfigDict, workdir: str, kind: str, out: str,
   """
   if kind not in KINDS[1:]:
     raise ValueError(f"unknown control {kind!r}; with new images: {list(KINDS[1:])}")
-  for i, name in enumerate(RUNS):
+  for i, name in enumerate(evidence.COLLECTED_RUNS):
     source = artefacts.run_dir(workdir, name)
     with experiment.load_results(source) as saved:
       new = images(saved, kind, jax.random.fold_in(jax.random.key(seed), i))

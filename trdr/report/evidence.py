@@ -29,6 +29,12 @@ COMPARABLE_DISPLAY = "minmax"
 # the two landscapes (minutes to hours).
 SEED_RUNS = ("affine", "one_hidden", "untuned", "tuned", "partition")
 
+# The DecoReco attack runs (Figs. 5–9) and every run whose reconstructions `collect` reads
+# (keys of `trdr.report.artefacts.RUNS`): the victims' landscapes, those runs, and both
+# attacks' landscapes (Figs. 10–12).
+DECORECO_RUNS = ("untuned", "tuned", "partition")
+COLLECTED_RUNS = (*VICTIMS, *DECORECO_RUNS, *(f"landscape_{a}" for a in ATTACKS))
+
 
 def seed_workdir(workdir: str, seed: int) -> str:
   """The work directory of seed ``seed``'s repeats (`SEED_RUNS`)."""
@@ -106,7 +112,7 @@ def collect(workdir: str, repeats: bool = False) -> dict:
 
   done = lambda name: not repeats or artefacts.finished(workdir, name)
   pure = {v: files.read_json(run(v, "landscape.json")) for v in VICTIMS if done(v)}
-  decoreco = [n for n in ("untuned", "tuned", "partition") if done(n)]
+  decoreco = [n for n in DECORECO_RUNS if done(n)]
   evidence = {
       "pure": pure,
       "partition_images": {v: arrays(v, per_image, inits.pure_index(pure[v], "partition"))
