@@ -90,6 +90,82 @@ def test_roc_curve_runs_from_0_0_to_1_1_and_its_area_is_the_auc():
   assert area == pytest.approx(roc.auc(scores, positive), abs=1e-12)
 
 
+def _clustered(k=6, rng_seed=0):
+  """Scores of k victims whose members sit above their non-members in half the victims and
+  below in the other half: pooled, an AUC near 0.5 with a narrow i.i.d. interval; over
+  victims, a spread of ±0.76 (a unit shift of two normals: AUC Φ(1/√2) = 0.76 or 0.24)."""
+  rng = np.random.default_rng(rng_seed)
+  scores, positive, clusters = [], [], []
+  for c in range(k):
+    n = int(rng.integers(150, 250))
+    member = rng.random(n) < 0.4
+    scores.append(rng.normal(size=n) + (1.0 if c % 2 else -1.0) * member)
+    positive.append(member)
+    clusters.append(np.full(n, c))
+  return tuple(map(np.concatenate, (scores, positive, clusters)))
+
+
+def test_the_cluster_bootstraps_resample_auc_is_the_auc_of_the_pooled_images():
+  """`roc.auc_cluster_ci` scores a resample w (draws per victim) as wᵀUw / ((wᵀP)(wᵀN)):
+  exactly the AUC of the images of the drawn victims pooled, repeats included. Both are
+  sums of ≤ 1,500² counts of ½ over one product of counts: equal to float64 rounding."""
+  scores, positive, clusters = _clustered()
+  k = 6
+  u = roc._pair_counts(scores, positive, clusters, k)
+  n_pos, n_neg = (np.bincount(clusters[m], minlength=k) for m in (positive, ~positive))
+  for w in ([2, 0, 1, 1, 0, 2], [0, 0, 0, 0, 6, 0], [1, 1, 1, 1, 1, 1]):
+    w = np.asarray(w, np.float64)
+    pooled = np.concatenate([np.flatnonzero(clusters == c) for c in range(k)
+                             for _ in range(int(w[c]))])
+    assert w @ u @ w / ((w @ n_pos) * (w @ n_neg)) == pytest.approx(
+        roc.auc(scores[pooled], positive[pooled]), abs=1e-12)
+
+
+def test_the_ci_over_victims_carries_the_spread_the_image_ci_leaves_out():
+  """Half the victims leak one way, half the other: the pooled AUC is near 0.5 and the
+  i.i.d. interval over ~1,200 images is narrow (half-width ≈ 1.96 · 0.017 for n₊ ≈ 480,
+  n₋ ≈ 720 under the null), while the victims' own AUCs are 0.76 or 0.24 (sd ≈ 0.035 each
+  over ~80 members and ~120 non-members). The interval over victims, Student t of the six
+  AUCs (sd ≈ 0.28, t₅ = 2.57: half-width ≈ 0.29), must reach far beyond the image CI on
+  both sides; so must the cluster bootstrap's: a resample draws a +1 victim with
+  probability ½ six times, and at least five of one kind (pooled AUC beyond ≈ 0.33 or
+  0.67) has probability 2 · 7/64 ≈ 0.22, so its 2.5 % and 97.5 % percentiles lie beyond
+  0.4 and 0.6."""
+  scores, positive, clusters = _clustered()
+  row = roc.summary(scores, positive, clusters=clusters)
+  assert row["clusters"] == 6 and row["cluster_ids"] == list(range(6))
+  for c, a in zip(row["cluster_ids"], row["per_cluster"]):
+    assert abs(a - (0.76 if c % 2 else 0.24)) < 0.12, (c, a)   # 3.5 sd
+  image_low, image_high = row["ci_images"]
+  assert image_high - image_low < 0.1
+  for low, high in (row["ci"], row["ci_bootstrap"]):
+    assert low < 0.4 < 0.6 < high and low < image_low and high > image_high
+  assert row["ci"][0] <= np.mean(row["per_cluster"]) <= row["ci"][1]
+  # With one victim there is no interval over victims, and no "cannot tell".
+  one = roc.summary(scores[clusters == 0], positive[clusters == 0],
+                    clusters=clusters[clusters == 0])
+  assert one["clusters"] == 1 and np.isnan(one["ci"]).all()
+  assert verdicts.membership_answer(one) != verdicts.CANNOT_TELL
+
+
+def test_the_interval_over_victims_of_a_random_score_covers_0_5_at_its_level():
+  """Three victims, a score that knows nothing: the t interval of the three AUCs covers 0.5
+  in about 95 % of 200 experiments (binomial sd 1.5 %: 89 % is 4 sd below), where the
+  cluster bootstrap's percentile interval (ten distinct resamples of three victims) covers
+  it markedly less often (about three in four): the reason the rule uses the t interval."""
+  rng = np.random.default_rng(1)
+  clusters = np.repeat(np.arange(3), 100)
+  covered = {"t": 0, "bootstrap": 0}
+  for _ in range(200):
+    scores, positive = rng.normal(size=300), rng.random(300) < 0.5
+    per_victim = list(roc.auc_per_cluster(scores, positive, clusters).values())
+    for k, (low, high) in (("t", roc.mean_ci(per_victim)), ("bootstrap", roc.auc_cluster_ci(
+        scores, positive, clusters, n_resamples=200))):
+      covered[k] += low <= 0.5 <= high
+  assert covered["t"] >= 0.89 * 200, covered
+  assert covered["bootstrap"] < covered["t"] - 0.05 * 200, covered
+
+
 def _planted(n_images=600, seeds=(0, 1, 2), natural_fraction=0.8, rng_seed=0):
   """`membership.per_image`-shaped images of one attack whose membership is random, with a
   scorer that knows it, one that ignores it, and images that are not natural-looking."""
@@ -104,6 +180,7 @@ def _planted(n_images=600, seeds=(0, 1, 2), natural_fraction=0.8, rng_seed=0):
            "natural_ssim": natural,
            "scores": {"knows": knows, "random": rng.normal(size=n)}}
   return {"kind": np.full(n, "noise"), "seed": np.repeat(seeds, n_images),
+          "victim": np.repeat(seeds, n_images),   # one start seed per victim, as configured
           "start_member": np.full(n, -1, np.int8), "grid_point": np.repeat(seeds, n_images),
           "reconstruction": stage, "start": {**stage, "scores": {"random": rng.normal(size=n)}}}
 
@@ -115,7 +192,7 @@ def test_planted_scorers_give_auc_1_and_0_5_with_cis_that_cover_them():
   rows = {(r["stage"], r["score"]): r for r in measured["rows"]}
   knows, random = rows["reconstruction", "knows"], rows["reconstruction", "random"]
   assert knows["auc"] == 1.0 and knows["ci"][0] <= 1.0 <= knows["ci"][1]
-  assert knows["tpr_at_fpr"]["0.01"] == 1.0 and knows["per_seed"] == [1.0, 1.0, 1.0]
+  assert knows["tpr_at_fpr"]["0.01"] == 1.0 and knows["per_cluster"] == [1.0, 1.0, 1.0]
   assert random["ci"][0] <= 0.5 <= random["ci"][1]
   # Under the null the AUC has sd √((n₊ + n₋ + 1) / (12 n₊ n₋)) (Mann–Whitney); 4 sd
   # bounds it with probability > 0.9999.
@@ -223,7 +300,7 @@ def test_the_per_image_check_fails_on_a_broadcast_number():
 def test_every_score_is_computed_per_image(smoke_report_dir, attack):
   """Acceptance 3, on the :smoke report's membership runs: no score is constant within a
   grid point, and the loss and margin are the victim's at that very image."""
-  run_dir = os.path.join(smoke_report_dir, "membership", attack)
+  run_dir = membership.run_dir(os.path.join(smoke_report_dir, "membership"), attack, 0)
   per = membership.per_image(run_dir)
   n = per["grid_point"].size
   for stage in membership.STAGES:
@@ -256,3 +333,32 @@ def test_every_score_is_computed_per_image(smoke_report_dir, attack):
   m = per["grid_point"].tolist().count(0)
   assert abs(per["reconstruction"]["scores"]["margin"][m + 3] - label * logit) <= (
       gamma * bound)
+
+
+def test_a_work_directory_of_the_one_victim_layout_is_refused_by_name(tmp_path):
+  """A membership run of one victim (before config.victims) sits where the victims' runs
+  now have their directories: `membership.run` names it instead of mixing the two."""
+  config = membership_config.get_config("smoke")
+  name = next(iter(config.attacks))
+  (tmp_path / name).mkdir()
+  (tmp_path / name / "config.json").write_text("{}")
+  with pytest.raises(FileExistsError, match="one victim"):
+    membership.run(config, str(tmp_path))
+
+
+def test_each_victim_is_its_own_data_draw_initialisation_and_start_draw():
+  config = membership_config.get_config("cpu")
+  assert len(config.victims) >= 5
+  for attack in config.attacks.values():
+    drawn = [membership_config.victim_config(attack, v) for v in config.victims]
+    assert [(c.data.seed, c.victim.seed, tuple(c.init.seeds)) for c in drawn] == [
+        (v, v, (v,)) for v in config.victims]
+    # Everything else is the attack's recipe, unchanged.
+    for c in drawn:
+      for section in ("attack", "eval"):
+        assert c[section].to_dict() == attack[section].to_dict()
+  # Another draw is another training set (of the same size and classes).
+  first, second = (data.make_task(membership_config.victim_config(attack, v).data)
+                   for v in config.victims[:2])
+  assert first.train_images.shape == second.train_images.shape
+  assert not np.array_equal(first.train_images, second.train_images)

@@ -645,29 +645,43 @@ def test_membership_numbers_match_the_runs(smoke_report):
   """The report's membership numbers are the membership experiment's, and its counts are
   those of the per-image records of its runs."""
   workdir, _ = smoke_report
+  from trdr.configs import membership as membership_config
   from trdr.report import membership
   from trdr.runtime import files
 
   measured = files.read_json(os.path.join(workdir, "report.json"))["membership"]
   saved = files.read_json(os.path.join(workdir, "membership", membership.MEASURED_FILE))
   assert files.dumps_json(measured) == files.dumps_json(saved)      # NaN ≠ NaN: compare the files
-  per = membership.per_image(os.path.join(workdir, "membership", "decoreco_mlp"))
+  config = membership_config.get_config("smoke")
+  windows = tuple(config.label_windows)
+  per = membership.concatenate([membership.per_image(membership.run_dir(
+      os.path.join(workdir, "membership"), "decoreco_mlp", v), windows=windows)
+      for v in config.victims])
   rows = [r for r in measured["rows"] if r["attack"] == "decoreco_mlp"]
   assert {r["score"] for r in rows} == set(per["reconstruction"]["scores"]) | set(
       per["start"]["scores"])
+  assert {r["window"] for r in rows} == set(windows)
   for r in rows:
     s = per[r["stage"]]
+    suffix = "" if r["window"] == windows[0] else f"_w{r['window']}"
+    member, non_member = s["member" + suffix], s["non_member" + suffix]
     scored = ((per["kind"] == r["kind"]) & (s["natural_ssim"] >= measured["natural_threshold"])
               & np.isfinite(s["scores"][r["score"]]))
-    keep = scored & (s["member"] | s["non_member"])   # the excluded middle left out, counted
+    keep = scored & (member | non_member)   # the excluded middle left out, counted
     assert (r["members"], r["non_members"], r["excluded"]) == (
-        int(s["member"][keep].sum()), int(s["non_member"][keep].sum()),
-        int((scored & ~keep).sum())), r
-  by = {(r["attack"], r["kind"], r["stage"], r["score"]): r for r in measured["rows"]}
-  for (attack, kind, stage, score), r in by.items():
+        int(member[keep].sum()), int(non_member[keep].sum()), int((scored & ~keep).sum())), r
+    if r["informative"]:  # the AUC of each victim's own images, victims as configured
+      values, victim = s["scores"][r["score"]][keep], per["victim"][keep]
+      assert r["cluster_ids"] == sorted(set(victim.tolist())) <= list(config.victims)
+      np.testing.assert_array_equal(r["per_cluster"], [  # NaN: a victim without one class
+          roc.auc(values[victim == v], member[keep][victim == v]) for v in r["cluster_ids"]])
+  by = {(r["attack"], r["kind"], r["stage"], r["score"], r["window"]): r
+        for r in measured["rows"]}
+  for (attack, kind, stage, score, window), r in by.items():
     if score == "margin" and r["informative"]:
       # −softplus(−margin) is increasing in the margin: the two AUCs are one number.
-      assert by[attack, kind, stage, "neg_loss"]["auc"] == pytest.approx(r["auc"], abs=1e-12)
+      assert by[attack, kind, stage, "neg_loss", window]["auc"] == pytest.approx(
+          r["auc"], abs=1e-12)
 
 
 

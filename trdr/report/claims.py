@@ -32,7 +32,7 @@ RULES = {
     # Membership (Carlini et al. 2022's convention), per score (`verdicts.membership_answer`):
     # "can tell" when its AUC's or its TPR's (at this FPR) p-value against a random score is
     # below 1 − confidence, Bonferroni-divided over the tests of its group; "cannot tell"
-    # only when the AUC's CI is inside 0.5 ± the equivalence margin and, with at least
+    # only when the AUC's CI over victims is inside 0.5 ± the equivalence margin and, with at least
     # 10 / FPR non-members (fewer: the FPR cannot be resolved), the TPR's interval lies at or
     # below membership_max_tpr; else underpowered.
     "membership_fpr": 0.01,
@@ -181,7 +181,8 @@ CLAIMS = {
                    "{membership_fpr:.0%} FPR (Fisher's exact test against the non-members "
                    "above the threshold) differs from a random score's at p < "
                    "1 − {membership_confidence}, Bonferroni-divided over the group's tests; "
-                   "it cannot tell only when the AUC's 95 % CI lies inside 0.5 ± "
+                   "it cannot tell only when the AUC's 95 % interval over victims (Student "
+                   "t of the victims' own AUCs) lies inside 0.5 ± "
                    "{equivalence_margin} and, with at least 10 / FPR non-members, the TPR's "
                    "interval lies at or below {membership_max_tpr:.0%}; otherwise the score "
                    "is underpowered. Controls on the mixed starts: positive (training vs "

@@ -80,46 +80,60 @@ def counts_markdown(rows: list[dict]) -> list[str]:
   return lines + [""]
 
 
+def _interval(ci) -> str:
+  return f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
+
+
 def membership_markdown(measured: dict) -> list[str]:
   """The membership tables (`trdr.report.membership.measure`): AUC per attack × start kind × score
-  with its bootstrap CI, spread over seeds and TPR at low FPR, on the reconstructions and
+  with its CI over victims, the AUC per victim and TPR at low FPR, on the reconstructions and
   on their start images; natural-looking counts and member fractions."""
   fprs = [f"{f:g}" for f in measured["fprs"]]
+  victims = len(measured.get("victims", ())) or "the"
   labels = measured.get("labels", {"member_min_ssim": float("nan"),
                                    "non_member_max_ssim": float("nan")})
   lines = [f"Natural-looking: SSIM ≥ {measured['natural_threshold']:g} to the nearest public "
            "reference image (test[1::2], never a start). Member: best buddies by SSIM with a "
            f"training image at SSIM ≥ {labels['member_min_ssim']:g}; non-member: SSIM < "
            f"{labels['non_member_max_ssim']:g} to every training image; between: excluded "
-           "(counted). AUC = P(score of a member "
-           f"> score of a non-member), {measured['confidence']:.0%} stratified bootstrap CI "
-           "over images (all seeds pooled); seeds: the AUC per seed, mean ± std. Scores are "
+           "(counted). The labels under each SSIM window of the column window; the rule "
+           f"judges the first ({_fmt(labels.get('windows', ['—'])[0])}), the others are "
+           "reported. AUC = P(score of a member "
+           f"> score of a non-member), over the images of all {victims} victims pooled "
+           "(each victim its own data draw of one recipe). The interval the rule uses is over "
+           f"victims: the {measured['confidence']:.0%} Student t interval of the mean of the "
+           "victims' own AUCs (each victim one replicate: the images of one victim are not "
+           "independent). Beside it, for comparison: the bootstrap over victims (whole "
+           "victims resampled; too narrow with few victims) and the i.i.d. bootstrap over "
+           "images. Scores are "
            f"oriented before running (higher = member); fewer than {measured['min_per_class']}"
            " members or non-members: no AUC.", "",
-           "| attack | start | stage | score | members | non-members | excluded | AUC [CI] | "
-           "per seed (mean ± std) | " + " | ".join(f"TPR at {f} FPR" for f in fprs) + " |",
-           "|---|---|---|---|---:|---:|---:|---|---|" + "---:|" * len(fprs)]
+           "| attack | start | stage | score | window | members | non-members | excluded | AUC | "
+           "per victim: mean [CI] | AUC per victim | bootstrap over victims | over images | "
+           + " | ".join(f"TPR at {f} FPR" for f in fprs) + " |",
+           "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|" + "---:|" * len(fprs)]
   for r in measured["rows"]:
     if not r["informative"]:
-      cells = ["too few", "—", *("—" for _ in fprs)]
+      cells = ["too few", "—", "—", "—", "—", *("—" for _ in fprs)]
     else:
-      cells = [f"{_fmt(r['auc'])} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}]",
-               f"{_fmt(r['per_seed'])} ({_fmt(r['seed_mean'])} ± {_fmt(r['seed_std'])})",
+      cells = [_fmt(r["auc"]), f"{_fmt(r['victim_mean'])} {_interval(r['ci'])}",
+               _fmt(r["per_cluster"]), _interval(r["ci_bootstrap"]), _interval(r["ci_images"]),
                *(_fmt(r["tpr_at_fpr"][f]) for f in fprs)]
     lines.append(f"| {r['attack']} | {r['kind']} | {r['stage']} | {r['score']} | "
-                 f"{r['members']} | {r['non_members']} | {r.get('excluded', '—')} | "
-                 + " | ".join(cells) + " |")
+                 f"{r.get('window', '—')} | {r['members']} | {r['non_members']} | "
+                 f"{r.get('excluded', '—')} | " + " | ".join(cells) + " |")
   controls = measured.get("controls", [])
   if controls:
     lines += ["", "Controls on the mixed starts, after the attack: positive (label: the start "
               "was a training image; an experiment that cannot tell these apart cannot "
               "detect membership) and negative (the partition starts split at random into "
               "two halves; telling them apart is a false alarm).", "",
-              "| attack | control | score | members | non-members | AUC [CI] | p (AUC) |",
-              "|---|---|---|---:|---:|---|---:|"]
+              "| attack | control | score | members | non-members | AUC | per victim: mean "
+              "[CI] | p (AUC) |",
+              "|---|---|---|---:|---:|---:|---|---:|"]
     for r in controls:
-      cells = (f"{_fmt(r['auc'])} [{_fmt(r['ci'][0])}, {_fmt(r['ci'][1])}] | {_fmt(r['p_auc'])}"
-               if r["informative"] else "too few | —")
+      cells = (f"{_fmt(r['auc'])} | {_fmt(r['victim_mean'])} {_interval(r['ci'])} | "
+               f"{_fmt(r['p_auc'])}" if r["informative"] else "too few | — | —")
       lines.append(f"| {r['attack']} | {r['control']} | {r['score']} | {r['members']} | "
                    f"{r['non_members']} | {cells} |")
   for attack, c in measured.get("label_calibration", {}).items():

@@ -3,11 +3,13 @@ Sec. 5: "even when reconstructing natural images that could be part of the train
 dataset, an adversary yet cannot identify whether it is a valid or invalid training data
 sample with certainty").
 
-  run        one `trdr.experiment` run per attack in mode "membership" (configs/membership.py:
-             noise, public and controlled mixed starts under ≥ 3 seeds, same budget), then
-             `per_image` and `measure`; membership.json
+  run        one `trdr.experiment` run per attack and victim in mode "membership"
+             (configs/membership.py: ≥ 5 victims, each its own data draw of one recipe;
+             noise, public and controlled mixed starts, same budget), then `per_image` and
+             `measure`; membership.json
   per_image  every reconstruction's (and every start image's) scores and ground truth
-  measure    ROC AUC with its bootstrap CI, the spread over seeds and TPR at low FPR per
+  measure    ROC AUC with its CI over victims (a cluster bootstrap: the images of one
+             victim are not independent), the AUC per victim and TPR at low FPR per
              (attack, start kind, stage, score); natural-looking counts and member fractions
 
 **Scores** (`SCORES`) are what an adversary holding θ* and the reconstruction can compute,
@@ -37,6 +39,7 @@ import optax.tree
 from trdr import data, experiment, victim
 from trdr.attacks import bilevel
 from trdr.attacks import init as inits
+from trdr.configs import membership as membership_config
 from trdr.evaluation import evaluate, metrics, roc, ssim
 from trdr.report import artefacts
 from trdr.runtime import files, rundir
@@ -122,25 +125,30 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
 
 
 def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim, levels: tuple,
-                  chunk_size: int) -> dict:
+                  chunk_size: int, windows: tuple = (ssim.FILTER_SIZE,)) -> dict:
   """Each bool[G, m] (display float[G, m, ...]): the labels the AUCs use, "member" (the
   image and a training image are best buddies by SSIM, each the other's SSIM-nearest, at
   SSIM ≥ levels[0]) and "non_member" (SSIM < levels[1] to every training image; neither:
-  excluded), and beside them member by the nearest pool image (SSIM, L2) and L2 best
-  buddies in the pool."""
+  excluded), under the SSIM window ``windows[0]``, and as "member_w{w}" / "non_member_w{w}"
+  under each further window w (Haim et al. count with 3); beside them member by the
+  nearest pool image (SSIM, L2) and L2 best buddies in the pool."""
   flat = display.reshape((-1, *display.shape[-3:]))
   d = np.asarray(metrics.pairwise_l2(flat, pool)).reshape((*display.shape[:2], -1))
   buddy = np.stack([np.asarray(metrics.best_buddies(dg.T)[0]) for dg in d])
-  member, nearest = [], []
-  for images in display:  # per grid point: its m images against the n training images
-    s = np.asarray(ssim.pairwise_ssim(images, pool[:n_train], chunk_size=chunk_size),
-                   np.float64)
-    mutual = s.argmax(0)[s.argmax(1)] == np.arange(len(s))
-    member.append(mutual & (s.max(1) >= levels[0]))
-    nearest.append(s.max(1))
-  return {"member": np.stack(member), "non_member": np.stack(nearest) < levels[1],
-          "member_ssim": np.asarray(train_ssim) >= np.asarray(partition_ssim),
-          "member_l2": d.argmin(-1) < n_train, "best_buddy": buddy}
+  out = {"member_ssim": np.asarray(train_ssim) >= np.asarray(partition_ssim),
+         "member_l2": d.argmin(-1) < n_train, "best_buddy": buddy}
+  for i, window in enumerate(windows):
+    member, nearest = [], []
+    for images in display:  # per grid point: its m images against the n training images
+      s = np.asarray(ssim.pairwise_ssim(images, pool[:n_train], chunk_size=chunk_size,
+                                        filter_size=window), np.float64)
+      mutual = s.argmax(0)[s.argmax(1)] == np.arange(len(s))
+      member.append(mutual & (s.max(1) >= levels[0]))
+      nearest.append(s.max(1))
+    suffix = "" if i == 0 else f"_w{window}"
+    out["member" + suffix] = np.stack(member)
+    out["non_member" + suffix] = np.stack(nearest) < levels[1]
+  return out
 
 
 def label_calibration(config: ml_collections.ConfigDict, levels: tuple, chunk_size: int) -> dict:
@@ -158,7 +166,7 @@ def label_calibration(config: ml_collections.ConfigDict, levels: tuple, chunk_si
 
 
 def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
-              levels: tuple = (0.4, 0.3)) -> dict:
+              levels: tuple = (0.4, 0.3), windows: tuple = (ssim.FILTER_SIZE,)) -> dict:
   """Scores and ground truth of every image of a finished "membership" run.
 
   Args:
@@ -166,11 +174,12 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
     chunk_size: SSIM queries per block.
     loo_per_start: images per grid point scored by `leave_one_out` (bilevel runs; 0: none).
     levels: (member SSIM level, non-member SSIM bound) of `_ground_truth`.
+    windows: the SSIM windows of the labels, the first unsuffixed (`_ground_truth`).
   Returns:
-    {"kind": str[N], "seed": int[N], "start_member": int8[N] (`init.start_membership`),
-     "grid_point": int[N], and per stage of `STAGES`: {"member", "non_member",
-     "member_ssim", "member_l2", "best_buddy": bool[N], "natural_ssim": float[N],
-     "scores": {name: float[N]}}},
+    {"kind": str[N], "seed": int[N], "victim": int[N] (the run's data draw, ``data.seed``),
+     "start_member": int8[N] (`init.start_membership`), "grid_point": int[N], and per stage
+     of `STAGES`: {"member", "non_member", "member_ssim", "member_l2", "best_buddy":
+     bool[N], "natural_ssim": float[N], "scores": {name: float[N]}}},
     N = G · m images, grid point-major. Every score is a function of its own image (and,
     for λ_i, of its own candidate's multiplier): nothing is broadcast from a grid point.
   Raises:
@@ -193,6 +202,7 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
   grid, m = results["final_images"].shape[:2]
   labels = np.broadcast_to(results["labels"], (grid, m))
   out = {"kind": np.repeat(results["start_kind"], m), "seed": np.repeat(results["start_seed"], m),
+         "victim": np.full(grid * m, int(config.data.seed)),
          "start_member": results["start_member"].reshape(-1),
          "grid_point": np.repeat(np.arange(grid), m)}
   with jax.enable_x64(bool(config.float64)):
@@ -220,7 +230,7 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
                                       ).reshape(-1)
       shown = evaluate.to_display(images, mean, display)
       truth = _ground_truth(shown, pool, n_train, results[prefix + "train_ssim"],
-                            results[prefix + "partition_ssim"], levels, chunk_size)
+                            results[prefix + "partition_ssim"], levels, chunk_size, windows)
       natural = ssim.nearest_neighbours(shown.reshape((-1, *shown.shape[-3:])), reference,
                                         chunk_size=chunk_size)
       out[stage] = {**{k: v.reshape(-1) for k, v in truth.items()},
@@ -232,11 +242,25 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
   return out
 
 
-def _seed_spread(values, label, seeds, seed_of) -> dict:
-  aucs = [roc.auc(values[seed_of == s], label[seed_of == s]) for s in seeds]
-  finite = [a for a in aucs if np.isfinite(a)]
-  return {"per_seed": aucs, "seed_mean": float(np.mean(finite)) if finite else float("nan"),
-          "seed_std": float(np.std(finite, ddof=1)) if len(finite) > 1 else float("nan")}
+def _victim_spread(row: dict) -> dict:
+  """Mean ± std (ddof 1) of the AUC over the victims that have both classes."""
+  finite = [a for a in row["per_cluster"] if np.isfinite(a)]
+  return {"victim_mean": float(np.mean(finite)) if finite else float("nan"),
+          "victim_std": float(np.std(finite, ddof=1)) if len(finite) > 1 else float("nan")}
+
+
+def _summary(values, label, victims, config) -> dict:
+  """`roc.summary` with the victims as clusters, and the spread over them."""
+  row = roc.summary(values, label, fprs=config.fprs, confidence=config.confidence,
+                    n_resamples=config.n_resamples, clusters=victims)
+  return {**row, **_victim_spread(row)}
+
+
+def concatenate(parts: list[dict]) -> dict:
+  """`per_image` outputs of several runs (victims) as one, images in the given order."""
+  first = parts[0]
+  return {k: concatenate([p[k] for p in parts]) if isinstance(first[k], dict)
+          else np.concatenate([p[k] for p in parts]) for k in first}
 
 
 def _fraction(x, mask) -> float:
@@ -277,10 +301,16 @@ def _control_rows(per: dict, config, attack: str) -> list[dict]:
              "members": int(np.sum(label[use])), "non_members": int(np.sum(~label[use]))}
       row["informative"] = min(row["members"], row["non_members"]) >= config.min_per_class
       if row["informative"]:
-        row.update(roc.summary(values[use], label[use], fprs=config.fprs,
-                               confidence=config.confidence, n_resamples=config.n_resamples))
+        row.update(_summary(values[use], label[use], per["victim"][use], config))
       rows.append(row)
   return rows
+
+
+def _label_windows(config, stage: dict) -> list[tuple[int, str]]:
+  """(window, key suffix) of the labels in ``stage``: ``config.label_windows``' first
+  (the rule's, unsuffixed), then each further one that `per_image` computed."""
+  first, *others = config.label_windows
+  return [(first, "")] + [(w, f"_w{w}") for w in others if f"member_w{w}" in stage]
 
 
 def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
@@ -292,8 +322,9 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
       confidence, n_resamples, min_per_class).
   Returns:
     {"rows": [{"attack", "kind", "stage", "score", "informative", and when informative
-      the `roc.summary` fields and per_seed, seed_mean, seed_std}], "controls": [{"attack",
-      "control" (positive | negative), "score", "informative", `roc.summary` fields}]
+      the `roc.summary` fields over the victims as clusters (ci over victims, ci_images,
+      clusters, cluster_ids, per_cluster) and victim_mean, victim_std}], "controls":
+      [{"attack", "control" (positive | negative), "score", "informative", the same}]
       (`_control_rows`), "fractions": [{"attack",
       "kind", "stage", "rows": [...]}], "roc": {"attack/kind/score": [fpr, tpr]} (the
       reconstructions' curves), "natural_threshold", "fprs", "confidence", "min_per_class"}.
@@ -306,58 +337,80 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
       controls += _control_rows(per, config, attack)
     for kind in dict.fromkeys(per["kind"].tolist()):
       in_kind = per["kind"] == kind
-      seeds = sorted(set(per["seed"][in_kind].tolist()))
       for stage in STAGES:
         s = per[stage]
         fractions.append({"attack": attack, "kind": kind, "stage": stage, "rows": _fractions(
             s, in_kind, config.natural_thresholds, per["start_member"])})
-        for score, values in s["scores"].items():
-          scored = in_kind & (s["natural_ssim"] >= config.natural_threshold) & np.isfinite(values)
-          keep = scored & (s["member"] | s["non_member"])
-          label = s["member"][keep]
-          row = {"attack": attack, "kind": kind, "stage": stage, "score": score,
-                 "members": int(label.sum()), "non_members": int((~label).sum()),
-                 "excluded": int(np.sum(scored & ~keep))}
-          row["informative"] = min(row["members"], row["non_members"]) >= config.min_per_class
-          if row["informative"]:
-            row.update(roc.summary(values[keep], label, fprs=config.fprs,
-                                   confidence=config.confidence,
-                                   n_resamples=config.n_resamples),
-                       **_seed_spread(values[keep], label, seeds, per["seed"][keep]))
-            if stage == "reconstruction":
-              curves[f"{attack}/{kind}/{score}"] = [
-                  c.tolist() for c in roc.roc_curve(values[keep], label)]
-          rows.append(row)
+        for window, suffix in _label_windows(config, s):
+          for score, values in s["scores"].items():
+            scored = (in_kind & (s["natural_ssim"] >= config.natural_threshold)
+                      & np.isfinite(values))
+            keep = scored & (s["member" + suffix] | s["non_member" + suffix])
+            label = s["member" + suffix][keep]
+            row = {"attack": attack, "kind": kind, "stage": stage, "score": score,
+                   "window": window, "members": int(label.sum()),
+                   "non_members": int((~label).sum()), "excluded": int(np.sum(scored & ~keep))}
+            row["informative"] = (min(row["members"], row["non_members"])
+                                  >= config.min_per_class)
+            if row["informative"]:
+              row.update(_summary(values[keep], label, per["victim"][keep], config))
+              if stage == "reconstruction" and not suffix:
+                curves[f"{attack}/{kind}/{score}"] = [
+                    c.tolist() for c in roc.roc_curve(values[keep], label)]
+            rows.append(row)
   return {"rows": rows, "controls": controls, "fractions": fractions, "roc": curves,
           "natural_threshold": float(config.natural_threshold),
           "labels": {"member_min_ssim": float(config.member_min_ssim),
-                     "non_member_max_ssim": float(config.non_member_max_ssim)},
+                     "non_member_max_ssim": float(config.non_member_max_ssim),
+                     "windows": [int(w) for w in config.label_windows]},
           "fprs": [float(f) for f in config.fprs], "confidence": float(config.confidence),
           "min_per_class": int(config.min_per_class)}
 
 
+def run_dir(workdir: str, attack: str, victim: int) -> str:
+  """The directory of one attack's membership run on one victim."""
+  return os.path.join(workdir, attack, f"victim_{int(victim)}")
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
-  """Runs (or reuses) every attack's membership run and writes WORKDIR/membership.json.
+  """Runs (or reuses) every attack's membership run on every victim of ``config.victims``
+  and writes WORKDIR/membership.json.
 
   Args:
     config: configs/membership.py.
-    workdir: output directory; one sub-directory per attack (`trdr.report.artefacts.run_or_reuse`:
-      finished runs of the same config are reused, unfinished ones resumed).
+    workdir: output directory; one sub-directory per attack and victim (`run_dir`;
+      `trdr.report.artefacts.run_or_reuse`: finished runs of the same config are reused,
+      unfinished ones resumed).
   Returns:
-    `measure` output.
+    `measure` output, with "victims" (the data draws) and "label_calibration".
   Raises:
-    FileExistsError: a sub-directory holds a finished run of another config.
+    FileExistsError: a sub-directory holds a finished run of another config, or an
+      attack's directory holds a run of the one-victim layout (trdr before the victims).
     ValueError: as `per_image`.
   """
   os.makedirs(workdir, exist_ok=True)
   levels = (config.member_min_ssim, config.non_member_max_ssim)
-  images = {}
+  images, calibration = {}, {}
   for name, attack in config.attacks.items():
-    directory = os.path.join(workdir, name)
-    artefacts.run_or_reuse("membership", attack, directory)
-    images[name] = per_image(directory, config.chunk_size, config.loo_per_start, levels)
+    if os.path.exists(os.path.join(workdir, name, rundir.CONFIG_FILE)):
+      raise FileExistsError(
+          f"{os.path.join(workdir, name)} holds a membership run of one victim (the layout "
+          "before config.victims); delete it or choose another work directory")
+    parts, counts = [], []
+    for v in config.victims:
+      one = membership_config.victim_config(attack, v)
+      directory = run_dir(workdir, name, v)
+      artefacts.run_or_reuse("membership", one, directory)
+      parts.append(per_image(directory, config.chunk_size, config.loo_per_start, levels,
+                             tuple(config.label_windows)))
+      counts.append(label_calibration(one, levels, config.chunk_size))
+    images[name] = concatenate(parts)
+    total = sum(c["images"] for c in counts)
+    calibration[name] = {"images": total, **{
+        k: sum(c[k] * c["images"] for c in counts) / total
+        for k in ("labelled_non_member", "at_member_level")}}
   measured = measure(images, config)
-  measured["label_calibration"] = {name: label_calibration(attack, levels, config.chunk_size)
-                                   for name, attack in config.attacks.items()}
+  measured["victims"] = [int(v) for v in config.victims]
+  measured["label_calibration"] = calibration
   files.write_json(os.path.join(workdir, MEASURED_FILE), measured)
   return measured

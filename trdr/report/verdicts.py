@@ -315,7 +315,9 @@ def membership_answer(row: dict, rules: dict = RULES, scores: int = 1) -> str:
   contain 0.5, a difference is the p-value's to find), at least 10 / FPR
   non-members (with fewer the threshold's FPR is not resolved: "TPR at 1 % FPR" over 50
   non-members is the TPR at FPR 0), and the TPR's Clopper–Pearson upper bound over the
-  members at most ``membership_max_tpr``. Anything else: "underpowered".
+  members at most ``membership_max_tpr``. Anything else: "underpowered". A row measured
+  over clusters (victims: ``row["clusters"]``, `trdr.evaluation.roc.summary`) has its CI
+  over victims, and with fewer than two victims no CI that could say "cannot tell".
 
   Args:
     row: `trdr.evaluation.roc.summary` of the score (members, non_members, auc, ci, p_auc,
@@ -331,7 +333,8 @@ def membership_answer(row: dict, rules: dict = RULES, scores: int = 1) -> str:
                                members).proportion_ci(rules["membership_confidence"]).high
   resolved = row["non_members"] >= 10 / rules["membership_fpr"]
   low_auc, high_auc, margin = *row["ci"], rules["equivalence_margin"]
-  inside = 0.5 - margin <= low_auc and high_auc <= 0.5 + margin  # not tested as a difference
+  # Not tested as a difference; a NaN interval (fewer than two victims) is never inside.
+  inside = 0.5 - margin <= low_auc and high_auc <= 0.5 + margin
   return CANNOT_TELL if (inside and resolved and high <= rules["membership_max_tpr"]
                          ) else UNDERPOWERED
 
@@ -344,8 +347,11 @@ def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, d
   fpr = f"{rules['membership_fpr']:g}"
   numbers, checks, underpowered = {}, {}, []
   groups = {}
+  # The rule's labels are those of the first window (`configs/membership.py`'s
+  # label_windows); the rows under another window are reported, not judged.
+  window = measured.get("labels", {}).get("windows", [None])[0]
   for row in measured["rows"]:
-    if row["stage"] == stage and row["informative"]:
+    if row["stage"] == stage and row["informative"] and row.get("window") == window:
       groups.setdefault(f"{row['attack']}, {row['kind']}", []).append(row)
   for name, rows in groups.items():
     answers = [membership_answer(r, rules, scores=len(rows)) for r in rows]
@@ -353,8 +359,11 @@ def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, d
     numbers[f"{name}: max AUC ({best['score']})"] = best["auc"]
     numbers[f"{name}: its TPR at {fpr} FPR"] = best["tpr_at_fpr"][fpr]
     numbers[f"{name}: answers"] = {
-        r["score"]: f"{a} (AUC {r['auc']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}], "
-                    f"half-width {(r['ci'][1] - r['ci'][0]) / 2:.3f}; {r['members']} members, "
+        r["score"]: f"{a} (AUC {r['auc']:.3f}"
+                    + (f", per victim {r['victim_mean']:.3f} over {r['clusters']} victims"
+                       if "clusters" in r else "")
+                    + f" [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}], half-width "
+                    f"{(r['ci'][1] - r['ci'][0]) / 2:.3f}; {r['members']} members, "
                     f"{r['non_members']} non-members)" for r, a in zip(rows, answers)}
     if CAN_TELL in answers:
       checks[f"{name}: cannot tell"] = False
