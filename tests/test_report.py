@@ -523,8 +523,8 @@ def test_report_links_every_figure_table1_and_membership(smoke_report):
   for link in links:
     assert os.path.getsize(os.path.join(workdir, link)) > 5000, link
   assert "## Table 1" in text and "1.1214e-03" in text     # the paper's value beside ours
-  assert ("| attack | start | stage | score | members | non-members | excluded | AUC [CI] |"
-          in text)
+  assert ("| attack | start | stage | score | window | members | non-members | excluded | AUC "
+          "| per victim: mean [CI] | AUC per victim |" in text)
   assert "| attack | start | stage | t = 0.1 |" in text
 
 
