@@ -9,8 +9,9 @@ victim, eq. 2/7/8, and DecoReco on Haim et al.'s MLP) and per victim of ``victim
 of `trdr.experiment` in mode "membership". A victim v is the attack's recipe on its own
 data draw: ``data.seed`` = ``victim.seed`` = v (another training subset and partition of
 the shipped sample, another initialisation), its starts drawn with ``init.seeds`` = (v,).
-The victims are the unit of replication: the AUCs' intervals resample them (clusters),
-and each AUC is also reported per victim. Each run attacks one start per training image
+The victims are the unit of replication: the rule's interval is the Student t interval of
+the victims' own AUCs (the bootstrap over victims and over images beside it), and each AUC is
+also reported per victim. Each run attacks one start per training image
 of each kind of its ``init.kinds``, with the same budget and stopping rule
 (``attack.steps``):
   "uniform"   U(0, 1) noise (bilevel, as Runkel et al. start it); "gaussian": N(0, σ²) at
@@ -28,7 +29,7 @@ noise (0.046), measured on the shipped sample before any membership run.
 Variants: "" (paper-size attacks: 50,000 DecoReco iterations; one GPU), "cpu" (n = 100, 300
 bilevel steps, 1,000 DecoReco iterations), "smoke" (n = 10, seconds per attack, for tests);
 five victims per attack, two at ":smoke".
-Expected runtime: ":cpu" about 15 minutes on a 2-core CPU; ":smoke" about a minute.
+Expected runtime: ":cpu" about 20 minutes on a 2-core CPU; ":smoke" about a minute.
 """
 
 import ml_collections

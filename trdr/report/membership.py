@@ -8,9 +8,11 @@ sample with certainty").
              noise, public and controlled mixed starts, same budget), then `per_image` and
              `measure`; membership.json
   per_image  every reconstruction's (and every start image's) scores and ground truth
-  measure    ROC AUC with its CI over victims (a cluster bootstrap: the images of one
-             victim are not independent), the AUC per victim and TPR at low FPR per
-             (attack, start kind, stage, score); natural-looking counts and member fractions
+  measure    ROC AUC with its interval over victims (the Student t interval of the
+             victims' own AUCs: the images of one victim are not independent; the bootstrap
+             over victims and over images beside it), the AUC per victim and TPR at low FPR
+             per (attack, start kind, stage, score, label window); natural-looking counts
+             and member fractions
 
 **Scores** (`SCORES`) are what an adversary holding θ* and the reconstruction can compute,
 without the training set, each computed per image and oriented once (higher = "member").
@@ -323,7 +325,8 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
   Returns:
     {"rows": [{"attack", "kind", "stage", "score", "informative", and when informative
       the `roc.summary` fields over the victims as clusters (ci over victims, ci_images,
-      clusters, cluster_ids, per_cluster) and victim_mean, victim_std}], "controls":
+      ci_bootstrap, clusters, cluster_ids, per_cluster) and victim_mean, victim_std; one
+      row per label window of ``config.label_windows`` that `per_image` computed}], "controls":
       [{"attack", "control" (positive | negative), "score", "informative", the same}]
       (`_control_rows`), "fractions": [{"attack",
       "kind", "stage", "rows": [...]}], "roc": {"attack/kind/score": [fpr, tpr]} (the
