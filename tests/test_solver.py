@@ -123,6 +123,32 @@ def test_newton_cg_has_no_branches_and_batches_as_one_by_one(x64):
         energy, member, alone)
 
 
+def test_newton_cg_takes_the_newton_step_where_fs_error_hides_its_decrease():
+  """Near a minimum the decrease of f can be smaller than the error of f's value (float32
+  rounding: with the main job's float32 E, some Newton–CG solves stopped short of the
+  tolerance, seen in landscape.json's lower_level_grad_norm_max). Model: f = ½||θ||² plus a value
+  error the gradient does not see (`stop_gradient`), η (1 − ||θ||²/||θ0||²) with
+  η = ||θ0||². Along the Newton direction d = −θ0, f(θ0 + αd) − f(θ0) =
+  (1 − (1 − α)²)(η − ½||θ0||²) > 0 for every α in (0, 1]: no step passes Armijo's test,
+  however small. The gradient is exact, and the full step lands on the minimiser
+  (∇f = 0), so the solver must take it (||∇f|| falls from ||θ0|| to 0) and converge."""
+  theta0 = jnp.full((4,), 0.5, jnp.float32)
+  eta = float(jnp.sum(theta0 ** 2))
+
+  def fun(theta):
+    quadratic = 0.5 * jnp.sum(theta ** 2)
+    error = eta * (1.0 - jnp.sum(theta ** 2) / eta)
+    return quadratic + jax.lax.stop_gradient(error)
+
+  steps = 2.0 ** -np.arange(solver.BACKTRACKS)
+  values = np.array([float(fun(theta0 - a * theta0)) for a in steps])
+  assert np.all(values > float(fun(theta0)))  # no step size meets Armijo's condition
+  theta, grad_norm, num_iter = jax.jit(lambda t: solver.minimize_newton_cg(
+      fun, t, max_iter=5, tol=1e-6))(theta0)
+  assert float(grad_norm) < 1e-6 and int(num_iter) == 1
+  np.testing.assert_array_equal(np.asarray(theta), 0.0)
+
+
 def test_newton_cg_refuses_an_empty_budget():
   with pytest.raises(ValueError, match="max_iter >= 1 and cg_iters >= 1"):
     solver.minimize_newton_cg(lambda p: p ** 2, 1.0, max_iter=0, tol=1e-3)
