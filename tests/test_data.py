@@ -379,6 +379,26 @@ def test_too_few_images_in_group():
     data.make_task(_config(n_per_class=500))
 
 
+def test_excluded_indices_are_never_drawn_and_no_exclusion_is_the_plain_draw():
+  """`make_task(exclude=)`, the shadow victims' data (`membership.shadow_victims`)."""
+  plain = data.make_task(_config(n_per_class=50))
+  np.testing.assert_array_equal(data.make_task(_config(n_per_class=50), exclude=()).train_index,
+                                plain.train_index)
+  taken = np.concatenate([plain.train_index, plain.partition_index])
+  other = data.make_task(_config(n_per_class=50, seed=7), exclude=taken)
+  assert not set(taken.tolist()) & (set(other.train_index.tolist())
+                                    | set(other.partition_index.tolist()))
+  # The groups keep their sizes and labels.
+  np.testing.assert_array_equal(other.train_labels, plain.train_labels)
+  with pytest.raises(ValueError, match=r"has 100 images in the train split outside the 500 "
+                     r"excluded; 2 × n_per_class = 200"):
+    data.make_task(_config(n_per_class=100), exclude=np.flatnonzero(np.isin(
+        data.load_source("cifar10_sample")["train_labels"], (0, 1, 8, 9)))[:500])
+  for bad in ([-1], [10**6], [0.5]):
+    with pytest.raises(ValueError, match="exclude must hold indices of the train split"):
+      data.make_task(_config(), exclude=bad)
+
+
 def test_overlapping_groups():
   with pytest.raises(ValueError, match=r"overlap in \[1, 8\]"):
     data.make_task(_config(classes=((0, 1, 8), (1, 2, 8))))

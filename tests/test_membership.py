@@ -300,8 +300,14 @@ def test_the_per_image_check_fails_on_a_broadcast_number():
 def test_every_score_is_computed_per_image(smoke_report_dir, attack):
   """Acceptance 3, on the :smoke report's membership runs: no score is constant within a
   grid point, and the loss and margin are the victim's at that very image."""
-  run_dir = membership.run_dir(os.path.join(smoke_report_dir, "membership"), attack, 0)
-  per = membership.per_image(run_dir)
+  runs = os.path.join(smoke_report_dir, "membership")
+  run_dir = membership.run_dir(runs, attack, 0)
+  smoke = membership_config.get_config("smoke")
+  shadows = membership.shadow_victims(  # the report's, reused
+      membership_config.victim_config(smoke.attacks[attack], 0), smoke.shadows,
+      membership.shadow_dir(runs, attack, 0))
+  per = membership.per_image(run_dir, shadows=shadows)
+  assert "lira" in per["reconstruction"]["scores"] and "lira" in per["start"]["scores"]
   n = per["grid_point"].size
   for stage in membership.STAGES:
     assert set(per[stage]) >= {"member", "non_member", "member_ssim", "member_l2",
@@ -362,3 +368,72 @@ def test_each_victim_is_its_own_data_draw_initialisation_and_start_draw():
                    for v in config.victims[:2])
   assert first.train_images.shape == second.train_images.shape
   assert not np.array_equal(first.train_images, second.train_images)
+
+
+# ------------------------------------------------------------------- offline LiRA
+
+
+@pytest.mark.slow  # trains a victim and four shadows
+def test_shadows_never_saw_a_scored_image_and_lira_tells_members_from_non_members(tmp_path):
+  """Offline LiRA (Carlini et al. 2022) on the affine recipe: every shadow's training set
+  avoids the victim's training set and partition (the images a membership run scores) and
+  is its own draw; the calibrated score then tells the victim's training images from its
+  partition images (same distribution, never trained on). Sensitivity: with 40 members and
+  40 non-members, a one-sided Mann–Whitney p < 1e-3 needs an AUC of about 0.7; a broken
+  calibration (shadows trained on the victim's own data, or scoring at the wrong input
+  space) leaves members and non-members exchangeable, where p < 1e-3 has chance 1e-3."""
+  smoke = membership_config.get_config("smoke")
+  config = membership_config.victim_config(smoke.attacks["bilevel_affine"], 0)
+  config.data.n_per_class = 20
+  from trdr import victim
+  with jax.enable_x64(bool(config.float64)):
+    task = data.make_task(config.data)
+    target = victim.load_or_train(config, task, str(tmp_path / "victim"))
+  shadows = membership.shadow_victims(config, 4, str(tmp_path / "shadows"))
+  scored = set(task.train_index) | set(task.partition_index)
+  assert all(not scored & set(s.train_index.tolist()) for s in shadows)
+  assert len({tuple(s.train_index.tolist()) for s in shadows}) == len(shadows)
+  with jax.enable_x64(bool(config.float64)):
+    members = membership.lira_scores(target, shadows, task.to_pixels(task.train_images),
+                                     task.train_labels, task.mean)
+    others = membership.lira_scores(target, shadows, task.to_pixels(task.partition_images),
+                                    task.partition_labels, task.mean)
+  assert scipy.stats.mannwhitneyu(members, others, alternative="greater").pvalue < 1e-3
+  # A second call reuses the saved shadows: the same θ_k, not trained again.
+  stamp = [os.path.getmtime(tmp_path / "shadows" / f"shadow_{k}" / "victim.msgpack")
+           for k in range(4)]
+  again = membership.shadow_victims(config, 4, str(tmp_path / "shadows"))
+  assert stamp == [os.path.getmtime(tmp_path / "shadows" / f"shadow_{k}" / "victim.msgpack")
+                   for k in range(4)]
+  for a, b in zip(shadows, again):
+    jax.tree.map(np.testing.assert_array_equal, a.target.params, b.target.params)
+
+
+def test_lira_is_the_margin_standardised_by_the_shadows_and_needs_two():
+  """`lira_scores` by its definition on linear victims whose margins are known: the margin
+  at θ*, minus the shadows' mean margin, over their spread pooled over the images."""
+  from trdr import models, victim
+  rng = np.random.default_rng(0)
+  x = rng.uniform(size=(5, 2, 2, 1))
+  y = np.array([1.0, -1.0, 1.0, 1.0, -1.0])
+
+  def linear(w, b):  # the affine victim of eq. 8 at θ = (w, b)
+    params = {"dense": {"kernel": jnp.asarray(w)[:, None], "bias": jnp.asarray([b])}}
+    return victim.Victim(models.Affine(), params, None, {})
+
+  weights = [rng.normal(size=4) for _ in range(4)]
+  mean = np.full((2, 2, 1), 0.25)
+  with jax.enable_x64(True):
+    target, *shadow_targets = [linear(w, 0.1) for w in weights]   # float64 θ
+    shadows = [membership.Shadow(t, mean * k, np.arange(2))
+               for k, t in enumerate(shadow_targets)]
+    got = membership.lira_scores(target, shadows, x, y, None)
+    with pytest.raises(ValueError, match="at least 2 shadow"):
+      membership.lira_scores(target, shadows[:1], x, y, None)
+  flat = x.reshape((5, -1))
+  own = y * (flat @ weights[0] + 0.1)
+  under = np.stack([y * ((flat - (mean * k).reshape(-1)) @ w + 0.1)
+                    for k, w in enumerate(weights[1:])])
+  sigma = np.sqrt(np.sum((under - under.mean(0)) ** 2) / (under.size - 5))
+  # float64 of sums of 4 products: rounding ~1e-16 relative; 1e-12 leaves 1e4 of it.
+  np.testing.assert_allclose(got, (own - under.mean(0)) / sigma, rtol=1e-12)

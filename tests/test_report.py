@@ -654,9 +654,14 @@ def test_membership_numbers_match_the_runs(smoke_report):
   assert files.dumps_json(measured) == files.dumps_json(saved)      # NaN ≠ NaN: compare the files
   config = membership_config.get_config("smoke")
   windows = tuple(config.label_windows)
+  runs = os.path.join(workdir, "membership")
+  shadows = {v: membership.shadow_victims(  # the report's own, reused (none trained here)
+      membership_config.victim_config(config.attacks["decoreco_mlp"], v), config.shadows,
+      membership.shadow_dir(runs, "decoreco_mlp", v)) for v in config.victims}
   per = membership.concatenate([membership.per_image(membership.run_dir(
-      os.path.join(workdir, "membership"), "decoreco_mlp", v), windows=windows)
-      for v in config.victims])
+      runs, "decoreco_mlp", v), windows=windows, shadows=shadows[v]) for v in config.victims])
+  assert "lira" in per["reconstruction"]["scores"] and "best_of_lira" in (
+      per["reconstruction"]["scores"])
   rows = [r for r in measured["rows"] if r["attack"] == "decoreco_mlp"]
   assert {r["score"] for r in rows} == set(per["reconstruction"]["scores"]) | set(
       per["start"]["scores"])

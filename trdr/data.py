@@ -312,18 +312,22 @@ def parse_classes(classes: Any) -> tuple[tuple[int, ...], ...]:
   return tuple(groups)
 
 
-def make_task(data_config: Any) -> Task:
+def make_task(data_config: Any, exclude: Any = ()) -> Task:
   """Builds the victim's task from a data config (see `default_data_config`): two class
   groups (labels ±1) or C > 2 (labels 0 … C−1).
 
   For each class group, the group's train-split indices are permuted by
   `np.random.default_rng(seed)` (one generator, first group first); the first
   `n_per_class` go to the training set, the next `n_per_class` to the distinct
-  partition.
+  partition. Indices in ``exclude`` are removed from a group before it is permuted.
 
   Args:
     data_config: an `ml_collections.ConfigDict` (or any object with these
       attributes): source, path, name, classes, n_per_class, seed, subtract_mean.
+    exclude: int indices into the source's train split that are never drawn (a shadow
+      victim's data in `trdr.report.membership.shadow_victims`: public images outside a
+      victim's training set and partition). Empty (the default): the draw is exactly
+      the one described above.
 
   Returns:
     A `Task`.
@@ -331,7 +335,8 @@ def make_task(data_config: Any) -> Task:
   Raises:
     ValueError: as `load_source`; malformed or overlapping `classes`; a class id
       absent from the train split; a group with fewer than 2 * n_per_class train
-      images; n_per_class < 1.
+      images (outside ``exclude``); n_per_class < 1; an index of ``exclude`` outside
+      the train split.
   """
   groups = parse_classes(data_config.classes)
   n = data_config.n_per_class
@@ -347,14 +352,23 @@ def make_task(data_config: Any) -> Task:
     raise ValueError(f"class id(s) {absent} do not occur in the train split of "
                      f"{data_config.source!r}; classes present: {present.tolist()}")
 
+  excluded = np.asarray(exclude).reshape(-1)
+  if excluded.size and (not np.issubdtype(excluded.dtype, np.integer) or excluded.min() < 0
+                        or excluded.max() >= len(train_labels)):
+    raise ValueError(f"exclude must hold indices of the train split (0 … "
+                     f"{len(train_labels) - 1}); got {excluded.dtype} values in "
+                     f"[{excluded.min()}, {excluded.max()}]")
   rng = np.random.default_rng(data_config.seed)
   train_index, partition_index = [], []
   for group in groups:
     idx = np.flatnonzero(np.isin(train_labels, group))
+    if excluded.size:
+      idx = idx[~np.isin(idx, excluded)]
     if len(idx) < 2 * n:
+      outside = f" outside the {excluded.size} excluded" if excluded.size else ""
       raise ValueError(f"class group {group} has {len(idx)} images in the train "
-                       f"split; 2 × n_per_class = {2 * n} are needed (training set "
-                       "+ distinct partition)")
+                       f"split{outside}; 2 × n_per_class = {2 * n} are needed (training "
+                       "set + distinct partition)")
     perm = rng.permutation(idx)
     train_index.append(perm[:n])
     partition_index.append(perm[n:2 * n])

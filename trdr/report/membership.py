@@ -16,6 +16,10 @@ sample with certainty").
 
 **Scores** (`SCORES`) are what an adversary holding θ* and the reconstruction can compute,
 without the training set, each computed per image and oriented once (higher = "member").
+The calibrated one, "lira", is offline LiRA (Carlini et al. 2022, "Membership Inference
+Attacks From First Principles"): the margin at θ* standardised by the margins of shadow
+victims (`shadow_victims`) trained with the same recipe on public images that never
+contain the image scored.
 **Labels** (evaluation only), with an excluded middle: a member is an image that
 is best buddies by SSIM with a training image (each the other's SSIM-nearest) at SSIM ≥
 ``member_min_ssim``; a non-member one whose SSIM to every training image is below
@@ -31,6 +35,7 @@ returns its start, the baseline).
 
 import functools
 import os
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -55,11 +60,13 @@ SCORES = {
     "lambda": "λ_i: DecoReco's KKT multiplier of the candidate",
     "loo": "‖θ* − θ(X∖x_i)‖² − ‖θ* − θ(X)‖²: how far θ(·) moves from θ* without the image "
            "(bilevel; θ(·) = argmin E re-solved from θ*; a subsample)",
+    "lira": "(yΦ(x; θ*) − mean_k yΦ(x; θ_k)) / σ: offline LiRA, the margin standardised by "
+            "the shadow victims θ_k's margins at the image (`lira_scores`)",
 }
 # The adversary also holds the start it attacked from: per image, the larger of a score at
 # the start and at the reconstruction (both oriented higher = member), on the
 # reconstruction stage: what a real adversary keeps, not what the attack leaves.
-BOTH = ("neg_loss", "margin", "neg_grad_norm", "loo")
+BOTH = ("neg_loss", "margin", "neg_grad_norm", "loo", "lira")
 SCORES.update({f"best_of_{k}": f"max over the start and the reconstruction of {k}"
                for k in BOTH})
 STAGES = ("reconstruction", "start")
@@ -126,6 +133,102 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
   return out
 
 
+class Shadow(NamedTuple):
+  """A shadow victim of offline LiRA: θ_k trained with a victim's recipe on other data.
+
+  Attributes:
+    target: the trained `trdr.victim.Victim`.
+    mean: float32[H, W, C], the per-pixel mean its own training set subtracts from its
+      inputs (its input space), or None.
+    train_index: int64[2n], its training images' indices in the source's train split.
+  """
+  target: victim.Victim
+  mean: np.ndarray | None
+  train_index: np.ndarray
+
+
+def shadow_seed(victim_seed: int, k: int) -> int:
+  """The data and initialisation seed of shadow ``k`` of the victim of ``data.seed`` =
+  ``victim_seed``: 1000 · (victim_seed + 1) + k, apart from every victim's (< 1000)."""
+  if not 0 <= k < 1000:
+    raise ValueError(f"shadow index must be in 0 … 999, got {k}")
+  return 1000 * (int(victim_seed) + 1) + int(k)
+
+
+def shadow_victims(config: ml_collections.ConfigDict, count: int, directory: str
+                   ) -> list[Shadow]:
+  """Offline LiRA's shadow victims of one victim (Carlini et al. 2022): ``count`` victims of
+  the same recipe (``config.victim``, ``n_per_class``, classes, weight decay or GD
+  schedule), shadow k trained on a data draw of seed `shadow_seed` from the public pool:
+  the source's train split without the victim's training set and partition. So no shadow
+  was trained on any image the membership run scores (the training and partition images
+  of the mixed starts; the public starts are test-split images, the noise starts and the
+  reconstructions in no split). Each is saved in ``directory``/shadow_k and reused when
+  its config and data are unchanged (`trdr.victim.load_or_train`).
+
+  Args:
+    config: one victim's attack config (configs/membership.py `victim_config`).
+    count: shadows (≥ 2: `lira_scores` estimates a spread).
+    directory: where the shadows are saved.
+  Returns:
+    ``count`` `Shadow`.
+  Raises:
+    ValueError: count < 2; θ* loaded from a file (``victim.load``: no recipe to repeat);
+      the public pool too small for a draw (`trdr.data.make_task`).
+  """
+  if count < 2:
+    raise ValueError(f"offline LiRA needs at least 2 shadow victims, got {count}")
+  if config.victim.get("load"):
+    raise ValueError(f"θ* was loaded from {config.victim.load}: shadow victims need the "
+                     "recipe that trained it")
+  task = data.make_task(config.data)
+  taken = np.concatenate([task.train_index, task.partition_index])
+  shadows = []
+  for k in range(count):
+    one = config.copy_and_resolve_references()
+    one.data.seed = one.victim.seed = shadow_seed(config.data.seed, k)
+    shadow_task = data.make_task(one.data, exclude=taken)
+    with jax.enable_x64(bool(one.float64)):
+      target = victim.load_or_train(one, shadow_task, os.path.join(directory, f"shadow_{k}"))
+    shadows.append(Shadow(target, shadow_task.mean, shadow_task.train_index))
+  return shadows
+
+
+def lira_scores(target: victim.Victim, shadows, pixels, labels, victim_mean=None
+                ) -> np.ndarray:
+  """Offline LiRA's score (Carlini et al. 2022) of each image: its margin yΦ(x; θ*) (the
+  logit of the victim's confidence in y, the statistic LiRA fits) minus the mean of its
+  margins under the shadow victims, divided by σ, the shadows' spread about those means
+  pooled over all the images given (one σ: a per-image σ from a few shadows is noise).
+  Higher = more likely a member; 0: as the shadows, which never saw the image.
+
+  Args:
+    target: the binary victim θ*.
+    shadows: `Shadow` (≥ 2), from `shadow_victims`.
+    pixels: float[N, H, W, C], the images in pixels (the victim's inputs plus its mean).
+    labels: float[N] in {−1, +1}.
+    victim_mean: float[H, W, C] the victim subtracts from its inputs, or None.
+  Returns:
+    float64[N].
+  Raises:
+    ValueError: fewer than 2 shadows.
+  """
+  if len(shadows) < 2:
+    raise ValueError(f"offline LiRA needs at least 2 shadow victims, got {len(shadows)}")
+  pixels, y = np.asarray(pixels), np.asarray(labels, np.float64)
+
+  def margins(model: victim.Victim, mean) -> np.ndarray:
+    x = pixels if mean is None else pixels - mean
+    dtype = jax.tree.leaves(model.params)[0].dtype
+    return y * np.asarray(jax.jit(model.apply)(model.params, jnp.asarray(x, dtype)), np.float64)
+
+  own = margins(target, victim_mean)
+  under = np.stack([margins(s.target, s.mean) for s in shadows])   # [K, N]
+  centre = under.mean(0)
+  spread = np.sqrt(np.sum(np.square(under - centre)) / (under.size - under.shape[1]))
+  return (own - centre) / spread
+
+
 def _ground_truth(display, pool, n_train: int, train_ssim, partition_ssim, levels: tuple,
                   chunk_size: int, windows: tuple = (ssim.FILTER_SIZE,)) -> dict:
   """Each bool[G, m] (display float[G, m, ...]): the labels the AUCs use, "member" (the
@@ -168,7 +271,8 @@ def label_calibration(config: ml_collections.ConfigDict, levels: tuple, chunk_si
 
 
 def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
-              levels: tuple = (0.4, 0.3), windows: tuple = (ssim.FILTER_SIZE,)) -> dict:
+              levels: tuple = (0.4, 0.3), windows: tuple = (ssim.FILTER_SIZE,),
+              shadows=()) -> dict:
   """Scores and ground truth of every image of a finished "membership" run.
 
   Args:
@@ -177,6 +281,8 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
     loo_per_start: images per grid point scored by `leave_one_out` (bilevel runs; 0: none).
     levels: (member SSIM level, non-member SSIM bound) of `_ground_truth`.
     windows: the SSIM windows of the labels, the first unsuffixed (`_ground_truth`).
+    shadows: this victim's `shadow_victims`; with them the "lira" score (`lira_scores`),
+      without none.
   Returns:
     {"kind": str[N], "seed": int[N], "victim": int[N] (the run's data draw, ``data.seed``),
      "start_member": int8[N] (`init.start_membership`), "grid_point": int[N], and per stage
@@ -226,6 +332,9 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
                                               axis=(-3, -2, -1))).reshape(-1)
         if "final_lambdas" in results:
           scores["lambda"] = np.asarray(results["final_lambdas"], np.float64).reshape(-1)
+      if shadows:
+        scores["lira"] = lira_scores(target, shadows, data.to_pixels(images, mean).reshape(
+            flat.shape), labels.reshape(-1), mean)
       if loo_per_start and config.attack.name == "bilevel":
         scores["loo"] = leave_one_out(config, target, images, results["labels"],
                                       results[prefix + "param_distance"], loo_per_start
@@ -375,9 +484,15 @@ def run_dir(workdir: str, attack: str, victim: int) -> str:
   return os.path.join(workdir, attack, f"victim_{int(victim)}")
 
 
+def shadow_dir(workdir: str, attack: str, victim: int) -> str:
+  """The directory of one victim's shadow victims (`shadow_victims`)."""
+  return os.path.join(workdir, attack, f"shadows_{int(victim)}")
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs (or reuses) every attack's membership run on every victim of ``config.victims``
-  and writes WORKDIR/membership.json.
+  and ``config.shadows`` shadow victims of each (`shadow_victims`, in `shadow_dir`), and
+  writes WORKDIR/membership.json.
 
   Args:
     config: configs/membership.py.
@@ -404,8 +519,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       one = membership_config.victim_config(attack, v)
       directory = run_dir(workdir, name, v)
       artefacts.run_or_reuse("membership", one, directory)
+      shadows = shadow_victims(one, config.shadows, shadow_dir(workdir, name, v))
       parts.append(per_image(directory, config.chunk_size, config.loo_per_start, levels,
-                             tuple(config.label_windows)))
+                             tuple(config.label_windows), shadows))
       counts.append(label_calibration(one, levels, config.chunk_size))
     images[name] = concatenate(parts)
     total = sum(c["images"] for c in counts)
