@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -103,6 +103,16 @@ knowledge-smoke:  ## The same at smoke size (a couple of minutes; CI runs it in 
 
 figures:  ## Figs. 1–12 + Table 1 with verdicts and membership ambiguity: runs/report_SIZE/report.md.
 	$(REPORT)
+
+# gpu-check: SIZE=smoke runs on the CPU (CI); any other SIZE means the paper's sizes.
+GPU_SIZE = $(if $(filter smoke,$(SIZE)),smoke,paper)
+PARTS ?= decoreco,one_hidden,notebook
+LIMIT ?= 540
+gpu-check:  ## The paper's sizes on one GPU within LIMIT s (DecoReco at Haim et al.'s size, the one-hidden victim, the notebook): runs/gpu_check_SIZE/results/.
+	$(PYTHON) experiments/gpu_check.py --size=$(GPU_SIZE) --parts=$(PARTS) --limit=$(LIMIT) --workdir=$(RUNS)/gpu_check_$(GPU_SIZE)
+
+gpu-doc:  ## docs/gpu.md from the gpu-check results kept in docs/gpu/ (one folder per call).
+	$(PYTHON) experiments/gpu_doc.py --results=docs/gpu --output=docs/gpu.md
 
 results-doc:  ## docs/verdicts.md (the README's results) from runs/report_SIZE/report.json, after make figures.
 	$(PYTHON) experiments/results_doc.py --report=$(RUNS)/report_$(SIZE)/report.json --output=docs/verdicts.md

@@ -125,3 +125,22 @@ def test_the_training_images_minimise_l_only_where_the_resolve_can_retrace_theta
   with open(os.path.join(smoke_report_dir, "report.md")) as f:
     assert "under each reading of the paper's random θ0" in f.read()
   assert "table1_readings" in artefacts.ARTEFACTS
+
+
+def test_solves_in_a_given_order_reporting_each_solve_as_it_goes(tmp_path):
+  """`readings.solves(order=, on_solve=)`: the readings in the order asked (a run stopped
+  early holds the first ones), the result so far handed out after the victims and after
+  every re-solve, and a reading it does not know refused before any victim is trained."""
+  config, _ = _one_hidden()
+  config.data.n_per_class = 2
+  config.victim.max_iter = config.attack.lower_level.max_iter = 5
+  with pytest.raises(ValueError, match="unknown readings"):
+    readings.solves(config, str(tmp_path), order=("e", "z"))
+  assert not os.listdir(tmp_path)
+  seen = []
+  out = readings.solves(config, str(tmp_path), order=("e", "a"),
+                        on_solve=lambda o: seen.append(
+                            [(r, s) for r in o["readings"] for s in o["readings"][r]]))
+  assert list(out["readings"]) == ["e", "a"]
+  solves = [(r, s) for r in ("e", "a") for s in readings.IMAGE_SETS]
+  assert seen == [solves[:k] for k in range(len(solves) + 1)]

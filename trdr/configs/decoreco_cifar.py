@@ -27,8 +27,8 @@ Variants (sizes):
   "smoke" n = 10, widths (32, 32), 40 iterations: seconds, for tests.
 
 Expected runtime (training plus one attack): ":cpu" about 5 minutes on a 2-core CPU;
-":smoke" about 20 s; paper size hours on a CPU, a few minutes on one GPU (not yet run to
-the end).
+":smoke" about 20 s; paper size hours on a CPU, minutes on one GPU (run to the end there,
+with the :cpu victim recipe, by `make gpu-check`: docs/gpu.md).
 """
 
 import ml_collections

@@ -73,7 +73,8 @@ def _resolver(target, labels, ll):
   return jax.jit(resolve)
 
 
-def solves(config: ml_collections.ConfigDict, directory: str) -> dict:
+def solves(config: ml_collections.ConfigDict, directory: str,
+           order: tuple[str, ...] = tuple(READINGS), on_solve=None) -> dict:
   """Every reading's re-solves for one victim config (one seed, one activation).
 
   Args:
@@ -81,10 +82,19 @@ def solves(config: ml_collections.ConfigDict, directory: str) -> dict:
       seed (the U(0, 1) draws of θ0 and of the noise images) and lower level (max_iter,
       tol, memory_size; the L-BFGS solver).
     directory: where the two victims (default and U(0, 1) θ0) are cached.
+    order: the readings (keys of `READINGS`), solved in this order (a run stopped early,
+      e.g. `experiments/gpu_check.py` at its time limit, holds the first ones).
+    on_solve: called with the result so far (the dict returned below) after the victims
+      are trained and after every re-solve, so that a caller can keep it; None: not called.
   Returns:
     {"readings": {reading: {image set: `Solve` as a dict}}, "victims": {init: training
      report}, "parameters": P}.
+  Raises:
+    ValueError: ``order`` names a reading not in `READINGS` (before any work).
   """
+  unknown = set(order) - set(READINGS)
+  if unknown:
+    raise ValueError(f"unknown readings {sorted(unknown)}; known: {list(READINGS)}")
   dtype = jnp.float64 if config.float64 else jnp.float32
   task = data.make_task(config.data)
   labels = jnp.asarray(task.train_labels, dtype)
@@ -99,7 +109,10 @@ def solves(config: ml_collections.ConfigDict, directory: str) -> dict:
   for init, v in victims.items():
     out["victims"][init] = {k: v.metadata["report"][k] for k in v.metadata["report"]
                             if np.isscalar(v.metadata["report"][k])}
-  for reading, (start, init, _) in READINGS.items():
+  if on_solve is not None:
+    on_solve(out)
+  for reading in order:
+    start, init, _ = READINGS[reading]
     target = victims[init]
     resolve = _resolver(target, labels, ll)
     once = models.uniform_params(jax.random.fold_in(key, 2), target.params)
@@ -116,6 +129,8 @@ def solves(config: ml_collections.ConfigDict, directory: str) -> dict:
           float(distance), float(grad_norm), int(num_iter)))
       logging.info("reading (%s), %s: l = %.4e, ||∇θE|| = %.2e after %d iterations",
                    reading, name, float(distance), float(grad_norm), int(num_iter))
+      if on_solve is not None:
+        on_solve(out)
   return out
 
 
