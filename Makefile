@@ -108,7 +108,7 @@ figures:  ## Figs. 1–12 + Table 1 with verdicts and membership ambiguity: runs
 GPU_SIZE = $(if $(filter smoke,$(SIZE)),smoke,paper)
 PARTS ?= decoreco,one_hidden,notebook
 LIMIT ?= 540
-gpu-check:  ## The paper's sizes on one GPU within LIMIT s (DecoReco at Haim et al.'s size, the one-hidden victim, the notebook): runs/gpu_check_SIZE/results/.
+gpu-check:  ## The paper's sizes on one GPU within LIMIT s (DecoReco at Haim et al.'s size, the one-hidden victim, the notebook): runs/gpu_check_SIZE/results/<time>/.
 	$(PYTHON) experiments/gpu_check.py --size=$(GPU_SIZE) --parts=$(PARTS) --limit=$(LIMIT) --workdir=$(RUNS)/gpu_check_$(GPU_SIZE)
 
 gpu-doc:  ## docs/gpu.md from the gpu-check results kept in docs/gpu/ (one folder per call).

@@ -31,7 +31,8 @@ before it wrote stays):
               default JAX backend, at the notebook's ":cpu" sizes for --size=paper (its
               paper size is a longer DecoReco than part 1), ":smoke" for --size=smoke.
 
-Files in --output (default WORKDIR/results): environment.json (device, versions, date,
+Files in --output (default WORKDIR/results/<UTC date and time>, one folder per call, as
+docs/gpu/ keeps them): environment.json (device, versions, date,
 caps), <part>.json for each part (status "finished", "running" while it runs, or
 "stopped" / "failed" with the reason, and what it had measured; "wall_seconds": the part's
 process from start to end), decoreco_grid.png and log.txt (every part's output). Run
@@ -51,7 +52,18 @@ import sys
 import time
 import traceback
 
+import jax
+import jax.numpy as jnp
+import numpy as np
 from absl import app, flags
+
+from benchmarks import common, paper_size, torch_reference
+from benchmarks import record as machine_record
+from trdr import experiment, plotting
+from trdr.configs import bilevel_one_hidden, decoreco_cifar
+from trdr.experiment import readings
+from trdr.report import artefacts
+from trdr.runtime import files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARTS = ("decoreco", "one_hidden", "notebook")
@@ -78,7 +90,6 @@ ENVIRONMENT_BUDGET = 60
 MATMUL_PRECISION = "highest"
 
 def _write(output: str, name: str, record: dict) -> None:
-  from trdr.runtime import files  # pylint: disable=import-outside-toplevel
   files.write_json(os.path.join(output, f"{name}.json"), record)
 
 
@@ -91,12 +102,6 @@ def _stop_reason(grad_norm: float, num_iter: int, tol: float, max_iter: int) -> 
 
 def decoreco(size: str, workdir: str, output: str, budget: float) -> dict:
   """Part 1; returns its record (also written to decoreco.json as it goes)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  from benchmarks import common, paper_size, torch_reference  # pylint: disable=import-outside-toplevel
-  from trdr import experiment, plotting  # pylint: disable=import-outside-toplevel
-  from trdr.configs import decoreco_cifar  # pylint: disable=import-outside-toplevel
 
   del budget  # the attack's checkpoints keep its finished chunks when it is stopped
   config = decoreco_cifar.get_config("" if size == "paper" else "smoke")
@@ -151,10 +156,6 @@ def decoreco(size: str, workdir: str, output: str, budget: float) -> dict:
 
 def one_hidden(size: str, workdir: str, output: str, budget: float) -> dict:
   """Part 2; returns its record (also written to one_hidden.json after every solve)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from trdr.configs import bilevel_one_hidden  # pylint: disable=import-outside-toplevel
-  from trdr.experiment import readings  # pylint: disable=import-outside-toplevel
-  from trdr.report import artefacts  # pylint: disable=import-outside-toplevel
 
   del budget  # the record is kept after every solve
   config = bilevel_one_hidden.get_config("" if size == "paper" else "smoke")
@@ -198,9 +199,8 @@ def one_hidden(size: str, workdir: str, output: str, budget: float) -> dict:
 
 def notebook(size: str, workdir: str, output: str, budget: float) -> dict:
   """Part 3; returns its record: the notebook's printed lines, figures and cell times."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import nbformat  # pylint: disable=import-outside-toplevel
-  from nbclient import NotebookClient  # pylint: disable=import-outside-toplevel
+  import nbformat  # here: the test extra's, not needed by the other parts
+  from nbclient import NotebookClient
 
   notebook_size = "cpu" if size == "paper" else "smoke"
   directory = os.path.join(workdir, "notebook")
@@ -241,16 +241,14 @@ def _cell_seconds(cell) -> float | None:
 
 
 def environment(size: str, workdir: str, output: str, budget: float) -> dict:
-  """environment.json (written by `main` with the budgets) completed with the device, the
+  """environment.json (written by `main` with the caps) completed with the device, the
   versions and the date, in a child process as the parts (JAX claims the device there)."""
   del size, workdir, budget
-  import jax  # pylint: disable=import-outside-toplevel
-  from benchmarks import record  # pylint: disable=import-outside-toplevel
-  from trdr.runtime import files  # pylint: disable=import-outside-toplevel
   out = files.read_json(os.path.join(output, "environment.json"))
   out.update(date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
              backend=jax.default_backend(), devices=[d.device_kind for d in jax.devices()],
-             machine=record.machine(), versions=record.versions(), status="finished")
+             machine=machine_record.machine(), versions=machine_record.versions(),
+             status="finished")
   return out
 
 
@@ -260,7 +258,6 @@ def _run_part(name: str, size: str, workdir: str, output: str, budget: float) ->
     record = globals()[name](size, workdir, output, budget)
   except Exception:  # pylint: disable=broad-except  (kept in the part's JSON, then re-raised)
     path = os.path.join(output, f"{name}.json")
-    from trdr.runtime import files  # pylint: disable=import-outside-toplevel
     record = files.read_json(path) if os.path.exists(path) else {"part": name}
     record.update(status="failed", error=traceback.format_exc(limit=8))
     _write(output, name, record)
@@ -275,7 +272,8 @@ def _define_flags() -> None:
                     "paper: the paper's sizes (one GPU); smoke: toy sizes (CPU, CI).")
   flags.DEFINE_float("limit", 540.0, "Wall-clock seconds for all parts together.")
   flags.DEFINE_string("workdir", None, "Run directories (default runs/gpu_check_SIZE).")
-  flags.DEFINE_string("output", None, "JSON, PNG and log (default WORKDIR/results).")
+  flags.DEFINE_string("output", None, "An empty or new folder for the JSON, PNG and log "
+                      "(default WORKDIR/results/<UTC date and time>).")
   flags.DEFINE_list("parts", list(PARTS), f"Which of {list(PARTS)} to run, in order.")
   flags.DEFINE_enum("part", None, ["environment", *PARTS],
                     "Internal: run this one part in this process.")
@@ -287,14 +285,22 @@ def main(argv):
   flag = flags.FLAGS
   size = flag.size
   workdir = os.path.abspath(flag.workdir or os.path.join("runs", f"gpu_check_{size}"))
-  output = os.path.abspath(flag.output or os.path.join(workdir, "results"))
-  os.makedirs(output, exist_ok=True)
   if flag.part:
-    _run_part(flag.part, size, workdir, output, flag.budget)
+    _run_part(flag.part, size, workdir, os.path.abspath(flag.output), flag.budget)
     return
   unknown = set(flag.parts) - set(PARTS)
   if unknown:
     raise app.UsageError(f"unknown --parts {sorted(unknown)}; known: {', '.join(PARTS)}")
+  # One folder per call, never one an earlier call wrote (its results stay as they were).
+  stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H-%M-%S")
+  output = os.path.abspath(flag.output or os.path.join(workdir, "results", stamp))
+  if os.path.isdir(output) and os.listdir(output):
+    raise app.UsageError(f"--output {output!r} holds files already (another call's "
+                         "results?); give an empty or new folder")
+  os.makedirs(output, exist_ok=True)
+  print(f"Results: {output}", flush=True)
+  # This process never touches a device (it would claim a GPU's memory beside the parts'):
+  # JAX starts its backend in each part's own process.
   began = time.monotonic()
   caps = {p: CAPS[p] for p in PARTS if p in flag.parts}
   _write(output, "environment", {"size": size, "limit_seconds": flag.limit,
@@ -332,14 +338,12 @@ def _launch(name: str, size: str, workdir: str, output: str, timeout: float, log
       os.killpg(child.pid, 9)
     child.wait()
     path = os.path.join(output, f"{name}.json")
-    from trdr.runtime import files  # pylint: disable=import-outside-toplevel
     record = files.read_json(path) if os.path.exists(path) else {"part": name}
     record.update(status="stopped", reason=f"its time budget of {timeout:.0f} s ran out",
                   wall_seconds=time.monotonic() - began)
     _write(output, name, record)
     return "stopped"
   path = os.path.join(output, f"{name}.json")
-  from trdr.runtime import files  # pylint: disable=import-outside-toplevel
   record = files.read_json(path) if os.path.exists(path) else {
       "part": name, "status": "failed", "error": f"exit status {child.returncode}; see log.txt"}
   record["wall_seconds"] = time.monotonic() - began   # the process's start included

@@ -42,7 +42,8 @@ def smoke_check(smoke_report_dir, subprocess_env, tmp_path_factory):
   # LIMIT: this machine's test workers share its cores; the parts take about 2 minutes.
   subprocess.run(["make", "gpu-check", "SIZE=smoke", f"RUNS={runs}", f"PYTHON={sys.executable}",
                   "LIMIT=1200"], cwd=REPO, env=subprocess_env, check=True)
-  return workdir, workdir / "results"
+  (results,) = (workdir / "results").iterdir()      # one folder per call
+  return workdir, results
 
 
 def test_every_part_finishes_and_says_where_it_ran(smoke_check):
@@ -129,7 +130,7 @@ def test_notebook_part_runs_every_cell_headless(smoke_check):
 
 def test_the_doc_renders_a_smoke_check(smoke_check):
   workdir, results = smoke_check
-  text = gpu_doc.render(str(workdir), None, str(workdir / "gpu.md"))
+  text = gpu_doc.render(str(results.parent), None, str(workdir / "gpu.md"))
   record = files.read_json(results / "decoreco.json")
   assert text.count("## Part") == 3
   assert f"| SSIM ≥ 0.4 (window 11) | {record['reconstructed']['window_11']} | " in text
@@ -143,9 +144,16 @@ def test_a_part_past_its_budget_is_stopped_and_keeps_its_record(subprocess_env, 
   subprocess.run([sys.executable, os.path.join(REPO, "experiments", "gpu_check.py"),
                   "--size=smoke", "--parts=one_hidden", "--limit=8",
                   f"--workdir={tmp_path}"], cwd=REPO, env=subprocess_env, check=True)
-  record = files.read_json(tmp_path / "results" / "one_hidden.json")
+  (results,) = (tmp_path / "results").iterdir()
+  record = files.read_json(results / "one_hidden.json")
   assert record["status"] == "stopped"
   assert "ran out" in record["reason"] or "limit" in record["reason"]
+  # A second call into the same --output refuses before it writes anything.
+  again = subprocess.run([sys.executable, os.path.join(REPO, "experiments", "gpu_check.py"),
+                          "--size=smoke", "--parts=one_hidden", f"--output={results}"],
+                         cwd=REPO, env=subprocess_env, capture_output=True, text=True)
+  assert again.returncode != 0 and "holds files already" in again.stderr
+  assert files.read_json(results / "one_hidden.json") == record
 
 
 def test_docs_gpu_md_is_what_gpu_doc_renders_from_docs_gpu(monkeypatch):
