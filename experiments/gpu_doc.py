@@ -12,6 +12,7 @@ come from --cpu_summary (a copy of the :cpu report's tuned DecoReco summary.json
 
 import glob
 import os
+import re
 
 from absl import app, flags
 
@@ -24,6 +25,7 @@ COUNT_ROWS = (("window_11", "SSIM ≥ {t} (window 11)", "reconstructed"),
                "reconstructed_best_buddies_w3"))
 IMAGE_SETS = ("ground_truth", "partition", "noise")
 PARTS = ("decoreco", "one_hidden", "notebook")   # experiments/gpu_check.py's, in its order
+CORNER = re.compile(r"λ1 = (\S+)\s+λ2 = (\S+)\s")   # a landscape line the notebook prints
 
 
 def load(results: str) -> list[tuple[str, dict, dict]]:
@@ -193,9 +195,13 @@ def _notebook(name, env, r, cpu, link) -> list[str]:
   if r.get("reused"):
     out[0] += f" It reused finished runs in its work dir: {', '.join(r['reused'])}."
   if r.get("status") == "finished":
+    # The device and size, the landscape's corners (λ1, λ2 ∈ {0, 1}: the notebook's bilevel
+    # cell at :cpu size is the main job) and the DecoReco count.
+    corner = lambda line: (m := CORNER.match(line)) is not None and {m[1], m[2]} <= {
+        "0.00", "1.00"}
     lines = [line for line in r["printed"].splitlines()
-             if line.startswith(("backend:", "size:")) or "training images reconstructed"
-             in line]
+             if line.startswith(("backend:", "size:")) or corner(line)
+             or "training images reconstructed" in line]
     cells = ", ".join("–" if c is None else f"{c:.1f}" for c in r["cell_seconds"])
     out += ["", f"{r['figures']} figures shown; code cells' seconds: {cells}. It printed:", "",
             "```", *lines, "```"]
