@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -110,6 +110,10 @@ PARTS ?= decoreco,one_hidden,notebook
 LIMIT ?= 540
 gpu-check:  ## The paper's sizes on one GPU within LIMIT s (DecoReco at Haim et al.'s size, the one-hidden victim, the notebook): runs/gpu_check_SIZE/results/<time>/.
 	$(PYTHON) experiments/gpu_check.py --size=$(GPU_SIZE) --parts=$(PARTS) --limit=$(LIMIT) --workdir=$(RUNS)/gpu_check_$(GPU_SIZE)
+
+GPU_PLATFORMS = $(foreach n,2_17 2_24 2_27 2_28 2_31 2_34,--platform manylinux_$(n)_x86_64) --platform manylinux2014_x86_64
+gpu-wheels:  ## The packages gpu-check needs that the GPU image lacks (experiments/gpu_wheels.txt), as wheels in .whl/ for the device's carry.
+	$(PYTHON) -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $(GPU_PLATFORMS) -d .whl -r experiments/gpu_wheels.txt
 
 gpu-doc:  ## docs/gpu.md from the gpu-check results kept in docs/gpu/ (one folder per call).
 	$(PYTHON) experiments/gpu_doc.py --results=docs/gpu --output=docs/gpu.md

@@ -3,7 +3,11 @@ r"""The paper's sizes on one accelerator within a wall-clock limit, each part's 
   python experiments/gpu_check.py --size=paper --limit=540 --workdir=runs/gpu_check_paper
   make gpu-check                  # the same (one GPU, under ten minutes)
   make gpu-check SIZE=smoke       # the same code path on the CPU in about a minute (CI)
-  make gpu-doc GPU_RESULTS=DIR    # docs/gpu.md from a paper-size run (experiments/gpu_doc.py)
+  make gpu-doc                     # docs/gpu.md from the calls kept in docs/gpu/ (gpu_doc.py)
+
+On this project's GPU machines (no network; make gpu-wheels here first, carry .whl):
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
+  PYTHONPATH=/tmp/site:$PWD python3 experiments/gpu_check.py --size=paper --output=$OUT
 
 Three parts run in this order, each in its own process with its own time budget (`CAPS`,
 and what is left of --limit; a part that outlives it is stopped; what it and the parts

@@ -67,8 +67,9 @@ def markdown(calls: list, cpu_summary: dict | None, results: str, output: str) -
            "Each call is one command on the device within its wall-clock limit; a part that "
            "outlived its share of it was stopped and keeps what it had measured. To add a "
            "call: on the GPU, `python experiments/gpu_check.py --size=paper "
-           "[--parts=one_hidden]` (jaxopt, dm-pix, ml-collections and, for the notebook, "
-           "nbclient with ipykernel travel as wheels), its results folder copied to a new "
+           "[--parts=one_hidden]` (what the GPU image lacks travels as wheels: "
+           "`make gpu-wheels`, experiments/gpu_check.py's docstring), its results folder "
+           "copied to a new "
            f"folder of `{results}/`, then `make gpu-doc`.",
            "", "| call | date (UTC) | device | jax | CPU | limit | parts: status, wall of its "
            "cap |", "|---|---|---|---|---|---:|---|"]
