@@ -71,12 +71,10 @@ from trdr.runtime import files
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARTS = ("decoreco", "one_hidden", "notebook")
-# The most seconds each part may take, from its times on one H200 (docs/gpu.md) with room:
-# part 1 took 140 s; part 2 about 350 s by its first calls' times (two victims in 70 s, then
-# about 22 s for each of 12 re-solves of 5,000 L-BFGS iterations); the notebook about 200 s
-# over two calls. Parts run in order, each until it finishes or its cap or the --limit
-# comes, so a part's unused time goes to the next: within 540 s parts 1 and 2 should fit,
-# the notebook not beside them.
+# The most seconds each part may take: its times on one H200 (docs/gpu.md; part 2's from
+# its first re-solves, as each of its 12 takes about as long) with room. Parts run in
+# order, each until it finishes or its cap or the --limit comes, so a part's unused time
+# goes to the next: within 540 s parts 1 and 2 should fit, the notebook not beside them.
 CAPS = {"decoreco": 200, "one_hidden": 420, "notebook": 260}
 # Haim et al.'s published tuned CIFAR-10 reconstruction run b9dfyspx
 # (../shared/paper/reference_settings.md): σ, lr (x), λ_min, α.

@@ -52,6 +52,23 @@ def _seconds(record: dict) -> str:
   return "–" if seconds is None else f"{seconds:.0f} s"
 
 
+def _wall(record: dict, cap: float) -> str:
+  """`_seconds`, or the cap for a part stopped at it (the first calls' records have no
+  "wall_seconds": such a part ran for all of its cap)."""
+  if record.get("status") == "stopped" and "wall_seconds" not in record:
+    return f"{cap:.0f} s"
+  return _seconds(record)
+
+
+def _ran(record: dict) -> str:
+  """How a part ended and how long it ran, in words."""
+  if record.get("status") == "stopped" and "wall_seconds" not in record:
+    last = (f"; its last record was written after {record['seconds']:.0f} s"
+            if "seconds" in record else "")
+    return _status(record) + last
+  return f"{_status(record)}, {_seconds(record)}"
+
+
 def _status(record: dict) -> str:
   status = record.get("status", "unknown")
   return f"{status} ({record['reason']})" if record.get("reason") else status
@@ -81,7 +98,7 @@ def markdown(calls: list, cpu_summary: dict | None, results: str, output: str) -
         notes.append(f"- {name}: {f.read().strip()}")
     # A part's cap: "caps_seconds" (gpu_check's CAPS), in the first calls "budgets_seconds".
     caps = env.get("caps_seconds", env.get("budgets_seconds", {}))
-    summary = "; ".join(f"{p}: {r.get('status')}, {_seconds(r)} of {caps[p]:.0f} s"
+    summary = "; ".join(f"{p}: {r.get('status')}, {_wall(r, caps[p])} of {caps[p]:.0f} s"
                         for p, r in parts.items())
     lines.append(f"| {name} | {env.get('date', '?')} | {', '.join(env.get('devices', []))} "
                  f"| {env.get('versions', {}).get('jax', '?')} | "
@@ -107,7 +124,7 @@ TITLES = {"decoreco": "Part 1: DecoReco at Haim et al.'s size",
 
 def _decoreco(name, env, r, cpu, link) -> list[str]:
   hp = r["published_run"]
-  out = [f"Call {name} on {', '.join(env['devices'])}: {_status(r)}, {_seconds(r)}. MLP "
+  out = [f"Call {name} on {', '.join(env['devices'])}: {_ran(r)}. MLP "
          f"3072-{'-'.join(map(str, r['widths']))}-1, n = {r['n_train']}, m = "
          f"{r['candidates']} candidates, {r['steps']:,} iterations, "
          f"{'float64' if r['float64'] else 'float32'}; Haim et al.'s run {hp['name']} "
@@ -156,21 +173,21 @@ def _decoreco(name, env, r, cpu, link) -> list[str]:
 
 def _one_hidden(name, env, r, cpu, link) -> list[str]:
   del cpu, link
-  out = [f"Call {name} on {', '.join(env['devices'])}: {_status(r)}, {_seconds(r)}. Eq. 9 "
+  out = [f"Call {name} on {', '.join(env['devices'])}: {_ran(r)}. Eq. 9 "
          f"with {r['activation']}, width {r['width']}, n = {r['n_train']}, "
          f"{'float64' if r['float64'] else 'float32'} (matmul precision "
          f"{r['matmul_precision']}), P = {r.get('parameters', 0):,} parameters; victims "
-         f"and re-solves by L-BFGS to ||∇θE|| < {r['tol']:g} or {r['max_iter']:,} "
-         "iterations.", "", "| victim θ0 | ||∇θE(θ*)|| | iterations | stopped | energy | "
+         f"and re-solves by L-BFGS to ‖∇θE‖ < {r['tol']:g} or {r['max_iter']:,} "
+         "iterations.", "", "| victim θ0 | ‖∇θE(θ*)‖ | iterations | stopped | energy | "
          "train / test accuracy |", "|---|---:|---:|---|---:|---|"]
   for init, v in r.get("victims", {}).items():
     out.append(f"| {init} | {v['grad_norm']:.3g} | {v['num_iter']:,} | {v['stopped']} | "
                f"{v['energy']:.4g} | {v['train_accuracy']:.3f} / {v['test_accuracy']:.3f} |")
-  out += ["", "l = ||θ* − θ(x)||² at Table 1's three starts before any attack, θ(x) "
+  out += ["", "l = ‖θ* − θ(x)‖² at Table 1's three starts before any attack, θ(x) "
           "re-solved under each reading of the paper's θ0 (`trdr/experiment/readings.py`); "
           "in brackets l / P; '–': not reached within the budget.", "",
           "| reading | θ0 | " + " | ".join(f"l({s})" for s in IMAGE_SETS)
-          + " | max ||∇θE|| | stopped |", "|---|---|" + "---:|" * 4 + "---|"]
+          + " | max ‖∇θE‖ | stopped |", "|---|---|" + "---:|" * 4 + "---|"]
   for reading, words in r["readings_in_words"].items():
     sets = r.get("readings", {}).get(reading, {})
     cells = [f"{sets[s]['distance']:.4g} ({sets[s]['distance_per_parameter']:.2g})"
@@ -180,7 +197,7 @@ def _one_hidden(name, env, r, cpu, link) -> list[str]:
     out.append(f"| ({reading}) | {words} | {' | '.join(cells)} | "
                f"{'–' if grad is None else f'{grad:.2g}'} | {', '.join(stops) or '–'} |")
   paper = r["paper_table1"]
-  out += ["", "The paper's Table 1 (||θ* − θ||² after its attack, one-hidden): "
+  out += ["", "The paper's Table 1 (‖θ* − θ‖² after its attack, one-hidden): "
           + ", ".join(f"{k} {v:g}" for k, v in paper.items()) + "."]
   if "x_gt_minimises" in r:
     out.append(f"Readings under which x_GT minimises l (l(x_GT) ≤ {r['minimiser_tolerance']:g}"
@@ -191,8 +208,7 @@ def _one_hidden(name, env, r, cpu, link) -> list[str]:
 def _notebook(name, env, r, cpu, link) -> list[str]:
   del cpu, link
   out = [f"Call {name} on {', '.join(env['devices'])}: experiments/colab.ipynb at its "
-         f"'{r['notebook_size']}' sizes on JAX backend {r['backend']}: {_status(r)}, "
-         f"{_seconds(r)}."]
+         f"'{r['notebook_size']}' sizes on JAX backend {r['backend']}: {_ran(r)}."]
   if r.get("reused"):
     out[0] += f" It reused finished runs in its work dir: {', '.join(r['reused'])}."
   if r.get("status") == "finished":
