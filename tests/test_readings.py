@@ -127,6 +127,7 @@ def test_the_training_images_minimise_l_only_where_the_resolve_can_retrace_theta
   assert "table1_readings" in artefacts.ARTEFACTS
 
 
+@pytest.mark.slow   # trains two victims and compiles a re-solve per reading: ~10 s
 def test_solves_in_a_given_order_reporting_each_solve_as_it_goes(tmp_path):
   """`readings.solves(order=, on_solve=)`: the readings in the order asked (a run stopped
   early holds the first ones), the result so far handed out after the victims and after
