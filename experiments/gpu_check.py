@@ -95,6 +95,16 @@ def _write(output: str, name: str, record: dict) -> None:
   files.write_json(os.path.join(output, f"{name}.json"), record)
 
 
+def _amend(output: str, name: str, missing: dict, **fields) -> dict:
+  """The part's record as it last wrote it (``missing`` if it wrote none), updated with
+  ``fields`` and written back."""
+  path = os.path.join(output, f"{name}.json")
+  record = files.read_json(path) if os.path.exists(path) else dict(missing)
+  record.update(fields)
+  _write(output, name, record)
+  return record
+
+
 def _stop_reason(grad_norm: float, num_iter: int, tol: float, max_iter: int) -> str:
   """Why an L-BFGS solve (`trdr.victim.solver`) ended."""
   if grad_norm < tol:
@@ -257,14 +267,17 @@ def environment(size: str, workdir: str, output: str, budget: float) -> dict:
 def _run_part(name: str, size: str, workdir: str, output: str, budget: float) -> None:
   """Runs one part in this process; its record on success, its traceback on failure."""
   try:
-    record = globals()[name](size, workdir, output, budget)
+    record = _RUNS[name](size, workdir, output, budget)
   except Exception:  # pylint: disable=broad-except  (kept in the part's JSON, then re-raised)
-    path = os.path.join(output, f"{name}.json")
-    record = files.read_json(path) if os.path.exists(path) else {"part": name}
-    record.update(status="failed", error=traceback.format_exc(limit=8))
-    _write(output, name, record)
+    _amend(output, name, {"part": name}, status="failed",
+           error=traceback.format_exc(limit=8))
     raise
   _write(output, name, record)
+
+
+# --part -> the function that runs it in this process.
+_RUNS = {"environment": environment, "decoreco": decoreco, "one_hidden": one_hidden,
+         "notebook": notebook}
 
 
 def _define_flags() -> None:
@@ -277,7 +290,7 @@ def _define_flags() -> None:
   flags.DEFINE_string("output", None, "An empty or new folder for the JSON, PNG and log "
                       "(default WORKDIR/results/<UTC date and time>).")
   flags.DEFINE_list("parts", list(PARTS), f"Which of {list(PARTS)} to run, in order.")
-  flags.DEFINE_enum("part", None, ["environment", *PARTS],
+  flags.DEFINE_enum("part", None, list(_RUNS),
                     "Internal: run this one part in this process.")
   flags.DEFINE_float("budget", 0.0, "Internal: the --part's seconds.")
 
@@ -339,18 +352,14 @@ def _launch(name: str, size: str, workdir: str, output: str, timeout: float, log
     with contextlib.suppress(ProcessLookupError):
       os.killpg(child.pid, 9)
     child.wait()
-    path = os.path.join(output, f"{name}.json")
-    record = files.read_json(path) if os.path.exists(path) else {"part": name}
-    record.update(status="stopped", reason=f"its time budget of {timeout:.0f} s ran out",
-                  wall_seconds=time.monotonic() - began)
-    _write(output, name, record)
-    return "stopped"
-  path = os.path.join(output, f"{name}.json")
-  record = files.read_json(path) if os.path.exists(path) else {
-      "part": name, "status": "failed", "error": f"exit status {child.returncode}; see log.txt"}
-  record["wall_seconds"] = time.monotonic() - began   # the process's start included
-  _write(output, name, record)
-  return record.get("status", "unknown")
+    return _amend(output, name, {"part": name}, status="stopped",
+                  reason=f"its time budget of {timeout:.0f} s ran out",
+                  wall_seconds=time.monotonic() - began)["status"]
+  failed = {"part": name, "status": "failed",
+            "error": f"exit status {child.returncode}; see log.txt"}
+  # The wall includes the process's start.
+  return _amend(output, name, failed, wall_seconds=time.monotonic() - began).get(
+      "status", "unknown")
 
 
 if __name__ == "__main__":
