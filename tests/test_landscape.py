@@ -338,6 +338,32 @@ def test_identical_grid_points_are_evaluated_once(monkeypatch):
         np.testing.assert_array_equal(out[k][g], v)
 
 
+def test_search_progress_counts_each_distinct_pair_once_and_changes_nothing():
+  """`evaluate.reconstructions`' ``progress`` (the runner logs the time left from it): called
+  as blocks finish, with the (image, candidate) pairs done rising to all of this call's
+  pairs: the nearest neighbours of the 2 distinct grid points' 3 images each among the
+  6 + 5 candidates, then the per-training-image counts of windows 11 and 3 among the 6
+  training images. The results are bitwise those without it: the same programs on the same
+  inputs, only waited for one block at a time."""
+  rng = np.random.default_rng(0)
+  sets = {"train": rng.random((6, 16, 16, 1), np.float32),
+          "partition": rng.random((5, 16, 16, 1), np.float32)}
+  images = rng.random((3, 3, 16, 16, 1), np.float32)
+  images[2] = images[0]
+  settings = dict(thresholds=(0.3,), count_windows=(3,), chunk_size=2)
+  calls = []
+  out = evaluate.reconstructions(images, None, sets, **settings,
+                                 progress=lambda done, total: calls.append((done, total)))
+  total = 2 * 3 * (6 + 5) + 2 * (2 * 3 * 6)
+  done = [d for d, _ in calls]
+  assert {t for _, t in calls} == {total} and done[-1] == total
+  assert done == sorted(set(done)) and len(done) > 3    # rising, block by block
+  alone = evaluate.reconstructions(images, None, sets, **settings)
+  assert set(alone) == set(out)
+  for k, v in alone.items():
+    np.testing.assert_array_equal(out[k], v, err_msg=k)
+
+
 @pytest.mark.slow  # the evaluation of a :smoke grid
 def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypatch):
   """`evaluate.reconstructions` with a mixture (how a landscape evaluates its starts) hands

@@ -21,6 +21,7 @@
 `trdr.evaluation.records` turns these numbers into landscape.json records and summary counts.
 """
 
+import math
 import types
 
 import jax
@@ -81,7 +82,8 @@ def comparison_sets(task, noise=None, public: bool = False) -> dict[str, np.ndar
 
 def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str = "pixels",
                     thresholds=(), chunk_size: int = 500, ssim_window: int = SSIM_WINDOW,
-                    count_windows=(), mixture: dict | None = None) -> dict[str, np.ndarray]:
+                    count_windows=(), mixture: dict | None = None,
+                    progress=None) -> dict[str, np.ndarray]:
   """Nearest neighbours of the reconstructions in every comparison set.
 
   Args:
@@ -102,6 +104,9 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
       training set, the partition and the noise set). The SSIM search then computes its
       pair products once per set instead of once per grid point
       (`ssim.pairwise_ssim_of_mixtures`), with the same results up to float32 rounding.
+    progress: None, or called as ``progress(done, total)`` as the SSIM blocks finish,
+      counted in (image, candidate) pairs over all of this call's searches: the nearest
+      neighbours, then the per-training-image counts of each window.
   Returns:
     For each set s: s_index int, s_ssim and s_l2 float (each [..., m]: every
     reconstruction's SSIM-nearest image of s, its SSIM and the L2 distance to it). With
@@ -136,27 +141,42 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
                              thresholds=thresholds, chunk_size=chunk_size,
                              ssim_window=ssim_window, count_windows=count_windows,
                              mixture=None if mixture is None else {
-                                 k: np.asarray(w)[unique] for k, w in mixture.items()})
+                                 k: np.asarray(w)[unique] for k, w in mixture.items()},
+                             progress=progress)
       return {k: v[inverse].reshape((*lead, *v.shape[1:])) for k, v in once.items()}
   mixed = None if mixture is None else (
       np.stack([np.asarray(w, np.float64) for w in mixture.values()], axis=1),
       np.stack([np.asarray(sets[name], recon.dtype) for name in mixture]))
+  windows = (ssim_window, *(w for w in count_windows if w != ssim_window))
+  # Candidates per query of each search: the nearest neighbours', then each window's counts.
+  searched = [sum(len(c) for c in sets.values())] + [len(sets["train"])] * (
+      len(windows) if len(thresholds) else 0)
+  n_queries = math.prod(recon.shape[:-3])
+
+  def stage(k):  # search k's progress(done, total) in queries -> this call's, in pairs
+    if progress is None:
+      return None
+    before, total = n_queries * sum(searched[:k]), n_queries * sum(searched)
+    return lambda done, _: progress(before + done * searched[k], total)
+
   out = {}
   found = ssim.nearest_neighbours_per_set(
       recon, {name: np.asarray(c, recon.dtype) for name, c in sets.items()},
-      chunk_size=chunk_size, filter_size=ssim_window, mixture=mixed)
+      chunk_size=chunk_size, filter_size=ssim_window, mixture=mixed, progress=stage(0))
   for name, nn in found.items():
     for field in nn._fields:
       out[f"{name}_{field}"] = np.asarray(getattr(nn, field))
   if len(thresholds):
     buddies = _best_buddies(recon, sets["train"])
-    for w in (ssim_window, *(w for w in count_windows if w != ssim_window)):
+    for k, w in enumerate(windows, start=1):
       suffix = "" if w == ssim_window else f"_w{w}"
       train = np.asarray(sets["train"], recon.dtype)
       similarity = np.asarray(
-          ssim.pairwise_ssim(recon, train, chunk_size=chunk_size, filter_size=w)
+          ssim.pairwise_ssim(recon, train, chunk_size=chunk_size, filter_size=w,
+                             progress=stage(k))
           if mixed is None else ssim.pairwise_ssim_of_mixtures(
-              recon, train, *mixed, chunk_size=chunk_size, filter_size=w))
+              recon, train, *mixed, chunk_size=chunk_size, filter_size=w,
+              progress=stage(k)))
       counts = _per_train(similarity, buddies, thresholds)
       if suffix:
         counts.pop("best_index_per_train")

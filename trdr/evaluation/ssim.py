@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import dm_pix
 import jax
@@ -340,6 +340,15 @@ def _check_chunk_size(chunk_size: int) -> None:
     raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
 
 
+def _on_ready(progress, sizes) -> Callable[[int], None] | None:
+  """`sharding.round_robin`'s ``on_ready`` for ``progress(done, total)``, counted in the
+  queries of blocks of ``sizes``."""
+  if progress is None:
+    return None
+  done = np.cumsum(sizes)
+  return lambda i: progress(int(done[i]), int(done[-1]))
+
+
 def pairwise_ssim(
     queries: Any,
     candidates: Any,
@@ -347,6 +356,7 @@ def pairwise_ssim(
     max_val: float = 1.0,
     chunk_size: int = _DEFAULT_CHUNK,
     filter_size: int = FILTER_SIZE,
+    progress: Callable[[int, int], None] | None = None,
 ) -> jax.Array:
   """SSIM of every (query, candidate) pair; equals ``dm_pix.ssim`` on each pair.
 
@@ -365,6 +375,7 @@ def pairwise_ssim(
       into equal blocks (padded to one size, so one compilation); throughput hardly
       depends on it between a few hundred and a thousand.
     filter_size: side of the Gaussian window, odd (see :func:`ssim`).
+    progress: called as ``progress(done, total)`` (queries) as each block finishes.
 
   Returns:
     float32[..., M] SSIM values in [-1, 1].
@@ -390,7 +401,8 @@ def pairwise_ssim(
       lambda cand, q: _ssim_block(_prepare(q, filter_size), cand, max_val=float(max_val),
                                   filter_size=filter_size),
       [(_pad_rows(flat[a:b], size),) for a, b, size in chunks],
-      _prepare(candidates, filter_size))
+      _prepare(candidates, filter_size),
+      on_ready=_on_ready(progress, [b - a for a, b, _ in chunks]))
   return jnp.concatenate([x[: b - a] for (a, b, _), x in zip(chunks, blocks)],
                          axis=0).reshape(batch + (m,))
 
@@ -529,6 +541,7 @@ def pairwise_ssim_of_mixtures(
     max_val: float = 1.0,
     chunk_size: int = _DEFAULT_CHUNK,
     filter_size: int = FILTER_SIZE,
+    progress: Callable[[int, int], None] | None = None,
 ) -> jax.Array:
   """`trdr.evaluation.ssim.pairwise_ssim` of queries that are mixtures of base images.
 
@@ -538,7 +551,7 @@ def pairwise_ssim_of_mixtures(
     candidates: float[M, H, W, C] images in [0, max_val], same (H, W, C).
     weights: float[G, K], e.g. `trdr.attacks.init.mixture_weights` (K = 3).
     bases: float[K, n, H, W, C] images in [0, max_val].
-    max_val, filter_size: as `trdr.evaluation.ssim.pairwise_ssim`.
+    max_val, filter_size, progress: as `trdr.evaluation.ssim.pairwise_ssim`.
     chunk_size: blocks hold ~4·chunk_size queries (`_mixture_chunks`).
 
   Returns:
@@ -561,7 +574,8 @@ def pairwise_ssim_of_mixtures(
   blocks = sharding.round_robin(  # block i on local device i mod k
       lambda s, q, b: _mixture_ssim_block(q, b, *s, max_val=float(max_val),
                                           filter_size=filter_size),
-      [(q, b) for _, _, q, b in chunks], (weights, _prepare(candidates, filter_size)))
+      [(q, b) for _, _, q, b in chunks], (weights, _prepare(candidates, filter_size)),
+      on_ready=_on_ready(progress, [(b - a) * len(weights) for a, b, _, _ in chunks]))
   return jnp.concatenate([x[:, : b - a] for (a, b, _, _), x in zip(chunks, blocks)], axis=1)
 
 
@@ -677,6 +691,7 @@ def nearest_neighbours_per_set(
     filter_size: int = FILTER_SIZE,
     mixture: Any = None,
     devices=None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, NearestNeighbours]:
   """`nearest_neighbours` of the queries in each of several candidate sets, in one search.
 
@@ -694,6 +709,7 @@ def nearest_neighbours_per_set(
       the search's pair products are then computed once per base
       (`pairwise_ssim_of_mixtures`).
     devices: the devices the chunks alternate over (`sharding.round_robin`; None: all local).
+    progress: as `pairwise_ssim`'s.
 
   Returns:
     name -> NearestNeighbours (index into that set).
@@ -725,18 +741,21 @@ def nearest_neighbours_per_set(
   statics = dict(bounds=tuple(bounds), max_val=float(max_val), filter_size=filter_size)
   prepared = _prepare(candidates, filter_size)
   if mixture is None:
-    flat, axis = queries.reshape((n,) + img), 0
+    flat, axis, per_index = queries.reshape((n,) + img), 0, 1
     chunks = [(a, b, (_pad_rows(flat[a:b], size),)) for a, b, size in _chunks(n, chunk_size)]
     block, shared = _nn_block, (candidates, prepared)
   else:
     weights, bases = _check_mixture(queries, mixture, filter_size)
     chunks = [(a, b, (q, bs)) for a, b, q, bs in _mixture_chunks(queries, bases, chunk_size)]
-    block, shared, axis = _nn_mixture_block, (weights, candidates, prepared), 1
+    block, shared, axis, per_index = _nn_mixture_block, (weights, candidates, prepared), 1, (
+        len(weights))
   # Block i on device i mod k: the same program per block on every device, so the result
   # is bitwise the one-device result (python experiments/benchmark.py
   # --sections=evaluation times both).
   found = sharding.round_robin(lambda s, *xs: block(*xs, *s, **statics),
-                               [c[2] for c in chunks], shared, devices)
+                               [c[2] for c in chunks], shared, devices,
+                               on_ready=_on_ready(progress, [
+                                   (b - a) * per_index for a, b, _ in chunks]))
   return {name: NearestNeighbours(*(jnp.concatenate([
       lax.slice_in_dim(out[s][f], 0, stop - start, axis=axis)
       for (start, stop, _), out in zip(chunks, found)], axis=axis).reshape(batch)

@@ -547,13 +547,14 @@ def _evaluate(run: Prepared, attacked: Attacked, weights=None) -> dict[str, np.n
 
   def evaluation_of(x, mixture=None):
     began = time.time()
-    what = "start images" if mixture is not None else "images"
-    logging.info("Evaluation: the SSIM-nearest of %d %s among %s images (exact search)...",
-                 math.prod(x.shape[:-3]), what, sets)
+    what = "start images" if mixture is not None else "reconstructions"
+    logging.info("Evaluation: the SSIM-nearest of %d %s among %s images (exact search; "
+                 "identical grid points once)...", math.prod(x.shape[:-3]), what, sets)
     out = evaluate.reconstructions(
         x, run.task.mean, attacked.sets, display=attacked.attack.display,
         thresholds=e.ssim_thresholds, chunk_size=e.ssim_chunk_size,
-        ssim_window=e.ssim_window, count_windows=e.count_windows, mixture=mixture)
+        ssim_window=e.ssim_window, count_windows=e.count_windows, mixture=mixture,
+        progress=_search_progress(f"the {what}", began))
     logging.info("Evaluation: ... %.1f s", time.time() - began)
     return out
 
@@ -565,6 +566,23 @@ def _evaluate(run: Prepared, attacked: Attacked, weights=None) -> dict[str, np.n
     evaluation.update(_param_distances(run, attacked))
     logging.info("Evaluation: ... %.1f s", time.time() - began)
   return evaluation
+
+
+def _search_progress(what: str, began: float, every: float = 10.0):
+  """`evaluate.reconstructions`' ``progress``: logs the share of ``what``'s search done and
+  the time left at its pace so far (from ``began``, `time.time`), at most every ``every``
+  seconds (not at the end: the caller logs the total)."""
+  logged = began
+
+  def progress(done: int, total: int) -> None:
+    nonlocal logged
+    now = time.time()
+    if done >= total or now - logged < every:
+      return
+    logged = now
+    logging.info("Evaluation: %s, %.0f%% searched (about %.0f s left)", what,
+                 100 * done / total, (now - began) * (total - done) / done)
+  return progress
 
 
 def _param_distances(run: Prepared, attacked: Attacked) -> dict[str, np.ndarray]:

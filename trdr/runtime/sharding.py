@@ -206,17 +206,26 @@ def grid_map(fn: Callable[[PyTree], PyTree], xs: PyTree, batch_size: int,
 
 
 def round_robin(fn: Callable[..., PyTree], blocks: Sequence[tuple], shared: PyTree,
-                devices: Sequence[jax.Device] | None = None) -> list[PyTree]:
+                devices: Sequence[jax.Device] | None = None,
+                on_ready: Callable[[int], None] | None = None) -> list[PyTree]:
   """``[fn(shared, *args) for args in blocks]`` with block i on device i mod k of
   ``devices`` (default all local ones), for independent blocks of one jitted computation
   (e.g. `trdr.evaluation.metrics`' SSIM search, chunk by chunk). JAX dispatches asynchronously, so
   the k devices compute their blocks at once; ``shared`` is copied to each device once.
   Each block runs the same program on the same inputs as on one device (bitwise equal on
-  CPU: tests/sharded_grid.py), and the results are moved to the first device."""
+  CPU: tests/sharded_grid.py), and the results are moved to the first device.
+
+  ``on_ready(i)``, if given, is called for i = 0, 1, ... as block i's result is ready (all
+  blocks are dispatched first, so waiting for one delays none): progress for a log.
+  """
   devices = list(jax.local_devices() if devices is None else devices)
   copies = [jax.device_put(shared, d) for d in devices]
   out = [fn(copies[i % len(devices)], *jax.device_put(args, devices[i % len(devices)]))
          for i, args in enumerate(blocks)]
+  if on_ready is not None:
+    for i, result in enumerate(out):
+      jax.block_until_ready(result)
+      on_ready(i)
   return jax.device_put(out, devices[0]) if len(devices) > 1 else out
 
 
