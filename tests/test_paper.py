@@ -133,8 +133,8 @@ def test_table1_from_uniform_theta0_obeys_the_strong_convexity_bound(smoke):
 def test_every_artefact_is_written(smoke):
   _, workdir, _, _ = smoke
   figures = [(a.folder, name) for name, a in artefacts.ARTEFACTS.items()
-             if name not in ("table1", "table1_readings")]  # tables: .json and .md
-  for name in ("table1", "table1_readings"):
+             if name not in artefacts.TABLES]  # tables: .json and .md
+  for name in artefacts.TABLES:
     for ext in ("json", "md"):
       assert os.path.getsize(os.path.join(workdir, "paper_figures", f"{name}.{ext}")) > 100
   for folder, name in [*figures, ("decoreco_figures", "fig7_ssim_vs_output")]:
@@ -216,7 +216,7 @@ def test_every_figure_has_a_title_labelled_colorbars_and_the_runs_size(smoke, mo
     return []
 
   monkeypatch.setattr(plotting, "save_figure", record)
-  figures = [a for a in artefacts.ARTEFACTS if a not in ("table1", "table1_readings")]
+  figures = [a for a in artefacts.ARTEFACTS if a not in artefacts.TABLES]
   artefacts.make(config, workdir, figures)
   report_figures = set(saved)
   for run in ("landscape_bilevel", "untuned"):
@@ -228,3 +228,53 @@ def test_every_figure_has_a_title_labelled_colorbars_and_the_runs_size(smoke, mo
   landscape = saved["fig10_heatmaps"][1]
   assert landscape.startswith("trdr · bilevel on affine") and "9 grid points" in landscape
   assert saved["overview"][1].startswith("trdr · decoreco on haim_mlp")
+
+
+def test_the_outer_step_rule_takes_the_lowest_finite_final_loss_of_the_noise_start():
+  assert artefacts.chosen_lr({"0.1": 2.0, "1": 0.5, "10": float("nan"), "100": 0.5}) == "1"
+  assert artefacts.chosen_lr({"10": float("inf"), "1000": 3.0}) == "1000"
+  assert artefacts.chosen_lr({"1": float("nan")}) is None
+
+
+def test_the_outer_step_sets_the_plain_step_beside_adam_from_the_runs(smoke):
+  """outer_step.json holds the numbers of its runs' landscape.json: one plain-step run per η
+  of the config (optimizer sgd, constant η, the affine run's θ*, all else the affine run's
+  config), the η whose noise start ends lowest, and the affine (Adam) run's numbers; the
+  report carries the section."""
+  config, workdir, _, _ = smoke
+  table = files.read_json(os.path.join(workdir, "paper_figures", "outer_step.json"))
+  affine = files.read_json(os.path.join(artefacts.run_dir(workdir, "affine"), "config.json"))
+  final = {}
+  assert list(table["lrs"]) == [f"{lr:g}" for lr in config.paper.outer_step.lrs]
+  for lr, numbers in table["lrs"].items():
+    run = os.path.join(workdir, "paper_figures", "outer_step", f"lr_{lr}")
+    c = files.read_json(os.path.join(run, "config.json"))
+    assert (c["attack"]["optimizer"], c["attack"]["lr"], c["attack"]["lr_schedule"]) == (
+        "sgd", float(lr), "constant")
+    assert c["victim"]["checkpoint_dir"] == os.path.join(
+        artefacts.run_dir(workdir, "affine"), "victim")
+    c["attack"] |= {k: affine["attack"][k] for k in ("optimizer", "lr", "lr_schedule")}
+    c["victim"]["checkpoint_dir"] = affine["victim"]["checkpoint_dir"]
+    assert c == affine
+    records = files.read_json(os.path.join(run, experiment.LANDSCAPE_FILE))
+    for name in inits.PURE_INITS:
+      r = records[inits.pure_index(records, name)]
+      assert numbers[name] == {k: r[k] for k in numbers[name]}
+    final[lr] = numbers["noise"]["upper_loss"]
+  assert table["chosen"] == min(final, key=final.get)
+  adam = files.read_json(os.path.join(artefacts.run_dir(workdir, "affine"),
+                                      experiment.LANDSCAPE_FILE))
+  r = adam[inits.pure_index(adam, "ground_truth")]
+  assert table["adam"]["ground_truth"]["ssim_to_train"] == r["ssim_to_train"]
+  report = files.read_json(os.path.join(workdir, "report.json"))
+  assert report["outer_step"]["chosen"] == table["chosen"]
+  # The report's own rules: Fig. 3 is the affine victim's alone, Figs. 1 and 2 hold its checks.
+  adam_verdicts, reported = table["verdicts"]["adam"], report["verdicts"]
+  assert adam_verdicts["fig3"]["checks"] == reported["fig3"]["checks"]
+  assert adam_verdicts["fig3"]["verdict"] == reported["fig3"]["verdict"]
+  for name in ("fig1", "fig2"):
+    assert adam_verdicts[name]["checks"] == {
+        k: ok for k, ok in reported[name]["checks"].items() if k.startswith("affine:")}
+  assert set(table["verdicts"]["plain"]) == {"fig1", "fig2", "fig3"}
+  with open(os.path.join(workdir, "report.md"), encoding="utf-8") as f:
+    assert "### The outer step: eq. 7's plain gradient step beside Adam" in f.read()

@@ -71,6 +71,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     for victim in (config.affine, config.one_hidden):
       victim.eval.uniform_start_tols = TABLE1_TOLERANCES
   config.n_show = 8 if variant == "smoke" else 32
+  # Eq. 7's plain gradient step x ← Π[0,1](x − η∇x l) beside trdr's Adam (artefact
+  # "outer_step", `trdr.report.artefacts.outer_step`): the affine run above with
+  # attack.optimizer "sgd" at each constant η of this decade grid (the paper gives no η).
+  # The η shown beside Adam is the one whose noise start, the only start an attacker holds,
+  # ends at the lowest upper loss l, the attack's own objective: chosen without looking at
+  # a training image. Grid and rule fixed before the runs.
+  config.outer_step = ml_collections.ConfigDict()
+  config.outer_step.lrs = (1.0, 10.0) if variant == "smoke" else (
+      0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
   # Table 1 under each reading of the paper's random θ0 (trdr/experiment/readings.py): the
   # one-hidden victim of this variant, with ReLU (the paper's) and softplus, over seeds.
   # Its victims and re-solves share one L-BFGS budget (max_iter, tol), so that under

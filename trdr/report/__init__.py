@@ -65,12 +65,18 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     table1_md = f.read()
   with open(os.path.join(paper_figures, "table1_readings.md")) as f:
     readings_md = f.read()
+  with open(os.path.join(paper_figures, "outer_step.md")) as f:
+    outer_step_md = f.read()
   table1_md += "\n### Table 1 under each reading of the paper's random θ0\n\n" + readings_md
+  table1_md += ("\n### The outer step: eq. 7's plain gradient step beside Adam (affine, "
+                "Figs. 1–3)\n\n" + outer_step_md)
   files.write_json(os.path.join(workdir, "report.json"),
                    {"verdicts": results, "counts": count_rows, "membership": measured,
                     "rules": RULES, "table1": collected["table1"],
                     "table1_readings": files.read_json(os.path.join(
                         paper_figures, "table1_readings.json")) | {"markdown": readings_md},
+                    "outer_step": files.read_json(os.path.join(
+                        paper_figures, "outer_step.json")) | {"markdown": outer_step_md},
                     "generated": provenance(config.variant), "disk": _disk(workdir)})
   files.atomic_write(os.path.join(workdir, "report.md"),
                      markdown.report_page(results, table1_md, measured, config.variant,

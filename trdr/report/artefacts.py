@@ -130,6 +130,24 @@ def _summary(runs, name):
   return files.read_json(os.path.join(runs[name], experiment.SUMMARY_FILE))
 
 
+def run_arrays(directory: str, names, index=()) -> dict:
+  """The results.npz arrays ``names`` of the run in ``directory`` and their start twins
+  (prefix `START`), at grid point ``index`` (``()``: every point), and phi_train where saved.
+
+  Raises:
+    ValueError: the run predates the evaluation of its start images.
+  """
+  keys = (*names, *(START + k for k in names))
+  path = os.path.join(directory, experiment.RESULTS_FILE)
+  with experiment.load_results(path) as saved:
+    missing = [k for k in keys if k not in saved]
+    if missing:
+      raise ValueError(f"{path} lacks {missing}: the run predates the evaluation of its "
+                       "start images; delete its directory to recompute it")
+    return {k: saved[k][index] for k in keys} | (
+        {"phi_train": saved["phi_train"]} if "phi_train" in saved else {})
+
+
 def parameter_count(victim_config: ml_collections.ConfigDict, image_shape) -> int:
   """The number of parameters P of the victim (θ's entries), from its architecture and
   the image shape (H, W, C): Table 1's ||θ* − θ||² is a sum over P entries; the paper
@@ -265,6 +283,121 @@ def table1_readings(runs, config) -> dict:
   # l(x_GT) up to the distance Table 1's verdict calls small counts as 0 (x_GT a minimiser).
   table["minimiser_tolerance"] = RULES["small_param_distance"]
   return {"table1_readings.json": table, "table1_readings.md": _readings_markdown(table, r)}
+
+
+# The numbers of each pure start that `outer_step` sets side by side.
+_OUTER_STEP_FIELDS = ("upper_loss", "param_distance", "ssim_to_train", "ssim_to_partition",
+                      "l2_to_train", START + "ssim_to_train", START + "ssim_to_partition")
+
+
+def outer_step(runs, config) -> dict:
+  """Eq. 7's plain gradient step x ← Π[0,1](x − η∇x l) beside trdr's Adam on the affine
+  victim of Figs. 1–3: the affine run's config with attack.optimizer "sgd" at each constant
+  η of ``config.paper.outer_step.lrs`` (its θ*: the affine run's), each run kept in
+  paper_figures/outer_step/lr_<η> and reused while its config is unchanged. The η set
+  beside Adam is the one whose noise start ends at the lowest upper loss l (the attack's
+  own objective; a non-finite l never wins; ties: the smaller η).
+
+  Returns:
+    outer_step.json ({"lrs": η -> the pure starts' numbers, "chosen": η, "adam": the
+    affine run's numbers, "adam_attack": its optimiser settings, "steps", "verdicts":
+    {"adam", "plain": `affine_verdicts`}}) and outer_step.md.
+  """
+  affine = config.paper.affine
+  folder = os.path.join(os.path.dirname(runs["affine"]), "outer_step")
+  theta_star = affine.victim.checkpoint_dir or os.path.join(runs["affine"], "victim")
+  per_lr = {}
+  for lr in config.paper.outer_step.lrs:
+    c = affine.copy_and_resolve_references()
+    c.attack.optimizer, c.attack.lr, c.attack.lr_schedule = "sgd", float(lr), "constant"
+    c.victim.checkpoint_dir = theta_star
+    directory = os.path.join(folder, f"lr_{lr:g}")
+    run_or_reuse("landscape", c, directory)
+    per_lr[f"{lr:g}"] = _pure_numbers(files.read_json(
+        os.path.join(directory, experiment.LANDSCAPE_FILE)))
+  chosen = chosen_lr({lr: rows["noise"]["upper_loss"] for lr, rows in per_lr.items()})
+  table = {"lrs": per_lr, "chosen": chosen, "adam": _pure_numbers(_records(runs, "affine")),
+           "adam_attack": {k: affine.attack[k] for k in ("optimizer", "lr", "lr_schedule")},
+           "steps": affine.attack.steps,
+           "verdicts": {"adam": affine_verdicts(runs["affine"])}}
+  if chosen is not None:
+    table["verdicts"]["plain"] = affine_verdicts(os.path.join(folder, f"lr_{chosen}"))
+  return {"outer_step.json": table, "outer_step.md": _outer_step_markdown(table)}
+
+
+def affine_verdicts(directory: str) -> dict:
+  """The report's verdicts of Figs. 1–3 (`trdr.report.verdicts`) on the affine victim's
+  landscape run in ``directory`` alone (the report's Figs. 1 and 2 also hold the one-hidden
+  victim), each beside the same rule on its start images (`verdicts.with_baseline`)."""
+  records = files.read_json(os.path.join(directory, experiment.LANDSCAPE_FILE))
+  images = run_arrays(directory, ("train_ssim", "partition_ssim", "partition_index"),
+                      inits.pure_index(records, "partition"))
+
+  def of(records, images):
+    return {"fig1": verdicts.verdict_fig1({"affine": records}),
+            "fig2": verdicts.verdict_fig2({"affine": records}),
+            "fig3": verdicts.verdict_partition_init("fig3", records, images)}
+  start = of(verdicts.baseline_evidence(records), verdicts.baseline_evidence(images))
+  return {k: verdicts.with_baseline(v, start[k]) for k, v in of(records, images).items()}
+
+
+def chosen_lr(final_loss: dict[str, float]) -> str | None:
+  """`outer_step`'s rule: the η (a key, η formatted as a number) whose noise start ends at
+  the lowest upper loss l (the values); a non-finite l never wins; ties go to the smaller
+  η. None when no l is finite."""
+  finite = [lr for lr, loss in final_loss.items() if np.isfinite(loss)]
+  return min(finite, key=lambda lr: (final_loss[lr], float(lr))) if finite else None
+
+
+def _pure_numbers(records) -> dict:
+  return {name: {k: records[inits.pure_index(records, name)][k] for k in _OUTER_STEP_FIELDS}
+          for name in inits.PURE_INITS}
+
+
+def _outer_step_markdown(table: dict) -> str:
+  adam, chosen = table["adam_attack"], table["chosen"]
+  lines = ["Eq. 7 is a plain gradient step on the images with a learning rate η that the paper "
+           f"does not give; trdr's bilevel runs use {adam['optimizer']} (lr {adam['lr']:g}, "
+           f"{adam['lr_schedule']} schedule), trdr's choice. Here the affine run of Figs. 1–3 "
+           f"is repeated with the plain step (the projection onto [0, 1] kept, "
+           f"{table['steps']} steps) at each constant η below; the η set beside "
+           f"{adam['optimizer']} is the one whose noise start ends at the lowest upper loss l, "
+           "the attack's own objective, which an attacker can compute: chosen without "
+           "looking at a training image.", "",
+           "| η | noise start's final l | ground truth's final l | partition's final l |",
+           "|---:|---:|---:|---:|"]
+  for lr, rows in table["lrs"].items():
+    mark = " (chosen)" if lr == chosen else ""
+    lines.append(f"| {lr}{mark} | " + " | ".join(
+        f"{rows[s]['upper_loss']:.3g}" for s in ("noise", "ground_truth", "partition")) + " |")
+  if chosen is None:
+    return "\n".join(lines + ["", "Every η diverged: no plain-step run to set beside."]) + "\n"
+  lines += ["", "| start | outer step | ‖θ*−θ‖² | SSIM to the nearest training image "
+            "(start) | SSIM to the nearest partition image (start) | L2 to train |",
+            "|---|---|---:|---:|---:|---:|"]
+  sides = {adam["optimizer"]: table["adam"], f"plain, η = {chosen}": table["lrs"][chosen]}
+  for start in inits.PURE_INITS:
+    for side, rows in sides.items():
+      r = rows[start]
+      lines.append(f"| {start} | {side} | {r['param_distance']:.3g} | "
+                   f"{r['ssim_to_train']:.3f} ({r[START + 'ssim_to_train']:.3f}) | "
+                   f"{r['ssim_to_partition']:.3f} ({r[START + 'ssim_to_partition']:.3f}) | "
+                   f"{r['l2_to_train']:.3g} |")
+  verdicts_of = table["verdicts"]
+  lines += ["", f"The report's rules on the affine victim alone, {adam['optimizer']} against "
+            f"the plain step at η = {chosen} (the start images' verdict in brackets), and "
+            "the checks on which the two steps disagree:", "",
+            f"| artefact | {adam['optimizer']} | plain step | checks that differ |",
+            "|---|---|---|---|"]
+  for name, v in verdicts_of["adam"].items():
+    p = verdicts_of["plain"][name]
+    differ = [f"{check}: {'passes' if ok else 'fails'} → "
+              f"{'passes' if p['checks'][check] else 'fails'}"
+              for check, ok in v["checks"].items() if ok != p["checks"][check]]
+    cell = "; ".join(differ).replace("|", "\\|") or "none"   # || would split the cell
+    lines.append(f"| {name} | {v['verdict']} ({v['baseline']['verdict']}) | {p['verdict']} "
+                 f"({p['baseline']['verdict']}) | {cell} |")
+  return "\n".join(lines) + "\n"
 
 
 def _reuse_or_solve(config, directory) -> dict:
@@ -444,6 +577,7 @@ ARTEFACTS: dict[str, Artefact] = {
                       _pure_figure(name, panels)) for name, panels in _PURE.items()},
     "table1": Artefact("paper_figures", ("affine", "one_hidden"), table1),
     "table1_readings": Artefact("paper_figures", (), table1_readings),
+    "outer_step": Artefact("paper_figures", ("affine",), outer_step),
     "fig5": Artefact("decoreco_figures", ("sweep", "untuned"), _decoreco_grid(
         "fig5", "untuned", "Fig. 5: N(0, 1) initialisation, σ not tuned")),
     "fig6": Artefact("decoreco_figures", ("sweep", "tuned"), fig6),
@@ -456,6 +590,10 @@ ARTEFACTS: dict[str, Artefact] = {
     **{name: Artefact("decoreco_figures", _LANDSCAPES, _landscapes(name))
        for name in ("fig10", "fig11", "fig12")},
 }
+
+
+# The artefacts that are tables (.json and .md), not figures.
+TABLES = ("table1", "table1_readings", "outer_step")
 
 
 def make(config: ml_collections.ConfigDict, workdir: str, artefacts=tuple(ARTEFACTS)

@@ -96,19 +96,8 @@ def collect(workdir: str, repeats: bool = False) -> dict:
   per_image = ("train_ssim", "partition_ssim", "train_l2", "partition_l2", "partition_index")
   per_train = ("best_ssim_per_train", "best_buddy_ssim_per_train")
   run = lambda name, file: os.path.join(artefacts.run_dir(workdir, name), file)
-
-  def arrays(name, names, index=()):
-    """Run ``name``'s results.npz arrays ``names`` and their start twins (at grid point
-    ``index``), and phi_train where saved."""
-    keys = (*names, *(START + k for k in names))
-    path = run(name, experiment.RESULTS_FILE)
-    with experiment.load_results(path) as saved:
-      missing = [k for k in keys if k not in saved]
-      if missing:
-        raise ValueError(f"{path} lacks {missing}: the run predates the evaluation of its "
-                         "start images; delete its directory to recompute it")
-      return {k: saved[k][index] for k in keys} | (
-          {"phi_train": saved["phi_train"]} if "phi_train" in saved else {})
+  arrays = lambda name, names, index=(): artefacts.run_arrays(
+      artefacts.run_dir(workdir, name), names, index)
 
   done = lambda name: not repeats or artefacts.finished(workdir, name)
   pure = {v: files.read_json(run(v, "landscape.json")) for v in VICTIMS if done(v)}

@@ -257,6 +257,9 @@ def verdicts_page(report: dict, source: str) -> str:
   if "table1_readings" in report:  # a report.json written before it had none: no section
     lines += ["", "## Table 1 under each reading of the paper's random θ0", "",
               report["table1_readings"]["markdown"].strip()]
+  if "outer_step" in report:  # the same: no section
+    lines += ["", "## The outer step: eq. 7's plain gradient step beside Adam (affine, "
+              "Figs. 1–3)", "", report["outer_step"]["markdown"].strip()]
   if "disk" in report:  # the same: no section
     disk = report["disk"]
     lines += ["", "## Disk", "",
