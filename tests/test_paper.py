@@ -240,7 +240,8 @@ def test_the_outer_step_sets_the_plain_step_beside_adam_from_the_runs(smoke):
   """outer_step.json holds the numbers of its runs' landscape.json: one plain-step run per η
   of the config (optimizer sgd, constant η, the affine run's θ*, all else the affine run's
   config), the η whose noise start ends lowest, and the affine (Adam) run's numbers; the
-  report carries the section."""
+  report's own Figs. 1–3 rules on both, on seed 0 and the repeat seeds; the report carries
+  the section."""
   config, workdir, _, _ = smoke
   table = files.read_json(os.path.join(workdir, "paper_figures", "outer_step.json"))
   affine = files.read_json(os.path.join(artefacts.run_dir(workdir, "affine"), "config.json"))
@@ -269,12 +270,27 @@ def test_the_outer_step_sets_the_plain_step_beside_adam_from_the_runs(smoke):
   report = files.read_json(os.path.join(workdir, "report.json"))
   assert report["outer_step"]["chosen"] == table["chosen"]
   # The report's own rules: Fig. 3 is the affine victim's alone, Figs. 1 and 2 hold its checks.
-  adam_verdicts, reported = table["verdicts"]["adam"], report["verdicts"]
+  assert list(table["seeds"]) == ["0", *map(str, config.repeat_seeds)]
+  adam_verdicts, reported = table["seeds"]["0"]["adam"], report["verdicts"]
   assert adam_verdicts["fig3"]["checks"] == reported["fig3"]["checks"]
   assert adam_verdicts["fig3"]["verdict"] == reported["fig3"]["verdict"]
   for name in ("fig1", "fig2"):
     assert adam_verdicts[name]["checks"] == {
         k: ok for k, ok in reported[name]["checks"].items() if k.startswith("affine:")}
-  assert set(table["verdicts"]["plain"]) == {"fig1", "fig2", "fig3"}
+  assert all(set(both["plain"]) == {"fig1", "fig2", "fig3"} for both in table["seeds"].values())
+  # The repeat seeds' plain-step runs: the chosen η on the seed's own affine run and θ*.
+  for seed in config.repeat_seeds:
+    seed_dir = os.path.join(workdir, "seeds", f"seed_{seed}", "paper_figures")
+    c = files.read_json(os.path.join(seed_dir, "outer_step", f"lr_{table['chosen']}",
+                                     "config.json"))
+    assert (c["seed"], c["data"]["seed"], c["attack"]["lr"]) == (
+        seed, seed, float(table["chosen"]))
+    assert c["victim"]["checkpoint_dir"] == os.path.join(seed_dir, "affine", "victim")
   with open(os.path.join(workdir, "report.md"), encoding="utf-8") as f:
     assert "### The outer step: eq. 7's plain gradient step beside Adam" in f.read()
+  with open(os.path.join(workdir, "paper_figures", "outer_step.md"), encoding="utf-8") as f:
+    page = f.read()
+  # Every table row has its header's cells: a check's "||θ*−θ||²" is escaped, not a split.
+  for table_text in page.split("\n\n"):
+    rows = [r.replace("\\|", "") for r in table_text.splitlines() if r.startswith("|")]
+    assert len({r.count("|") for r in rows}) <= 1, table_text

@@ -17,7 +17,9 @@ the paper's values). Assembled by `trdr.report.artefacts` from two landscape run
 The runs are reused once finished (delete the run directory to recompute).
 
 The lower level starts from θ0 ~ U(0, 1) at every outer step (the paper's setting).
-Expected runtime: ":cpu" about 5 minutes on a 2-core CPU (both victims from U(0, 1));
+outer_step: the affine run again with eq. 7's plain gradient step (`make outer-step`).
+Expected runtime: ":cpu" about 5 minutes on a 2-core CPU (both victims from U(0, 1)), the
+outer step about 10 minutes more;
 ":smoke" under a minute (its one-hidden run warm-started, see below); paper size about
 30 minutes on one GPU for the one-hidden victim (not yet run to the end).
 """

@@ -82,6 +82,19 @@ def run_configs(config: ml_collections.ConfigDict, workdir: str) -> dict:
   return configs
 
 
+def seed_workdir(workdir: str, seed: int) -> str:
+  """The work directory of seed ``seed``'s repeats (`trdr.report.evidence.SEED_RUNS`)."""
+  return os.path.join(workdir, "seeds", f"seed_{seed}")
+
+
+def seed_config(config: ml_collections.ConfigDict, seed: int) -> ml_collections.ConfigDict:
+  """A run's ``config`` (of `run_configs`) repeated on seed ``seed``: its data draw, victim
+  initialisation and attack start (config.seed = data.seed = victim.seed = seed); a copy."""
+  c = config.copy_and_resolve_references()
+  c.seed = c.data.seed = c.victim.seed = int(seed)
+  return c
+
+
 def run_dir(workdir: str, name: str) -> str:
   """The directory of run ``name`` (a key of `RUNS`)."""
   return os.path.join(workdir, RUNS[name][0])
@@ -300,29 +313,45 @@ def outer_step(runs, config) -> dict:
 
   Returns:
     outer_step.json ({"lrs": η -> the pure starts' numbers, "chosen": η, "adam": the
-    affine run's numbers, "adam_attack": its optimiser settings, "steps", "verdicts":
-    {"adam", "plain": `affine_verdicts`}}) and outer_step.md.
+    affine run's numbers, "adam_attack": its optimiser settings, "steps", "seeds": {seed:
+    {"adam", "plain": `affine_verdicts`}} for seed 0 and the report's repeat seeds}) and
+    outer_step.md.
   """
   affine = config.paper.affine
-  folder = os.path.join(os.path.dirname(runs["affine"]), "outer_step")
-  theta_star = affine.victim.checkpoint_dir or os.path.join(runs["affine"], "victim")
   per_lr = {}
   for lr in config.paper.outer_step.lrs:
-    c = affine.copy_and_resolve_references()
-    c.attack.optimizer, c.attack.lr, c.attack.lr_schedule = "sgd", float(lr), "constant"
-    c.victim.checkpoint_dir = theta_star
-    directory = os.path.join(folder, f"lr_{lr:g}")
-    run_or_reuse("landscape", c, directory)
+    directory = _plain_step_run(affine, runs["affine"], lr)
     per_lr[f"{lr:g}"] = _pure_numbers(files.read_json(
         os.path.join(directory, experiment.LANDSCAPE_FILE)))
   chosen = chosen_lr({lr: rows["noise"]["upper_loss"] for lr, rows in per_lr.items()})
   table = {"lrs": per_lr, "chosen": chosen, "adam": _pure_numbers(_records(runs, "affine")),
            "adam_attack": {k: affine.attack[k] for k in ("optimizer", "lr", "lr_schedule")},
-           "steps": affine.attack.steps,
-           "verdicts": {"adam": affine_verdicts(runs["affine"])}}
+           "steps": affine.attack.steps, "seeds": {}}
   if chosen is not None:
-    table["verdicts"]["plain"] = affine_verdicts(os.path.join(folder, f"lr_{chosen}"))
+    # Seed 0 (the runs above), then the report's repeat seeds of the affine run (run here,
+    # reused by `trdr.report.evidence.make_seeds`), the plain step at the same η.
+    workdir = os.path.dirname(os.path.dirname(runs["affine"]))
+    repeats = tuple(config.repeat_seeds) if "affine" in config.repeat_runs else ()
+    for seed in (0, *repeats):
+      adam_dir = runs["affine"] if seed == 0 else run_dir(seed_workdir(workdir, seed), "affine")
+      adam_config = affine if seed == 0 else seed_config(affine, seed)
+      run_or_reuse("landscape", adam_config, adam_dir)
+      plain_dir = _plain_step_run(adam_config, adam_dir, float(chosen))
+      table["seeds"][str(seed)] = {"adam": affine_verdicts(adam_dir),
+                                   "plain": affine_verdicts(plain_dir)}
   return {"outer_step.json": table, "outer_step.md": _outer_step_markdown(table)}
+
+
+def _plain_step_run(affine: ml_collections.ConfigDict, adam_dir: str, lr: float) -> str:
+  """The affine run ``affine`` (Adam, in ``adam_dir``) with eq. 7's plain step at constant
+  η = ``lr`` and the Adam run's θ*, run or reused in the folder beside ``adam_dir``:
+  outer_step/lr_<η>. Returns its directory."""
+  c = affine.copy_and_resolve_references()
+  c.attack.optimizer, c.attack.lr, c.attack.lr_schedule = "sgd", float(lr), "constant"
+  c.victim.checkpoint_dir = affine.victim.checkpoint_dir or os.path.join(adam_dir, "victim")
+  directory = os.path.join(os.path.dirname(adam_dir), "outer_step", f"lr_{lr:g}")
+  run_or_reuse("landscape", c, directory)
+  return directory
 
 
 def affine_verdicts(directory: str) -> dict:
@@ -383,20 +412,22 @@ def _outer_step_markdown(table: dict) -> str:
                    f"{r['ssim_to_train']:.3f} ({r[START + 'ssim_to_train']:.3f}) | "
                    f"{r['ssim_to_partition']:.3f} ({r[START + 'ssim_to_partition']:.3f}) | "
                    f"{r['l2_to_train']:.3g} |")
-  verdicts_of = table["verdicts"]
+  seeds = table["seeds"]
   lines += ["", f"The report's rules on the affine victim alone, {adam['optimizer']} against "
             f"the plain step at η = {chosen} (the start images' verdict in brackets), and "
-            "the checks on which the two steps disagree:", "",
-            f"| artefact | {adam['optimizer']} | plain step | checks that differ |",
-            "|---|---|---|---|"]
-  for name, v in verdicts_of["adam"].items():
-    p = verdicts_of["plain"][name]
-    differ = [f"{check}: {'passes' if ok else 'fails'} → "
-              f"{'passes' if p['checks'][check] else 'fails'}"
-              for check, ok in v["checks"].items() if ok != p["checks"][check]]
-    cell = "; ".join(differ).replace("|", "\\|") or "none"   # || would split the cell
-    lines.append(f"| {name} | {v['verdict']} ({v['baseline']['verdict']}) | {p['verdict']} "
-                 f"({p['baseline']['verdict']}) | {cell} |")
+            "the checks on which the two steps disagree, per seed (the data draw, the "
+            "victim's initialisation and the starts; the same η on every seed):", "",
+            f"| seed | artefact | {adam['optimizer']} | plain step | checks that differ |",
+            "|---|---|---|---|---|"]
+  for seed, both in seeds.items():
+    for name, v in both["adam"].items():
+      p = both["plain"][name]
+      differ = [f"{check}: {'passes' if ok else 'fails'} → "
+                f"{'passes' if p['checks'][check] else 'fails'}"
+                for check, ok in v["checks"].items() if ok != p["checks"][check]]
+      cell = "; ".join(differ).replace("|", "\\|") or "none"   # || would split the cell
+      lines.append(f"| {seed} | {name} | {v['verdict']} ({v['baseline']['verdict']}) | "
+                   f"{p['verdict']} ({p['baseline']['verdict']}) | {cell} |")
   return "\n".join(lines) + "\n"
 
 

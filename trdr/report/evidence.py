@@ -36,9 +36,7 @@ DECORECO_RUNS = ("untuned", "tuned", "partition")
 COLLECTED_RUNS = (*VICTIMS, *DECORECO_RUNS, *(f"landscape_{a}" for a in ATTACKS))
 
 
-def seed_workdir(workdir: str, seed: int) -> str:
-  """The work directory of seed ``seed``'s repeats (`SEED_RUNS`)."""
-  return os.path.join(workdir, "seeds", f"seed_{seed}")
+seed_workdir = artefacts.seed_workdir
 
 
 def make_seeds(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
@@ -63,8 +61,7 @@ def make_seeds(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
     configs = artefacts.run_configs(config, directory)
     runs = {name: artefacts.run_dir(directory, name) for name in names}
     for name in names:
-      c = configs[name]
-      c.seed = c.data.seed = c.victim.seed = int(seed)
+      c = artefacts.seed_config(configs[name], seed)
       if "hparams_file" in c.attack and c.attack.hparams_file:
         c.attack.hparams_file = sweep
       artefacts.run_or_reuse(artefacts.RUNS[name][1], c, runs[name])
