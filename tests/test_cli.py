@@ -31,6 +31,19 @@ def _error_line(process) -> str:
   return line
 
 
+def test_the_command_lines_import_jax_only_once_their_flags_are_parsed(subprocess_env):
+  """`trdr.cli` and the configs import neither JAX nor matplotlib nor trdr's pipeline (seconds
+  of imports): a command line refused at parsing (an unknown --config file or field) answers
+  at once."""
+  code = ("import sys; from trdr import cli; from trdr.configs import report; "
+          "report.get_config('smoke'); "
+          "print(sorted(m for m in ('jax', 'matplotlib', 'trdr.experiment', 'flax') "
+          "if m in sys.modules))")
+  out = subprocess.run([sys.executable, "-c", code], env=subprocess_env, check=True,
+                       capture_output=True, text=True).stdout
+  assert out.strip() == "[]"
+
+
 @pytest.mark.slow  # a Python process per command
 def test_bad_input_is_one_line_naming_the_file(subprocess_env, tmp_path):
   bad_model = tmp_path / "model.npz"

@@ -16,18 +16,12 @@ import platform
 import sys
 import time
 
-import jax
-import jax.monitoring
-import matplotlib
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from trdr import experiment, plotting, victim
-from trdr.runtime import distributed, files, sharding
-from trdr.victim import pretrained
-
-# paper, report and membership (and scipy.stats through them, ~1 s) are imported by the
-# mains that use them, not by every experiment script.
+# JAX, matplotlib and the rest of trdr are imported once the flags are parsed, by what uses
+# them: a refused command line (an unknown --config file or field) answers without them,
+# in a fraction of the seconds they take to import.
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment config file[:variant].",
                                           lock_config=True)
@@ -76,12 +70,16 @@ def run(main) -> None:
   """`absl.app.run` of ``main`` with `parse_flags`, after `trdr.runtime.sharding.set_cpu_devices`,
   with JAX's persistent compilation cache (`--compilation_cache`; what it saved is logged
   at the end) and matplotlib's Agg backend (the figures are written to files; no display)."""
-  matplotlib.use("Agg")
   # JAX's backend probe logs "Unable to initialize backend 'tpu'" at INFO on every machine
   # without a TPU; its warnings and errors still show.
   std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.WARNING)
 
   def with_devices(argv):
+    import matplotlib  # noqa: PLC0415  (see the imports above)
+
+    from trdr.runtime import sharding  # noqa: PLC0415
+
+    matplotlib.use("Agg")
     sharding.set_cpu_devices(_CPU_DEVICES.value,
                              _DISTRIBUTED.value or bool(_COORDINATOR.value))
     cache = _use_compilation_cache(_COMPILATION_CACHE.value)
@@ -134,6 +132,9 @@ def _use_compilation_cache(value: str | None) -> _CacheUse | None:
   set here, by the entry point, never by the library) in ``value``'s directory or the
   default (`_COMPILATION_CACHE`); every program is cached, however short its compile.
   Returns what records its use, None when 'off'."""
+  import jax  # noqa: PLC0415  (see the imports above)
+  import jax.monitoring  # noqa: PLC0415
+
   if value == "off":
     return None
   directory = value or os.environ.get("JAX_COMPILATION_CACHE_DIR") or os.path.join(
@@ -212,6 +213,10 @@ def experiment_main(mode: str):
   """``main`` of experiments/{landscape,reconstruct,sweep}.py: `experiment.run` of
   ``mode``, then the run's figures (`plotting.run_figures`)."""
   def main(argv):
+    from trdr import experiment, plotting, victim  # noqa: PLC0415  (see the imports above)
+    from trdr.runtime import distributed  # noqa: PLC0415
+    from trdr.victim import pretrained  # noqa: PLC0415
+
     del argv
     if _DISTRIBUTED.value or _COORDINATOR.value:
       distributed.initialize(_COORDINATOR.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
@@ -238,7 +243,9 @@ def headline(workdir: str, mode: str, exported: str | None = None) -> str:
   the noise; 3 significant digits), an attack's training images reconstructed, a sweep's
   best setting; then the files and folders in ``workdir`` with their sizes, and θ*'s
   ``exported`` file."""
+  from trdr import experiment  # noqa: PLC0415  (see the imports above)
   from trdr.attacks import init as inits  # noqa: PLC0415
+  from trdr.runtime import files  # noqa: PLC0415
 
   lines = [f"Finished: {workdir}"]
   if mode == "landscape":
@@ -300,7 +307,9 @@ def membership_main(argv):
   """``main`` of experiments/membership.py: the membership experiment (`trdr.report.membership`;
   finished runs reused), its verdict, WORKDIR/membership.{png,pdf} and membership.md."""
   del argv
-  from trdr.report import figures, markdown, membership, verdicts
+  from trdr import plotting  # noqa: PLC0415  (see the imports above)
+  from trdr.report import figures, markdown, membership, verdicts  # noqa: PLC0415
+  from trdr.runtime import files  # noqa: PLC0415
   workdir = _workdir(_WORKDIR.value or default_workdir(
       config_flags.get_config_filename(flags.FLAGS["config"])))
   measured = membership.run(_CONFIG.value, workdir)
@@ -319,8 +328,9 @@ def knowledge_main(argv):
   """``main`` of experiments/knowledge.py: the informed adversary against k (`trdr.report.
   knowledge`; finished rows reused), WORKDIR/knowledge.{png,pdf} and knowledge.md."""
   del argv
-  from trdr import report
-  from trdr.report import knowledge
+  from trdr import plotting, report  # noqa: PLC0415  (see the imports above)
+  from trdr.report import knowledge  # noqa: PLC0415
+  from trdr.runtime import files  # noqa: PLC0415
   config = _CONFIG.value
   workdir = _workdir(_WORKDIR.value or default_workdir(
       config_flags.get_config_filename(flags.FLAGS["config"])))
