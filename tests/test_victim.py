@@ -76,3 +76,19 @@ def test_save_load_roundtrip_and_architecture_mismatch(tmp_path):
 def test_unknown_architecture():
   with pytest.raises(ValueError, match="unknown victim architecture 'resnet'"):
     models.build_model(_victim_config(arch="resnet"))
+
+
+def test_gradient_descent_training_logs_the_time_left_to_its_epoch_cap(caplog, monkeypatch):
+  """The victim's log line per chunk: 10 of 100 epochs in 10 s leave at most 90 s (the
+  pace so far, to the cap; the loss threshold may stop it sooner). The clock is fixed."""
+  import logging  # noqa: PLC0415
+
+  from trdr.victim import cache  # noqa: PLC0415
+
+  monkeypatch.setattr(cache.time, "time", lambda: 1010.0)
+  log = cache._gd_progress(ml_collections.ConfigDict(
+      {"max_epochs": 100, "loss_threshold": 1e-4}), 1000.0)
+  with caplog.at_level(logging.INFO):
+    log({"epoch": 10, "train_loss": 0.5, "train_accuracy": 0.75})
+  assert "victim epoch 10: train loss 5.000e-01, accuracy 0.750 (at most about 90 s left: " \
+         "the cap of 100 epochs, or sooner at a loss below 0.0001)" in caplog.text

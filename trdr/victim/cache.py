@@ -238,6 +238,21 @@ def from_run(run_dir: str) -> Victim:
     return load_saved(config, directory, tuple(meta["config"]["image_shape"]))
 
 
+def _gd_progress(victim_config, began: float):
+  """`train_gd`'s ``log_fn``: each chunk's epoch, loss and accuracy, and the time left at
+  the pace so far (from ``began``, `time.time`) if training ran to its epoch cap (it stops
+  earlier when the loss reaches its threshold: an upper bound)."""
+  cap = victim_config.max_epochs
+
+  def log(r: dict) -> None:
+    left = (time.time() - began) * (cap - r["epoch"]) / max(r["epoch"], 1)
+    logging.info("victim epoch %d: train loss %.3e, accuracy %.3f (at most about %.0f s "
+                 "left: the cap of %d epochs, or sooner at a loss below %g)", r["epoch"],
+                 r["train_loss"], r["train_accuracy"], left, cap,
+                 victim_config.loss_threshold)
+  return log
+
+
 def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Victim:
   """θ* from ``directory`` if it was saved for this same victim config, else trained.
 
@@ -267,10 +282,8 @@ def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Vi
   if config.victim.training == "gd":
     task = task._replace(train_images=task.train_images.astype(dtype),
                          test_images=task.test_images.astype(dtype))
-    theta_star, report = train_gd(
-        model, theta0, task, config.victim,
-        log_fn=lambda r: logging.info("victim epoch %d: train loss %.3e, accuracy %.3f",
-                                      r["epoch"], r["train_loss"], r["train_accuracy"]))
+    theta_star, report = train_gd(model, theta0, task, config.victim,
+                                  log_fn=_gd_progress(config.victim, start))
     report = report._asdict()
   else:
     theta_star, report = train(model, theta0, task, config.victim)
