@@ -583,7 +583,7 @@ def test_key_numbers_over_seeds_are_the_repeats_own(smoke_report):
   from trdr.runtime import files
 
   saved = files.read_json(os.path.join(workdir, "report.json"))["verdicts"]
-  seed1 = evidence.seed_workdir(workdir, 1)
+  seed1 = artefacts.seed_workdir(workdir, 1)
   distances = []
   images = []
   for directory in (workdir, seed1):

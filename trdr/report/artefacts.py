@@ -333,9 +333,11 @@ def outer_step(runs, config) -> dict:
     workdir = os.path.dirname(os.path.dirname(runs["affine"]))
     repeats = tuple(config.repeat_seeds) if "affine" in config.repeat_runs else ()
     for seed in (0, *repeats):
-      adam_dir = runs["affine"] if seed == 0 else run_dir(seed_workdir(workdir, seed), "affine")
-      adam_config = affine if seed == 0 else seed_config(affine, seed)
-      run_or_reuse("landscape", adam_config, adam_dir)
+      adam_dir, adam_config = runs["affine"], affine   # seed 0's: finished by `make`
+      if seed:
+        adam_dir = run_dir(seed_workdir(workdir, seed), "affine")
+        adam_config = seed_config(affine, seed)
+        run_or_reuse("landscape", adam_config, adam_dir)
       plain_dir = _plain_step_run(adam_config, adam_dir, float(chosen))
       table["seeds"][str(seed)] = {"adam": affine_verdicts(adam_dir),
                                    "plain": affine_verdicts(plain_dir)}

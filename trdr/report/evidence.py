@@ -36,9 +36,6 @@ DECORECO_RUNS = ("untuned", "tuned", "partition")
 COLLECTED_RUNS = (*VICTIMS, *DECORECO_RUNS, *(f"landscape_{a}" for a in ATTACKS))
 
 
-seed_workdir = artefacts.seed_workdir
-
-
 def make_seeds(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
   """Runs (or reuses) ``config.repeat_runs`` (of `SEED_RUNS`) for every seed of
   ``config.repeat_seeds`` and writes each seed's table1.json (with both victims' runs);
@@ -57,7 +54,7 @@ def make_seeds(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
   sweep = os.path.join(artefacts.run_dir(workdir, "sweep"), experiment.BEST_FILE)
   dirs = []
   for seed in seeds:
-    directory = seed_workdir(workdir, seed)
+    directory = artefacts.seed_workdir(workdir, seed)
     configs = artefacts.run_configs(config, directory)
     runs = {name: artefacts.run_dir(directory, name) for name in names}
     for name in names:
@@ -78,7 +75,7 @@ def collect(workdir: str, repeats: bool = False) -> dict:
 
   Args:
     workdir: the report's work directory, or with ``repeats`` a seed's
-      (`seed_workdir`), which holds some of `SEED_RUNS`.
+      (`artefacts.seed_workdir`), which holds some of `SEED_RUNS`.
 
   Returns:
     {"pure": {victim: records}, "partition_images": {victim: per-reconstruction arrays
