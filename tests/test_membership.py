@@ -15,6 +15,7 @@ from trdr.attacks import init as inits
 from trdr.configs import membership as membership_config
 from trdr.evaluation import roc, ssim
 from trdr.report import membership, verdicts
+from trdr.runtime import files
 
 # ------------------------------------------------------------------------------ ROC
 
@@ -204,6 +205,36 @@ def test_planted_scorers_give_auc_1_and_0_5_with_cis_that_cover_them():
   assert out["checks"] == {"planted, noise: cannot tell": False}
 
 
+def test_tpr_at_low_fpr_is_shown_only_where_the_non_members_resolve_it():
+  """The tables show TPR at an FPR only with ≥ 1 / FPR non-members (with fewer, the
+  threshold that allows FPR ≤ α allows no false positive: the TPR at FPR 0); the ROC is on
+  log-log axes, every point at or above the floor (Carlini et al. 2022's convention)."""
+  from trdr.report import figures, markdown  # noqa: PLC0415  (matplotlib)
+
+  row = {"non_members": 238, "tpr_at_fpr": {"0.001": 0.25, "0.01": 0.125, "0.1": 0.5}}
+  assert markdown.tpr_cell(row, "0.001") == "—, N too small (238 < 1000)"
+  assert markdown.tpr_cell(row, "0.01") == "0.125"
+  assert markdown.tpr_cell({**row, "non_members": 99}, "0.01") == "—, N too small (99 < 100)"
+  assert markdown.tpr_cell({**row, "non_members": 100}, "0.01") == "0.125"
+  config = membership_config.get_config("smoke")
+  measured = membership.measure({"planted": _planted()}, config)
+  table = "\n".join(markdown.membership_markdown(measured))
+  non_members = {r["non_members"] for r in measured["rows"] if r["informative"]}
+  assert max(non_members) < 1000 and "N too small" in table   # 0.1 % is not resolved here
+  fig = figures.membership_figure(measured)
+  try:
+    drawn = [ax for ax in fig.axes if ax.lines]
+    assert drawn and all(ax.get_xscale() == ax.get_yscale() == "log" for ax in drawn)
+    for ax in drawn:
+      for line in ax.lines:
+        assert np.min(line.get_xdata()) >= figures.ROC_FLOOR
+        assert np.min(line.get_ydata()) >= figures.ROC_FLOOR
+  finally:
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    plt.close(fig)
+
+
 def test_the_random_scorers_ci_covers_0_5_about_95_percent_of_the_time():
   """The bootstrap CI is calibrated: over 40 planted draws of a random scorer, the 95 % CI
   covers 0.5 at least 33 times (P(X < 33) < 1e-3 for X ~ Binomial(40, 0.95); a badly
@@ -322,7 +353,7 @@ def test_every_score_is_computed_per_image(smoke_report_dir, attack):
       _assert_per_image(values, per["grid_point"])
   # One image's score from scratch: Φ at that image only.
   from trdr import victim
-  from trdr.runtime import files, rundir
+  from trdr.runtime import rundir
 
   config = ml_collections.ConfigDict(files.read_json(os.path.join(run_dir, rundir.CONFIG_FILE)))
   with np.load(os.path.join(run_dir, "results.npz")) as saved:
@@ -339,6 +370,31 @@ def test_every_score_is_computed_per_image(smoke_report_dir, attack):
   m = per["grid_point"].tolist().count(0)
   assert abs(per["reconstruction"]["scores"]["margin"][m + 3] - label * logit) <= (
       gamma * bound)
+
+
+def test_the_positive_control_detects_membership_at_smoke(smoke_report_dir):
+  """Issue 47's acceptance 2, on the :smoke report's membership runs: after each attack,
+  training-image starts are told from partition-image starts (the positive control), so a
+  "cannot tell" there could not come from an experiment too small to see anything.
+
+  Why :smoke can: ~40 natural-looking reconstructions per side over its two victims
+  (configs/membership.py). Under the null, the AUC's standard error is
+  √((m + n + 1) / (12 m n)) ≈ 0.066 at m = n = 40, so a score that keeps an AUC of 0.75
+  (the start images' scores are at ≈ 0.9 at :smoke) has z ≈ 3.8, p ≈ 1e-4, below the
+  rule's Bonferroni level 0.05 / (2 · scores) ≈ 2.5e-3; a blind experiment passes with
+  probability ≤ 0.05 (the rule's level). The negative control must be measured (enough
+  non-members on both sides), and its answer is reported, not asserted here: under the
+  null it may raise an alarm with probability ≤ 0.05 (tests/test_report.py checks that an
+  alarm is shown)."""
+  measured = files.read_json(
+      os.path.join(smoke_report_dir, "membership", membership.MEASURED_FILE))
+  answers = verdicts.membership_controls(measured)
+  assert set(answers) == set(membership_config.get_config("smoke").attacks)
+  for attack, answer in answers.items():
+    assert answer["positive"] is True, (attack, [
+        (r["score"], r.get("auc"), r.get("p_auc")) for r in measured["controls"]
+        if r["attack"] == attack and r["control"] == "positive"])
+    assert answer["negative"] is not None, attack
 
 
 def test_a_work_directory_of_the_one_victim_layout_is_refused_by_name(tmp_path):

@@ -123,8 +123,11 @@ class _CacheUse:
       self.saved_s += seconds
 
   def line(self) -> str:
-    return (f"Compilation cache {self.directory}: {self.hits} programs loaded (about "
-            f"{self.saved_s:.0f} s of compilation skipped), {self.misses} compiled and stored")
+    # JAX's saving per program is its compile time less the load time, which is negative
+    # for a program quicker to compile than to load: a sum under half a second is "none".
+    saved = (f"about {self.saved_s:.0f} s" if self.saved_s >= 0.5 else "no")
+    return (f"Compilation cache {self.directory}: {self.hits} programs loaded ({saved} "
+            f"compilation time skipped), {self.misses} compiled and stored")
 
 
 def _use_compilation_cache(value: str | None) -> _CacheUse | None:

@@ -64,10 +64,15 @@ def trajectories(panels: dict, title: str = "") -> plt.Figure:
   return fig
 
 
+# The log-log ROC's lower limit: 0.1 % FPR, the lowest FPR the membership tables report.
+ROC_FLOOR = 1e-3
+
+
 def membership_figure(measured: dict) -> plt.Figure:
   """ROC curves of every membership score on the natural-looking reconstructions, one
-  panel per attack (row) and start kind (column), FPR on a log scale below 0.01 and linear
-  above (symlog: the low-FPR regime of Carlini et al. 2022), chance dashed.
+  panel per attack (row) and start kind (column), on log-log axes (Carlini et al. 2022:
+  the low-FPR regime is where an adversary's confidence shows), chance dashed. Both axes
+  start at ``ROC_FLOOR``; a curve's points below it (FPR or TPR 0) are drawn at the floor.
 
   Args:
     measured: `trdr.report.membership.measure` output ("roc": "attack/kind/score" -> [fpr, tpr]).
@@ -83,7 +88,7 @@ def membership_figure(measured: dict) -> plt.Figure:
                            squeeze=False, constrained_layout=True)
   auc = {(r["attack"], r["kind"], r["score"]): r.get("auc") for r in measured["rows"]
          if r["stage"] == "reconstruction"}
-  chance = np.linspace(0.0, 1.0, 201)
+  chance = np.geomspace(ROC_FLOOR, 1.0, 201)
   for i, attack in enumerate(rows):
     for j in range(cols):
       if j >= len(kinds[attack]):
@@ -95,15 +100,17 @@ def membership_figure(measured: dict) -> plt.Figure:
       scores = [s for a, k, s in keys if a == attack and k == kind]
       for score in scores:
         fpr, tpr = measured["roc"][f"{attack}/{kind}/{score}"]
-        ax.plot(fpr, tpr, lw=1.2, label=f"{score} ({auc[attack, kind, score]:.2f})")
+        ax.plot(np.maximum(fpr, ROC_FLOOR), np.maximum(tpr, ROC_FLOOR), lw=1.2,
+                label=f"{score} ({auc[attack, kind, score]:.2f})")
       if scores:
         ax.legend(fontsize=6, loc="lower right")
       else:
-        ax.text(0.1, 0.5, "too few natural-looking\nmembers or non-members", ha="center",
-                fontsize=7)
-      ax.set_xscale("symlog", linthresh=0.01)
-      ax.set_xlim(0, 1)
-      ax.set_ylim(0, 1)
+        ax.text(0.5, 0.5, "too few natural-looking\nmembers or non-members", ha="center",
+                va="center", fontsize=7, transform=ax.transAxes)
+      ax.set_xscale("log")
+      ax.set_yscale("log")
+      ax.set_xlim(ROC_FLOOR, 1)
+      ax.set_ylim(ROC_FLOOR, 1)
       ax.set_title(f"{attack}, {kind} starts", fontsize=8)
       ax.set_xlabel("FPR", fontsize=7)
       ax.set_ylabel("TPR", fontsize=7)

@@ -84,6 +84,16 @@ def _interval(ci) -> str:
   return f"[{_fmt(ci[0])}, {_fmt(ci[1])}]"
 
 
+def tpr_cell(row: dict, fpr: str) -> str:
+  """A row's TPR at FPR ``fpr`` (a key of ``row["tpr_at_fpr"]``), or "—, N too small" with
+  its count when it has fewer than 1 / FPR non-members: then no threshold has a false
+  positive to spare, and the number is the TPR at FPR 0, not at ``fpr``."""
+  needed = 1.0 / float(fpr)
+  if row["non_members"] < needed:
+    return f"—, N too small ({row['non_members']} < {needed:.0f})"
+  return _fmt(row["tpr_at_fpr"][fpr])
+
+
 def membership_markdown(measured: dict) -> list[str]:
   """The membership tables (`trdr.report.membership.measure`): AUC per attack × start kind × score
   with its CI over victims, the AUC per victim and TPR at low FPR, on the reconstructions and
@@ -107,7 +117,9 @@ def membership_markdown(measured: dict) -> list[str]:
            "victims resampled; too narrow with few victims) and the i.i.d. bootstrap over "
            "images. Scores are "
            f"oriented before running (higher = member); fewer than {measured['min_per_class']}"
-           " members or non-members: no AUC.", "",
+           " members or non-members: no AUC. TPR at an FPR needs at least 1 / FPR "
+           "non-members (with fewer it is the TPR at FPR 0): \"—, N too small\" where the "
+           "row has fewer.", "",
            "| attack | start | stage | score | window | members | non-members | excluded | AUC | "
            "per victim: mean [CI] | AUC per victim | bootstrap over victims | over images | "
            + " | ".join(f"TPR at {f} FPR" for f in fprs) + " |",
@@ -118,7 +130,7 @@ def membership_markdown(measured: dict) -> list[str]:
     else:
       cells = [_fmt(r["auc"]), f"{_fmt(r['victim_mean'])} {_interval(r['ci'])}",
                _fmt(r["per_cluster"]), _interval(r["ci_bootstrap"]), _interval(r["ci_images"]),
-               *(_fmt(r["tpr_at_fpr"][f]) for f in fprs)]
+               *(tpr_cell(r, f) for f in fprs)]
     lines.append(f"| {r['attack']} | {r['kind']} | {r['stage']} | {r['score']} | "
                  f"{r.get('window', '—')} | {r['members']} | {r['non_members']} | "
                  f"{r.get('excluded', '—')} | " + " | ".join(cells) + " |")
