@@ -408,6 +408,29 @@ def test_a_work_directory_of_the_one_victim_layout_is_refused_by_name(tmp_path):
     membership.run(config, str(tmp_path))
 
 
+@pytest.mark.parametrize("variant", membership_config.VARIANTS)
+def test_every_attack_runs_as_its_own_configuration_tunes_it(variant):
+  """Issue 47: budgets as they were tuned, not cut for wall-clock time. Every membership
+  attack's settings (steps, learning rates, lower level, hypergradient) equal those of the
+  configuration it comes from at the same size; only the number of candidates per image
+  differs (membership attacks one start per image, as its design says)."""
+  from trdr.configs import bilevel_affine, bilevel_one_hidden, decoreco_cifar  # noqa: PLC0415
+
+  sources = {
+      "bilevel_affine": bilevel_affine.get_config("smoke" if variant == "smoke" else None),
+      "bilevel_one_hidden": bilevel_one_hidden.get_config(variant),
+      "decoreco_mlp": decoreco_cifar.get_config(variant)}
+  config = membership_config.get_config(variant)
+  assert set(config.attacks) == set(sources)
+  for name, attack in config.attacks.items():
+    own = sources[name]
+    for key in own.attack:
+      if key != "candidates_per_image":
+        assert attack.attack[key] == own.attack[key], (variant, name, key)
+    assert attack.victim == own.victim, (variant, name)
+  assert config.attacks.bilevel_one_hidden.attack.lower_level.start == "previous"
+
+
 def test_each_victim_is_its_own_data_draw_initialisation_and_start_draw():
   config = membership_config.get_config("cpu")
   assert len(config.victims) >= 5
