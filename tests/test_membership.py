@@ -205,6 +205,30 @@ def test_planted_scorers_give_auc_1_and_0_5_with_cis_that_cover_them():
   assert out["checks"] == {"planted, noise: cannot tell": False}
 
 
+def test_each_attack_and_start_kind_reads_as_one_plain_sentence():
+  """The report's sentence per attack × start kind says what the rule answers and why: a
+  scorer that knows membership tells; a random one over ~700 non-members is underpowered
+  (TPR at 1 % FPR needs 1,000), and the sentence says so; no natural image: too few."""
+  config = membership_config.get_config("smoke")
+  measured = membership.measure({"planted": _planted()}, config)
+  (sentence,) = verdicts.membership_sentences(measured)
+  after, start = sentence.split("; on the start images, ")
+  assert after.startswith("planted, noise starts: after the attack, an adversary can tell "
+                          "(knows: AUC 1.000")
+  non_members = next(r["non_members"] for r in measured["rows"]
+                     if r["stage"] == "start" and r["window"] == 11)
+  assert non_members < 1000
+  assert start.startswith("underpowered: no score tells") and (
+      f"with {non_members} non-members where TPR at 1% FPR needs 1000" in start)
+  assert verdicts.verdict_membership(measured)["sentences"] == [sentence]
+  blind = membership.measure({"planted": _planted(natural_fraction=0.0)}, config)
+  assert verdicts.membership_sentences(blind) == [
+      "planted, noise starts: after the attack, too few natural-looking members or "
+      "non-members to measure (0 members, 0 non-members; 10 of each needed); on the start "
+      "images, too few natural-looking members or non-members to measure (0 members, 0 "
+      "non-members; 10 of each needed)."]
+
+
 def test_tpr_at_low_fpr_is_shown_only_where_the_non_members_resolve_it():
   """The tables show TPR at an FPR only with ≥ 1 / FPR non-members (with fewer, the
   threshold that allows FPR ≤ α allows no false positive: the TPR at FPR 0); the ROC is on

@@ -51,6 +51,7 @@ def _section(title: str, v: dict, images: list[str], extra: list[str] = ()) -> l
     b = v["baseline"]
     lines += ["- **Baseline** (the same rule on the start images): " + _pairs(b["measured"]),
               "- **Baseline checks:** " + _pairs(b["checks"]) + f" (baseline: {b['verdict']})"]
+  lines += [f"- {sentence}" for sentence in v.get("sentences", ())]
   reason = f" ({v['reason']})" if "reason" in v else ""
   lines += ["", f"**Verdict: {v['verdict']}**{reason}", ""]
   return lines

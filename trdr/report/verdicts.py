@@ -374,6 +374,64 @@ def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, d
   return numbers, checks, underpowered
 
 
+def _in_words(row: dict, answer: str, rules: dict) -> str:
+  """One score's row (`trdr.evaluation.roc.summary` fields) as the clause of a sentence."""
+  fpr = f"{rules['membership_fpr']:g}"
+  low, high = row["ci"]
+  over = (f"per victim {row['victim_mean']:.3f} [{low:.3f}, {high:.3f}] over "
+          f"{row['clusters']} victims" if "clusters" in row else f"[{low:.3f}, {high:.3f}]")
+  text = (f"{row['score']}: AUC {row['auc']:.3f}, {over}; {row['members']} members, "
+          f"{row['non_members']} non-members")
+  if answer == CAN_TELL:
+    text += f"; p {min(row['p_auc'], row['p_tpr'][fpr]):.1e}"
+  return text
+
+
+def membership_sentences(measured: dict, rules: dict = RULES) -> list[str]:
+  """One plain sentence per attack × start kind: what an adversary's best score answers
+  on the natural-looking reconstructions (`membership_answer`, the rule's label window),
+  with the deciding number, and the same on their start images (the baseline).
+
+  "Can tell": the score with the smallest p-value. "Cannot tell": the score farthest from
+  chance. "Underpowered": what stands in the way, the widest interval's half-width against
+  the equivalence margin and the non-members against the 10 / FPR that TPR at that FPR
+  needs. A group without enough natural-looking members or non-members says so."""
+  window = measured.get("labels", {}).get("windows", [None])[0]
+  fpr = rules["membership_fpr"]
+  groups = {}
+  for row in measured["rows"]:
+    if row.get("window") == window:
+      groups.setdefault((row["attack"], row["kind"]), {}).setdefault(row["stage"], []).append(
+          row)
+
+  def clause(rows: list[dict]) -> str:
+    if not any(r["informative"] for r in rows):
+      most = max(rows, key=lambda r: min(r["members"], r["non_members"]), default=None)
+      return ("too few natural-looking members or non-members to measure" + (
+          f" ({most['members']} members, {most['non_members']} non-members; "
+          f"{measured.get('min_per_class', '?')} of each needed)" if most else ""))
+    rows = [r for r in rows if r["informative"]]
+    answers = [membership_answer(r, rules, scores=len(rows)) for r in rows]
+    if CAN_TELL in answers:
+      told = [r for r, a in zip(rows, answers) if a == CAN_TELL]
+      best = min(told, key=lambda r: min(r["p_auc"], r["p_tpr"][f"{fpr:g}"]))
+      return f"an adversary can tell ({_in_words(best, CAN_TELL, rules)})"
+    if all(a == CANNOT_TELL for a in answers):
+      far = max(rows, key=lambda r: abs(r["auc"] - 0.5))
+      return ("an adversary cannot tell (the score farthest from chance: "
+              f"{_in_words(far, CANNOT_TELL, rules)})")
+    wide = max(rows, key=lambda r: r["ci"][1] - r["ci"][0])
+    return (f"underpowered: no score tells, but the widest interval's half-width is "
+            f"{(wide['ci'][1] - wide['ci'][0]) / 2:.3f} against the margin "
+            f"{rules['equivalence_margin']:g}, with {max(r['non_members'] for r in rows)} "
+            f"non-members where TPR at {fpr:.0%} FPR needs {10 / fpr:.0f} "
+            f"({_in_words(wide, UNDERPOWERED, rules)})")
+
+  return [f"{attack}, {kind} starts: after the attack, {clause(stages.get('reconstruction', []))}"
+          f"; on the start images, {clause(stages.get('start', []))}."
+          for (attack, kind), stages in groups.items()]
+
+
 def membership_controls(measured: dict, rules: dict = RULES) -> dict:
   """Per attack, what its controls (`trdr.report.membership.measure`'s "controls") say:
   {"positive": True when a score tells training-image starts from partition-image starts
@@ -421,7 +479,7 @@ def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
     if underpowered:
       numbers["underpowered (no score tells; not every score can say it cannot)"] = underpowered
     results.append(verdict_of("membership", numbers, checks, verdict, rules))
-  return with_baseline(*results)
+  return {**with_baseline(*results), "sentences": membership_sentences(measured, rules)}
 
 
 # ------------------------------------------------ DecoReco: Sec. 4.4, Figs. 5–9
