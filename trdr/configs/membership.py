@@ -42,7 +42,8 @@ seconds per attack, for tests: enough images for every attack's positive control
 membership);
 five victims per attack, two at ":smoke"; eight shadow victims per victim (offline LiRA),
 two at ":smoke".
-Expected runtime: ":cpu" about 45 minutes on a 2-core CPU; ":smoke" about a minute.
+Expected runtime: ":cpu" about 2 hours on a 2-core CPU (the one-hidden and DecoReco attacks
+about 10 minutes per victim each, shadows and scores included); ":smoke" about 1.5 minutes.
 """
 
 import ml_collections
