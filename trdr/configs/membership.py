@@ -42,8 +42,7 @@ seconds per attack, for tests: enough images for every attack's positive control
 membership);
 five victims per attack, two at ":smoke"; eight shadow victims per victim (offline LiRA),
 two at ":smoke".
-Expected runtime: ":cpu" about 2 hours on a 2-core CPU (the one-hidden and DecoReco attacks
-about 10 minutes per victim each, shadows and scores included); ":smoke" about 1.5 minutes.
+Expected runtime: ":cpu" about 2 hours on a 2-core CPU; ":smoke" about 1.5 minutes.
 """
 
 import ml_collections
@@ -82,8 +81,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
   # ":smoke" has the images its positive controls need to pass (tests/test_membership.py):
   # the mixed starts give ~40 natural-looking training-image and ~40 partition-image starts
-  # over its two victims; at 10 per class the best control p was 0.037 against the
-  # Bonferroni level 0.05 / (2 · 9 scores) ≈ 2.8e-3, which no attack can pass.
+  # over its two victims; with 10 per victim no control can reach the Bonferroni level
+  # 0.05 / (2 · scores) unless its AUC is near 1.
   n_per_class = {"": 100, "cpu": 50, "smoke": 20}[variant]
   config = ml_collections.ConfigDict()
   config.variant = variant
