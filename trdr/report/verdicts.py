@@ -339,6 +339,18 @@ def membership_answer(row: dict, rules: dict = RULES, scores: int = 1) -> str:
                          ) else UNDERPOWERED
 
 
+def _rule_groups(measured: dict, stage: str) -> dict:
+  """{(attack, start kind): rows on ``stage``} under the rule's labels, those of the first
+  window (`configs/membership.py`'s label_windows); rows under another window are
+  reported, not judged."""
+  window = measured.get("labels", {}).get("windows", [None])[0]
+  groups = {}
+  for row in measured["rows"]:
+    if row["stage"] == stage and row.get("window") == window:
+      groups.setdefault((row["attack"], row["kind"]), []).append(row)
+  return groups
+
+
 def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, dict, list]:
   """Per (attack, start kind) on ``stage``: the most separating informative score, each
   score's answer (`membership_answer`), and the check "cannot tell" (no score tells,
@@ -347,12 +359,9 @@ def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, d
   fpr = f"{rules['membership_fpr']:g}"
   numbers, checks, underpowered = {}, {}, []
   groups = {}
-  # The rule's labels are those of the first window (`configs/membership.py`'s
-  # label_windows); the rows under another window are reported, not judged.
-  window = measured.get("labels", {}).get("windows", [None])[0]
-  for row in measured["rows"]:
-    if row["stage"] == stage and row["informative"] and row.get("window") == window:
-      groups.setdefault(f"{row['attack']}, {row['kind']}", []).append(row)
+  for (attack, kind), rows in _rule_groups(measured, stage).items():
+    if informative := [r for r in rows if r["informative"]]:
+      groups[f"{attack}, {kind}"] = informative
   for name, rows in groups.items():
     answers = [membership_answer(r, rules, scores=len(rows)) for r in rows]
     best = max(rows, key=lambda r: r["auc"])
@@ -396,13 +405,8 @@ def membership_sentences(measured: dict, rules: dict = RULES) -> list[str]:
   chance. "Underpowered": what stands in the way, the widest interval's half-width against
   the equivalence margin and the non-members against the 10 / FPR that TPR at that FPR
   needs. A group without enough natural-looking members or non-members says so."""
-  window = measured.get("labels", {}).get("windows", [None])[0]
   fpr = rules["membership_fpr"]
-  groups = {}
-  for row in measured["rows"]:
-    if row.get("window") == window:
-      groups.setdefault((row["attack"], row["kind"]), {}).setdefault(row["stage"], []).append(
-          row)
+  after, start = _rule_groups(measured, "reconstruction"), _rule_groups(measured, "start")
 
   def clause(rows: list[dict]) -> str:
     if not any(r["informative"] for r in rows):
@@ -427,9 +431,9 @@ def membership_sentences(measured: dict, rules: dict = RULES) -> list[str]:
             f"non-members where TPR at {fpr:.0%} FPR needs {10 / fpr:.0f} "
             f"({_in_words(wide, UNDERPOWERED, rules)})")
 
-  return [f"{attack}, {kind} starts: after the attack, {clause(stages.get('reconstruction', []))}"
-          f"; on the start images, {clause(stages.get('start', []))}."
-          for (attack, kind), stages in groups.items()]
+  return [f"{attack}, {kind} starts: after the attack, {clause(after.get((attack, kind), []))}"
+          f"; on the start images, {clause(start.get((attack, kind), []))}."
+          for attack, kind in dict.fromkeys([*after, *start])]
 
 
 def membership_controls(measured: dict, rules: dict = RULES) -> dict:
