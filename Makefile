@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings outer-step sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings outer-step sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -25,7 +25,7 @@ landscape-affine:  ## Fig. 10(a), 11(a), 12(a): bilevel energy landscape, affine
 landscape-affine-smoke:  ## The same path at toy size, in seconds.
 	$(PYTHON) experiments/landscape.py --config=configs/bilevel_affine.py:smoke --workdir=$(RUNS)/bilevel_affine_smoke --overwrite
 
-benchmark:  ## The default sections side by side (~15 min on 2 cores) -> docs/performance.md, with the machine, versions and date.
+benchmark:  ## The default sections side by side (~25 min on 2 cores) -> docs/performance.md, with the machine, versions and date.
 	$(PYTHON) experiments/benchmark.py --output=docs/performance.md
 
 # One section each; their records go to $(RUNS)/benchmarks/, docs/performance.md is make benchmark's.
@@ -37,6 +37,9 @@ benchmark-decoreco:  ## One DecoReco iteration at paper size, autodiff vs fused 
 
 benchmark-decoreco-cpu:  ## The same at the :cpu runs' size, m = 200 candidates.
 	$(PYTHON) experiments/benchmark.py --sections=decoreco --decoreco_candidates=200 --output=$(RUNS)/benchmarks/decoreco_cpu.md
+
+benchmark-main-job:  ## The main job whole, lower level L-BFGS (before) vs Newton-CG (now), phase by phase.
+	$(PYTHON) experiments/benchmark.py --sections=main_job --output=$(RUNS)/benchmarks/main_job.md
 
 benchmark-lower-level:  ## The grid with the Newton-CG lower level vs L-BFGS (default config).
 	$(PYTHON) experiments/benchmark.py --sections=lower_level --output=$(RUNS)/benchmarks/lower_level.md

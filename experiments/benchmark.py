@@ -10,9 +10,12 @@ python, jax, jaxlib, flax, optax, jaxopt, numpy and torch (`benchmarks.record`).
 is replaced atomically and only by a run that finished: a failed run leaves it as it was.
 --output= (empty) only prints.
 
-Sections (--sections, default grid,lower_level,solvers,decoreco; one module each in
-experiments/benchmarks/):
+Sections (--sections, default main_job,grid,lower_level,solvers,decoreco; one module each
+in experiments/benchmarks/):
 
+  main_job  the main job (--config) run whole, its lower level by L-BFGS (before) and by
+            Newton–CG (its default), alternating after a run of each that compiles: each
+            phase's seconds, the ratios, the largest difference of landscape.json (`main_job`).
   grid      the eq. 10 grid attacked as one vmapped computation, in vmapped batches and
             in Python loops over initialisations (trdr's: one per CPU device at once;
             and on one device): times, ratios, differences (`grid`).
@@ -47,10 +50,12 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from benchmarks import decoreco, evaluation, grid, lower_level, record, solvers, sweep, table1
+from benchmarks import (decoreco, evaluation, grid, lower_level, main_job, record, solvers,
+                        sweep, table1)
 from trdr.runtime import sharding
 
 SECTIONS = {  # name -> the title of its part of --output, in the order they run
+    "main_job": "the main job's phases, its lower level before and now",
     "grid": "the eq. 10 grid as one computation and as loops",
     "lower_level": "the lower level by L-BFGS and by Newton–CG",
     "solvers": "the hypergradient solves",
@@ -62,7 +67,8 @@ SECTIONS = {  # name -> the title of its part of --output, in the order they run
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", "configs/bilevel_affine.py",
-    "Bilevel config of the grid, lower_level and solvers sections.", lock_config=True)
+    "Bilevel config of the main_job, grid, lower_level and solvers sections.",
+    lock_config=True)
 _STEPS = flags.DEFINE_integer("steps", 3,
                               "Outer steps timed per initialisation (grid, lower_level).")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (median reported).")
@@ -70,7 +76,8 @@ _GRID_VMAP = flags.DEFINE_bool("grid_vmap", True, "grid: also the whole-grid vma
                                "loop on CPU; --nogrid_vmap --steps=25: the main job's chunks).")
 _CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 0, "JAX CPU devices (0: one per core), as "
                                     "the experiment scripts' --cpu_devices.")
-_SECTIONS = flags.DEFINE_list("sections", ["grid", "lower_level", "solvers", "decoreco"],
+_SECTIONS = flags.DEFINE_list("sections", ["main_job", "grid", "lower_level", "solvers",
+                                           "decoreco"],
                               f"Which of {list(SECTIONS)} to run (in that order).")
 _DECORECO_REPEATS = flags.DEFINE_integer(
     "decoreco_repeats", 7, "Timed DecoReco iterations per method and dtype (median, >= 5).")
@@ -116,6 +123,7 @@ def main(argv):
       raise app.UsageError(str(e)) from e
   pair = [_CONFIG.value, _ONE_HIDDEN_CONFIG.value]
   runs = {
+      "main_job": lambda: main_job.run(_CONFIG.value, _REPEATS.value),
       "grid": lambda: grid.run(_CONFIG.value, _STEPS.value, _REPEATS.value, _GRID_VMAP.value),
       "lower_level": lambda: lower_level.run(_CONFIG.value, _STEPS.value, _REPEATS.value),
       "solvers": lambda: solvers.run(pair, _REPEATS.value),

@@ -19,6 +19,7 @@ from benchmarks import (  # noqa: E402
   torch_reference,  # noqa: E402
 )
 from benchmarks import decoreco as decoreco_section
+from benchmarks import main_job
 
 pytestmark = pytest.mark.slow
 
@@ -76,3 +77,21 @@ def test_the_evaluation_section_finds_the_same_neighbours_and_counts_its_product
   flop = 2 * 3 * 121 * 484 * 7 * 20 * 60
   assert f"its pair products: {flop / 1e9:.0f} GFLOP;" in out
   assert f"the products of the three sets, {3 * flop / 7 / 1e9:.0f} GFLOP" in out
+
+
+def test_the_main_job_section_times_both_lower_levels_on_the_same_starts(capsys):
+  """The :smoke main job (9 grid points x 40 images, 30 outer steps) run whole
+  with each lower level: every phase and its ratio printed, and the start images' fields,
+  which no lower level touches, equal to the bit (|Δ| 0)."""
+  from trdr.configs import bilevel_affine
+  config = bilevel_affine.get_config("smoke")
+  main_job.run(config, repeats=1)
+  out = capsys.readouterr().out
+  assert "9 grid points x 40 images, 30 outer steps" in out
+  for phase in (*main_job.PHASES, "whole run"):
+    line = next(line for line in out.splitlines() if line.startswith(phase))
+    assert line.rstrip().endswith("x"), line
+  deltas = dict(item.rsplit(" ", 1) for item in out.split("Newton–CG: ")[-1].strip().split(", "))
+  assert {k: float(v) for k, v in deltas.items() if k.startswith("start_")} == {
+      k: 0.0 for k in deltas if k.startswith("start_")}
+  assert set(deltas) > {"upper_loss", "param_distance", "ssim_to_train"}

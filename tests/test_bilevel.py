@@ -196,6 +196,7 @@ def _attack_config(lower_level, hypergradient, **attack):
   """bilevel_affine.py's attack section (every key the attack reads, L-BFGS lower level)
   with these settings."""
   config = bilevel_affine.get_config("smoke").attack
+  config.lower_level.method = "lbfgs"
   config.lower_level.update(lower_level)
   config.hypergradient.update(hypergradient)
   config.update(attack)

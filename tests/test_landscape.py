@@ -469,11 +469,57 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
 
 
 @pytest.mark.slow
+def test_the_main_jobs_newton_cg_lower_level_keeps_what_lbfgs_finds(smoke_run, tmp_path):
+  """The main job's lower level, Newton–CG (the fast path), against L-BFGS (the paper's
+  quasi-Newton, the path before it) on the :smoke landscape.
+
+  What the lower-level tolerance bounds: every solve of both runs stops at ||∇θE|| < tol,
+  and E is wd-strongly convex, so every θ(x) of either run lies within tol / wd of the exact
+  minimiser at its x: two solves at one x differ by at most 2 tol / wd (tests/test_solver.py
+  and test_bilevel.py check the solvers at fixed images). Nothing here depends on the solver
+  before the attack: the start images and their evaluation are the same bits. What it does
+  not bound: the images after T Adam steps, each step's hypergradient taken at a θ(x) that
+  differs by up to 2 tol / wd, feed the next step, with no contraction that would carry a
+  bound through. So the findings are held equal: every pure start's nearest neighbour in
+  each set, and which set each pure start ends nearest to; and the L2 fields agree within
+  what the two runs' images allow (triangle inequality: with the same nearest neighbour,
+  | ||x − y|| − ||x' − y|| | ≤ ||x − x'||, averaged over the images)."""
+  newton_dir, newton = smoke_run
+  config = smoke_config()
+  assert config.attack.lower_level.method == "newton_cg"
+  config.attack.lower_level.method = "lbfgs"
+  experiment.run(config, str(tmp_path), "landscape")
+  lbfgs = files.read_json(tmp_path / "landscape.json")
+  tol = config.attack.lower_level.tol
+  for a, b in zip(newton, lbfgs):
+    assert (a["lambda1"], a["lambda2"]) == (b["lambda1"], b["lambda2"])
+    assert {k: v for k, v in a.items() if k.startswith(evaluate.START)} == {
+        k: v for k, v in b.items() if k.startswith(evaluate.START)}
+    assert a["lower_level_grad_norm_max"] < tol and b["lower_level_grad_norm_max"] < tol
+  x, y = experiment.load_results(newton_dir), experiment.load_results(str(tmp_path))
+  points = list(zip(x["lambda1"], x["lambda2"]))
+  sets = ("train", "partition", "noise")
+  for corner in ((0.0, 0.0), (0.0, 1.0), (1.0, 1.0)):
+    g = points.index(corner)
+    for s in sets:
+      np.testing.assert_array_equal(x[f"{s}_index"][g], y[f"{s}_index"][g], err_msg=str(corner))
+    a, b = _point(newton, *corner), _point(lbfgs, *corner)
+    assert max(sets, key=lambda s: a[f"ssim_to_{s}"]) == max(
+        sets, key=lambda s: b[f"ssim_to_{s}"]), corner
+    apart = float(np.mean(np.sqrt(np.sum(
+        (x["final_images"][g].astype(np.float64) - y["final_images"][g]) ** 2,
+        axis=(1, 2, 3)))))
+    for s in sets:   # float32 norms of ~20 round at ~1e-5: 1e-4 on top
+      assert abs(a[f"l2_to_{s}"] - b[f"l2_to_{s}"]) <= apart + 1e-4, (corner, s, apart)
+
+
+@pytest.mark.slow
 def test_attack_converges_with_the_quasi_newton_hypergradient():
   """Eq. 7's quasi-Newton hypergradient is an approximation, but the attack still drives
   l down from noise and from the partition (smoke size, 40 outer steps)."""
   config = smoke_config()
   config.attack.hypergradient.solve = "quasi_newton"
+  config.attack.lower_level.method = "lbfgs"   # its curvature pairs are L-BFGS's
   task = data.make_task(config.data)
   target = _target(config, task)
   x_rnd = inits.uniform(jax.random.key(1), task.train_images.shape)

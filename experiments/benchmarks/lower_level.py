@@ -26,6 +26,8 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int) -> None:
   """Prints the section for the bilevel ``config``, in the config's precision."""
   with common.x64(config.float64):
     dtype = jnp.float64 if config.float64 else jnp.float32
+    config = copy.deepcopy(config)
+    config.attack.lower_level.method = "lbfgs"
     target, lbfgs, x0, key, labels = common.bilevel_grid(config, dtype)
     newton = copy.deepcopy(config.attack)
     newton.lower_level.method = "newton_cg"

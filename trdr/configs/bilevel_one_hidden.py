@@ -44,6 +44,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.victim.arch = "one_hidden"
   config.victim.width = 6144
   config.victim.activation = "relu"  # "relu" | "softplus" | "gelu"
+  # Its E is not convex: Newton–CG (the affine main job's) is refused; L-BFGS.
+  config.attack.lower_level.method = "lbfgs"
   config.init.lambda1 = (0.0, 1.0)
   config.init.lambda2 = (0.0, 1.0)
 

@@ -43,5 +43,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # the main job's smoke config (the warm start): the notebook and the distributed test
     # rerun exactly this run.
     config.bilevel.attack.lower_level.start = "uniform"
+    config.bilevel.attack.lower_level.method = "lbfgs"   # the paper's quasi-Newton solver
   config.n_show = 8 if variant == "smoke" else 32
   return config

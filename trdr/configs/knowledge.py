@@ -54,6 +54,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.victims = ml_collections.ConfigDict()
   config.victims.affine = _stationary(bilevel_affine.get_config("smoke" if smoke else None),
                                       1e-10)
+  # The bilevel row's lower level: L-BFGS, the solver its results were measured with.
+  config.victims.affine.attack.lower_level.method = "lbfgs"
   if not smoke:   # n = 100 as the MLP's: the k = n search fits a k × k Gram matrix per step
     config.victims.affine.data.n_per_class = 50
   config.victims.one_hidden = _stationary(

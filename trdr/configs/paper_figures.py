@@ -61,6 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Fig. 10(a)'s landscape, decoreco_figures.py); the one-hidden victim keeps its config's
   # warm start, the reading under which x_GT minimises l (see the docstring).
   config.affine.attack.lower_level.start = "uniform"
+  config.affine.attack.lower_level.method = "lbfgs"   # the paper's quasi-Newton solver
   if variant == "smoke":
     config.affine.eval.uniform_start_tols = SMOKE_TABLE1_TOLERANCES
   else:

@@ -4,8 +4,9 @@ Runkel et al. 2024 minimise E(x, y; θ) over θ both to train the victim (θ*) a
 the attack, to compute θ(x) = argmin_θ E (eq. 2's lower level). `minimize_energy` is that
 solver: optax L-BFGS with its zoom line search, under `lax.while_loop`;
 `observe_at_tolerances` reads one of its runs at several tolerances (Table 1).
-`minimize_newton_cg` is the branch-free alternative for the strongly convex lower level
-(``lower_level.method = "newton_cg"``), for a grid vmapped as one batch.
+`minimize_newton_cg` solves the strongly convex lower level by truncated Newton–CG
+(``lower_level.method = "newton_cg"``), without branches: the main job's lower level (faster there than L-BFGS: `make
+benchmark`, sections main_job and lower_level).
 """
 
 from typing import Any, Callable, NamedTuple
