@@ -51,7 +51,7 @@ def run(config: ml_collections.ConfigDict, repeats: int) -> None:
   seconds = {name: {p: [] for p in (*PHASES, "whole run")} for name in SETTINGS}
   records = {}
   with tempfile.TemporaryDirectory(prefix="trdr-main-job-") as tmp:
-    for name, method in SETTINGS.items():   # compiles every program of both settings
+    for method in SETTINGS.values():   # compiles every program of both settings
       _run(_config(config, method, config.attack.log_every), os.path.join(tmp, f"warm_{method}"))
     for r in range(repeats):
       for name in (list(SETTINGS) if r % 2 == 0 else list(SETTINGS)[::-1]):

@@ -5,8 +5,8 @@ the attack, to compute θ(x) = argmin_θ E (eq. 2's lower level). `minimize_ener
 solver: optax L-BFGS with its zoom line search, under `lax.while_loop`;
 `observe_at_tolerances` reads one of its runs at several tolerances (Table 1).
 `minimize_newton_cg` solves the strongly convex lower level by truncated Newton–CG
-(``lower_level.method = "newton_cg"``), without branches: the main job's lower level (faster there than L-BFGS: `make
-benchmark`, sections main_job and lower_level).
+(``lower_level.method = "newton_cg"``), without branches: the main job's lower level
+(faster there than L-BFGS: `make benchmark`, sections main_job and lower_level).
 """
 
 from typing import Any, Callable, NamedTuple
