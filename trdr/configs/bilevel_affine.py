@@ -11,7 +11,7 @@ per class (n = 500); the distinct partition is another 250 per class.
 Attack: eq. 2/7 from the 25 eq. 10 initialisations λ1, λ2 ∈ {0, .25, .5, .75, 1}, vmapped;
 implicit hypergradient with conjugate gradient, Adam on the pixels, projection onto [0, 1].
 
-Expected runtime: default about 3–5 minutes on a 2-core CPU, about 1 minute on one GPU;
+Expected runtime: default about 2–3 minutes on a 2-core CPU, about 1 minute on one GPU;
 ":smoke" (20 images per class, 3×3 grid, 30 steps) under a minute on a 2-core CPU
 (`make benchmark` measures the phases side by side: docs/performance.md).
 """
