@@ -540,3 +540,40 @@ def test_lira_is_the_margin_standardised_by_the_shadows_and_needs_two():
   sigma = np.sqrt(np.sum((under - under.mean(0)) ** 2) / (under.size - 5))
   # float64 of sums of 4 products: rounding ~1e-16 relative; 1e-12 leaves 1e4 of it.
   np.testing.assert_allclose(got, (own - under.mean(0)) / sigma, rtol=1e-12)
+
+
+def test_leave_one_out_re_solves_without_the_image_in_blocks_of_any_split():
+  """`leave_one_out` by its definition on a small affine victim (float64): E re-solved
+  without image i from θ*, its ||θ* − θ||² less the grid point's base; and the same bits
+  whether the re-solves run as one block or split into padded blocks, one per device (here
+  one device listed four times: 6 re-solves in blocks of 2, the last padded, on any
+  machine)."""
+  from trdr import models, victim
+  from trdr.attacks import bilevel
+  rng = np.random.default_rng(0)
+  x = rng.uniform(size=(2, 5, 3, 3, 1))   # 2 grid points of 5 images
+  y = np.array([1.0, -1.0, 1.0, -1.0, 1.0])
+  config = ml_collections.ConfigDict({"victim": {"weight_decay": 1e-2, "memory_size": 10},
+                                      "eval": {"lower_level_max_iter": 500,
+                                               "lower_level_tol": 1e-10}})
+  base = np.array([0.5, 0.25])
+  with jax.enable_x64(True):
+    params = {"dense": {"kernel": jnp.asarray(rng.normal(size=(9, 1))),
+                        "bias": jnp.asarray([0.1])}}
+    target = victim.Victim(models.Affine(), params, None, {})
+    device = jax.local_devices()[0]
+    one = membership.leave_one_out(config, target, x, y, base, 3, devices=[device])
+    split = membership.leave_one_out(config, target, x, y, base, 3, devices=[device] * 4)
+    np.testing.assert_array_equal(one, split)
+    assert np.all(np.sum(np.isfinite(one), axis=1) == 3)
+    g, i = 1, int(np.flatnonzero(np.isfinite(one[1]))[0])
+    keep = np.delete(np.arange(5), i)
+    energy = lambda p: victim.energy(p, jnp.asarray(x[g][keep]), jnp.asarray(y[keep]),
+                                     apply_fn=target.apply, weight_decay=1e-2)
+    theta, _ = victim.minimize_energy(energy, params, max_iter=500, tol=1e-10, memory_size=10)
+    distance = float(bilevel.param_distance(params, theta))
+  # Both re-solves stop at ||∇E|| < 1e-10 on one 1e-2-strongly convex E: each θ within
+  # δ = 1e-8 of its minimiser, so the two ||θ* − θ|| differ by ≤ 2δ and their squares by
+  # ≤ 2δ (2 ||θ* − θ|| + 2δ).
+  delta = 2 * 1e-10 / 1e-2
+  assert abs(one[g, i] - (distance - base[g])) <= delta * (2 * np.sqrt(distance) + delta)

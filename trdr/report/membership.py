@@ -35,6 +35,7 @@ returns its start, the baseline).
 
 import functools
 import os
+import time
 from typing import NamedTuple
 
 import jax
@@ -42,6 +43,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax.tree
+from absl import logging
 
 from trdr import data, experiment, victim
 from trdr.attacks import bilevel
@@ -49,7 +51,7 @@ from trdr.attacks import init as inits
 from trdr.configs import membership as membership_config
 from trdr.evaluation import evaluate, metrics, roc, ssim
 from trdr.report import artefacts
-from trdr.runtime import files, rundir
+from trdr.runtime import files, rundir, sharding
 
 MEASURED_FILE = "membership.json"
 SCORES = {
@@ -92,7 +94,7 @@ def gradient_norms(target: victim.Victim, images, labels, batch: int = 16) -> np
 
 
 def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, images, labels,
-                  base, count: int, seed: int = 0) -> np.ndarray:
+                  base, count: int, seed: int = 0, devices=None) -> np.ndarray:
   """The bilevel leave-one-out score of ``count`` images per grid point (the others NaN):
   ‖θ* − θ(X∖x_i)‖² − ‖θ* − θ(X)‖², θ(·) = argmin_θ E(·, y; θ) (`trdr.victim.energy`, the
   victim's own training objective: the bilevel attack's lower level) re-solved from θ* by
@@ -106,6 +108,9 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
     base: float[G], ‖θ* − θ(X)‖² of each grid point (the run's param_distance).
     count: images per grid point, drawn without replacement (≤ m).
     seed: the draw's seed.
+    devices: the re-solves are split into one block per device, computed at once
+      (`sharding.round_robin`: each re-solve the same program on any device); None: all
+      local devices.
   Returns:
     float[G, m], NaN where not drawn.
   """
@@ -127,7 +132,14 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
     return bilevel.param_distance(target.params, theta)
 
   g = np.repeat(np.arange(grid), picked.shape[1])
-  removed = np.asarray(jax.jit(lambda gi: jax.lax.map(one, gi))((g, picked.reshape(-1))))
+  pairs = np.stack([g, picked.reshape(-1)], axis=1)
+  devices = list(jax.local_devices() if devices is None else devices)
+  size = -(-len(pairs) // len(devices))   # equal blocks (one program), the last padded
+  padded = np.concatenate([pairs, np.repeat(pairs[-1:], size * len(devices) - len(pairs), 0)])
+  solve = jax.jit(lambda _, block: jax.lax.map(one, (block[:, 0], block[:, 1])))
+  blocks = sharding.round_robin(solve, [(padded[i:i + size],) for i in range(0, len(padded), size)],
+                                None, devices)
+  removed = np.concatenate([np.asarray(b) for b in blocks])[:len(pairs)]
   out = np.full((grid, m), np.nan)
   out[g, picked.reshape(-1)] = removed - np.asarray(base, np.float64)[g]
   return out
@@ -336,9 +348,12 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
         scores["lira"] = lira_scores(target, shadows, data.to_pixels(images, mean).reshape(
             flat.shape), labels.reshape(-1), mean)
       if loo_per_start and config.attack.name == "bilevel":
+        began = time.perf_counter()
         scores["loo"] = leave_one_out(config, target, images, results["labels"],
                                       results[prefix + "param_distance"], loo_per_start
                                       ).reshape(-1)
+        logging.info("Membership: leave-one-out of the %s images, %d re-solves: %.1f s", stage,
+                     int(np.sum(np.isfinite(scores["loo"]))), time.perf_counter() - began)
       shown = evaluate.to_display(images, mean, display)
       truth = _ground_truth(shown, pool, n_train, results[prefix + "train_ssim"],
                             results[prefix + "partition_ssim"], levels, chunk_size, windows)
@@ -518,11 +533,19 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     for v in config.victims:
       one = membership_config.victim_config(attack, v)
       directory = run_dir(workdir, name, v)
+      seconds = [time.perf_counter()]
       artefacts.run_or_reuse("membership", one, directory)
+      seconds.append(time.perf_counter())
       shadows = shadow_victims(one, config.shadows, shadow_dir(workdir, name, v))
+      seconds.append(time.perf_counter())
       parts.append(per_image(directory, config.chunk_size, config.loo_per_start, levels,
                              tuple(config.label_windows), shadows))
+      seconds.append(time.perf_counter())
       counts.append(label_calibration(one, levels, config.chunk_size))
+      seconds.append(time.perf_counter())
+      logging.info("Membership: %s, victim %d: seconds: run %.1f, shadows %.1f, scores and "
+                   "labels %.1f, label calibration %.1f", name, v,
+                   *(b - a for a, b in zip(seconds, seconds[1:])))
     images[name] = concatenate(parts)
     total = sum(c["images"] for c in counts)
     calibration[name] = {"images": total, **{
