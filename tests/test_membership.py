@@ -546,7 +546,7 @@ def test_leave_one_out_re_solves_without_the_image_in_blocks_of_any_split():
   """`leave_one_out` by its definition on a small affine victim (float64): E re-solved
   without image i from θ*, its ||θ* − θ||² less the grid point's base; and the same bits
   whether the re-solves run as one block or split into padded blocks, one per device (here
-  one device listed four times: 6 re-solves in blocks of 2, the last padded, on any
+  one device listed four times: 6 re-solves dealt into 4 blocks of 2, two padded, on any
   machine)."""
   from trdr import models, victim
   from trdr.attacks import bilevel

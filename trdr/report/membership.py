@@ -134,12 +134,14 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
   g = np.repeat(np.arange(grid), picked.shape[1])
   pairs = np.stack([g, picked.reshape(-1)], axis=1)
   devices = list(jax.local_devices() if devices is None else devices)
-  size = -(-len(pairs) // len(devices))   # equal blocks (one program), the last padded
-  padded = np.concatenate([pairs, np.repeat(pairs[-1:], size * len(devices) - len(pairs), 0)])
+  # Equal blocks (one program), dealt out in turn so that each holds as many of every grid
+  # point's re-solves (a noise start's take longer), the last padded with a repeat.
+  k = len(devices)
+  size = -(-len(pairs) // k)
+  padded = np.concatenate([pairs, np.repeat(pairs[-1:], size * k - len(pairs), 0)])
   solve = jax.jit(lambda _, block: jax.lax.map(one, (block[:, 0], block[:, 1])))
-  blocks = sharding.round_robin(solve, [(padded[i:i + size],) for i in range(0, len(padded), size)],
-                                None, devices)
-  removed = np.concatenate([np.asarray(b) for b in blocks])[:len(pairs)]
+  blocks = sharding.round_robin(solve, [(padded[i::k],) for i in range(k)], None, devices)
+  removed = np.stack([np.asarray(b) for b in blocks], axis=1).reshape(-1)[:len(pairs)]
   out = np.full((grid, m), np.nan)
   out[g, picked.reshape(-1)] = removed - np.asarray(base, np.float64)[g]
   return out
