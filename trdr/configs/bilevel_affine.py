@@ -22,6 +22,15 @@ from ml_collections import config_dict
 from trdr import data
 
 
+def paper_lower_level(attack: ml_collections.ConfigDict) -> None:
+  """Sets ``attack``'s lower level to Runkel et al.'s: "initialising θ by drawing every
+  weight independently from a standard Uniform distribution" at every outer step, solved
+  by L-BFGS, the paper's quasi-Newton (Figs. 1–4 and Table 1: paper_figures.py; Fig. 10(a):
+  decoreco_figures.py)."""
+  attack.lower_level.start = "uniform"
+  attack.lower_level.method = "lbfgs"
+
+
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.seed = 0

@@ -42,7 +42,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # (paper_figures.py; about three times the warm-started attack's time). ":smoke" keeps
     # the main job's smoke config (the warm start): the notebook and the distributed test
     # rerun exactly this run.
-    config.bilevel.attack.lower_level.start = "uniform"
-    config.bilevel.attack.lower_level.method = "lbfgs"   # the paper's quasi-Newton solver
+    bilevel_affine.paper_lower_level(config.bilevel.attack)
   config.n_show = 8 if variant == "smoke" else 32
   return config
