@@ -95,8 +95,9 @@ fig11:  ## Fig. 11: λ2 = 1 line of both landscapes.
 fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
 	$(PAPER) --artefacts=fig12
 
-membership:  ## Membership ambiguity as an adversary faces it, three attacks, five victims each, eight LiRA shadows per victim (~1.5 h at SIZE=cpu): runs/membership_SIZE/membership.md.
-	$(PYTHON) experiments/membership.py --config=configs/membership.py:$(PAPER_VARIANT) --workdir=$(RUNS)/membership_$(SIZE)
+# membership and figures share runs/report_SIZE/membership: each reuses the runs the other finished.
+membership:  ## Membership ambiguity as an adversary faces it, three attacks, five victims each, eight LiRA shadows per victim (~1.5 h at SIZE=cpu): runs/report_SIZE/membership/membership.md.
+	$(PYTHON) experiments/membership.py --config=configs/membership.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/membership
 
 knowledge:  ## Privacy against what the adversary knows (informed adversary, k unknown images; ~40 min at SIZE=cpu): runs/knowledge_SIZE/knowledge.md.
 	$(PYTHON) experiments/knowledge.py --config=configs/knowledge.py:$(SIZE) --workdir=$(RUNS)/knowledge_$(SIZE)

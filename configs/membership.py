@@ -4,7 +4,7 @@ The config lives in the package (trdr/configs/membership.py, importable as
 `trdr.configs.membership`); this file is what --config names.
 
 Command:
-  make membership                    # ":cpu", into runs/membership_cpu (membership.md)
+  make membership                    # ":cpu", into runs/report_cpu/membership (membership.md)
   python experiments/membership.py --config=configs/membership.py:smoke --workdir=DIR
 """
 

@@ -3,10 +3,14 @@ r"""Membership ambiguity measured as an adversary faces it (`trdr.report.members
   python experiments/membership.py --config=configs/membership.py:cpu    # make membership
   python experiments/membership.py --config=configs/membership.py:smoke --workdir=DIR
 
-One run per attack (bilevel on the affine victim, DecoReco on Haim et al.'s MLP) from
-noise, public and controlled mixed starts under three seeds; then the per-image scores'
-ROC AUC with bootstrap CIs, TPR at 1 % and 10 % FPR, the verdict, WORKDIR/membership.md
-and membership.{png,pdf}. Finished runs are reused (default WORKDIR runs/membership_cpu).
+One run per attack (the bilevel attack on the affine and on the one-hidden victim, DecoReco
+on Haim et al.'s MLP) and victim (configs/membership.py: five data draws of one recipe) from
+noise, public and controlled mixed starts; then each image's scores (with offline LiRA's
+shadow victims), their ROC AUC with its interval over victims, TPR at low FPR, both controls,
+the verdict, WORKDIR/membership.md and membership.{png,pdf}. Finished runs and each victim's
+scores are reused. Default WORKDIR runs/membership_<variant>; `make membership` writes to
+runs/report_<SIZE>/membership, where `make figures` runs the same experiment, so that
+either reuses what the other finished.
 """
 
 from trdr import cli

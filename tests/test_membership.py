@@ -2,6 +2,9 @@
 starts, and per-image scores on the :smoke report's membership runs."""
 
 import os
+import pathlib
+import shutil
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +19,8 @@ from trdr.configs import membership as membership_config
 from trdr.evaluation import roc, ssim
 from trdr.report import membership, verdicts
 from trdr.runtime import files
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # ------------------------------------------------------------------------------ ROC
 
@@ -394,6 +399,69 @@ def test_every_score_is_computed_per_image(smoke_report_dir, attack):
   m = per["grid_point"].tolist().count(0)
   assert abs(per["reconstruction"]["scores"]["margin"][m + 3] - label * logit) <= (
       gamma * bound)
+
+
+@pytest.mark.parametrize("size", ["cpu", "smoke"])
+def test_make_membership_and_make_figures_share_their_runs(size):
+  """`make membership` writes where `make figures` runs the membership experiment
+  (runs/report_SIZE/membership), with the config the report runs there, so either reuses
+  the runs the other finished (`artefacts.run_or_reuse` refuses a finished run of another
+  config rather than recompute it)."""
+  from trdr.configs import report  # noqa: PLC0415
+
+  assert files.dumps_json(report.get_config(size).membership.to_dict()) == files.dumps_json(
+      membership_config.get_config(size).to_dict())
+  commands = {target: subprocess.run(
+      ["make", "-n", target, f"SIZE={size}", "RUNS=R"], cwd=REPO, check=True,
+      capture_output=True, text=True).stdout for target in ("membership", "figures")}
+  assert f"--workdir=R/report_{size}/membership" in commands["membership"].split()
+  # and trdr.report.run runs membership in its work dir's membership/
+  assert f"--workdir=R/report_{size}" in commands["figures"].split()
+  assert f"--config=configs/membership.py:{size}" in commands["membership"].split()
+
+
+def test_a_victims_scores_are_kept_and_reused_while_their_inputs_are_unchanged(
+    smoke_report_dir, tmp_path, monkeypatch):
+  """`membership.run` keeps each victim's `per_image` (`per_image_or_reuse`): the :smoke
+  report's kept scores are the arrays `per_image` computes now (the same programs on the
+  same inputs: the same bits), a rerun reads them instead of scoring again and writes the
+  same membership.json byte for byte, and other settings or an unreadable file are scored
+  again."""
+  smoke = membership_config.get_config("smoke")
+  source = os.path.join(smoke_report_dir, "membership")
+  attack = "bilevel_affine"
+  run_dir = membership.run_dir(source, attack, 0)
+  shadows = membership.shadow_victims(membership_config.victim_config(
+      smoke.attacks[attack], 0), smoke.shadows, membership.shadow_dir(source, attack, 0))
+  fresh = membership._flatten(membership.per_image(
+      run_dir, smoke.chunk_size, smoke.loo_per_start,
+      (smoke.member_min_ssim, smoke.non_member_max_ssim), tuple(smoke.label_windows), shadows))
+  assert "reconstruction/scores/loo" in fresh and "start/scores/lira" in fresh
+  with np.load(membership.scores_path(source, attack, 0)) as kept:
+    assert set(kept.files) == {*fresh, membership._KEY}
+    for name, value in fresh.items():
+      assert kept[name].dtype == value.dtype, name
+      np.testing.assert_array_equal(kept[name], value, err_msg=name)
+
+  workdir = tmp_path / "membership"
+  shutil.copytree(source, workdir)
+
+  def scored_again(*args, **kwargs):
+    raise AssertionError("scored again")
+
+  monkeypatch.setattr(membership, "per_image", scored_again)
+  membership.run(smoke, str(workdir))
+  measured = membership.MEASURED_FILE
+  assert (workdir / measured).read_bytes() == pathlib.Path(source, measured).read_bytes()
+  smoke.loo_per_start += 1
+  with pytest.raises(AssertionError, match="scored again"):
+    membership.run(smoke, str(workdir))
+  smoke.loo_per_start -= 1
+  with open(membership.scores_path(str(workdir), attack, 0), "r+b") as f:
+    f.truncate(100)
+  with pytest.raises(AssertionError, match="scored again"):
+    membership.run(smoke, str(workdir))
+  assert (workdir / measured).read_bytes() == pathlib.Path(source, measured).read_bytes()
 
 
 def test_the_positive_control_detects_membership_at_smoke(smoke_report_dir):

@@ -1,7 +1,7 @@
 r"""Membership ambiguity measured as an adversary faces it (Runkel et al. 2024, Sec. 5).
 
 Command:
-  make membership                                   # ":cpu", into runs/membership_cpu
+  make membership                                   # ":cpu", into runs/report_cpu/membership
   python experiments/membership.py --config=configs/membership.py:smoke --workdir=DIR
 
 Per attack (``attacks``, each a full experiment config: the bilevel attack, eq. 2/7, on

@@ -7,7 +7,8 @@ sample with certainty").
              (configs/membership.py: ≥ 5 victims, each its own data draw of one recipe;
              noise, public and controlled mixed starts, same budget), then `per_image` and
              `measure`; membership.json
-  per_image  every reconstruction's (and every start image's) scores and ground truth
+  per_image  every reconstruction's (and every start image's) scores and ground truth;
+             kept per victim (`per_image_or_reuse`), so a rerun computes them once
   measure    ROC AUC with its interval over victims (the Student t interval of the
              victims' own AUCs: the images of one victim are not independent; the bootstrap
              over victims and over images beside it), the AUC per victim and TPR at low FPR
@@ -36,6 +37,7 @@ returns its start, the baseline).
 import functools
 import os
 import time
+import zipfile
 from typing import NamedTuple
 
 import jax
@@ -506,10 +508,81 @@ def shadow_dir(workdir: str, attack: str, victim: int) -> str:
   return os.path.join(workdir, attack, f"shadows_{int(victim)}")
 
 
+def scores_path(workdir: str, attack: str, victim: int) -> str:
+  """The file of one victim's `per_image` output (`per_image_or_reuse`)."""
+  return os.path.join(workdir, attack, f"scores_{int(victim)}.npz")
+
+
+_KEY = "__inputs__"  # the array of a scores file that holds `_scoring_inputs`
+
+
+def _scoring_inputs(run_dir: str, chunk_size: int, loo_per_start: int, levels: tuple,
+                    windows: tuple, shadows) -> str:
+  """JSON of what `per_image` reads besides trdr's code: the run's results (their SHA-256),
+  the scoring settings and each shadow victim's θ_k, mean and training indices (digests)."""
+  return files.dumps_json({
+      "results_sha256": files.sha256_file(os.path.join(run_dir, experiment.RESULTS_FILE)),
+      "chunk_size": int(chunk_size), "loo_per_start": int(loo_per_start),
+      "levels": [float(x) for x in levels], "windows": [int(w) for w in windows],
+      "shadows": [files.array_digest(*jax.tree.leaves(s.target.params), s.train_index,
+                                     *(() if s.mean is None else (s.mean,)))
+                  for s in shadows]})
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in tree.items():
+    out.update(_flatten(v, f"{prefix}{k}/") if isinstance(v, dict)
+               else {f"{prefix}{k}": np.asarray(v)})
+  return out
+
+
+def _unflatten(flat: dict) -> dict:
+  out = {}
+  for name, value in flat.items():
+    *parents, leaf = name.split("/")
+    node = out
+    for k in parents:
+      node = node.setdefault(k, {})
+    node[leaf] = value
+  return out
+
+
+def per_image_or_reuse(path: str, run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
+                       levels: tuple = (0.4, 0.3), windows: tuple = (ssim.FILTER_SIZE,),
+                       shadows=()) -> dict:
+  """`per_image` of a finished run, kept in ``path`` (an .npz, written atomically) and read
+  back instead of computed while the run's results, these settings and the shadow victims
+  are unchanged: a rerun of a membership experiment (after a crash, or to write its tables
+  again) does not re-solve its leave-one-out scores. Like a finished run
+  (`trdr.report.artefacts.run_or_reuse`), the file is keyed by its inputs, not by trdr's
+  code: delete it to score again with changed code. A file of other inputs, or one that
+  cannot be read, is computed again (with a log line) and replaced once that succeeds.
+
+  Args and Raises: as `per_image`, and ``path``, the file.
+  Returns:
+    `per_image`'s dict, its arrays numpy arrays.
+  """
+  inputs = _scoring_inputs(run_dir, chunk_size, loo_per_start, levels, windows, shadows)
+  if os.path.exists(path):
+    try:
+      with open(path, "rb") as f, np.load(f) as saved:  # f: closed if np.load fails
+        if str(saved[_KEY]) == inputs:
+          logging.info("Reusing the per-image scores %s", path)
+          return _unflatten({k: saved[k] for k in saved.files if k != _KEY})
+      logging.info("%s holds the scores of other results or settings: scoring again", path)
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
+      logging.warning("%s cannot be read (%s: %s): scoring again", path, type(e).__name__, e)
+  out = per_image(run_dir, chunk_size, loo_per_start, levels, windows, shadows)
+  files.save_npz(path, **_flatten(out), **{_KEY: np.asarray(inputs)})
+  return out
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Runs (or reuses) every attack's membership run on every victim of ``config.victims``
-  and ``config.shadows`` shadow victims of each (`shadow_victims`, in `shadow_dir`), and
-  writes WORKDIR/membership.json.
+  and ``config.shadows`` shadow victims of each (`shadow_victims`, in `shadow_dir`),
+  scores each victim's images (or reuses its scores: `per_image_or_reuse`, in
+  `scores_path`), and writes WORKDIR/membership.json.
 
   Args:
     config: configs/membership.py.
@@ -540,8 +613,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       seconds.append(time.perf_counter())
       shadows = shadow_victims(one, config.shadows, shadow_dir(workdir, name, v))
       seconds.append(time.perf_counter())
-      parts.append(per_image(directory, config.chunk_size, config.loo_per_start, levels,
-                             tuple(config.label_windows), shadows))
+      parts.append(per_image_or_reuse(scores_path(workdir, name, v), directory,
+                                      config.chunk_size, config.loo_per_start, levels,
+                                      tuple(config.label_windows), shadows))
       seconds.append(time.perf_counter())
       counts.append(label_calibration(one, levels, config.chunk_size))
       seconds.append(time.perf_counter())
