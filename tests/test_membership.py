@@ -12,6 +12,7 @@ import ml_collections
 import numpy as np
 import pytest
 import scipy.stats
+from flax import traverse_util
 
 from trdr import data
 from trdr.attacks import init as inits
@@ -433,14 +434,15 @@ def test_a_victims_scores_are_kept_and_reused_while_their_inputs_are_unchanged(
   run_dir = membership.run_dir(source, attack, 0)
   shadows = membership.shadow_victims(membership_config.victim_config(
       smoke.attacks[attack], 0), smoke.shadows, membership.shadow_dir(source, attack, 0))
-  fresh = membership._flatten(membership.per_image(
+  fresh = traverse_util.flatten_dict(membership.per_image(
       run_dir, smoke.chunk_size, smoke.loo_per_start,
-      (smoke.member_min_ssim, smoke.non_member_max_ssim), tuple(smoke.label_windows), shadows))
+      (smoke.member_min_ssim, smoke.non_member_max_ssim), tuple(smoke.label_windows), shadows),
+      sep="/")
   assert "reconstruction/scores/loo" in fresh and "start/scores/lira" in fresh
   with np.load(membership.scores_path(source, attack, 0)) as kept:
     assert set(kept.files) == {*fresh, membership._KEY}
     for name, value in fresh.items():
-      assert kept[name].dtype == value.dtype, name
+      assert kept[name].dtype == np.asarray(value).dtype, name
       np.testing.assert_array_equal(kept[name], value, err_msg=name)
 
   workdir = tmp_path / "membership"

@@ -46,6 +46,7 @@ import ml_collections
 import numpy as np
 import optax.tree
 from absl import logging
+from flax import traverse_util
 
 from trdr import data, experiment, victim
 from trdr.attacks import bilevel
@@ -529,25 +530,6 @@ def _scoring_inputs(run_dir: str, chunk_size: int, loo_per_start: int, levels: t
                   for s in shadows]})
 
 
-def _flatten(tree: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in tree.items():
-    out.update(_flatten(v, f"{prefix}{k}/") if isinstance(v, dict)
-               else {f"{prefix}{k}": np.asarray(v)})
-  return out
-
-
-def _unflatten(flat: dict) -> dict:
-  out = {}
-  for name, value in flat.items():
-    *parents, leaf = name.split("/")
-    node = out
-    for k in parents:
-      node = node.setdefault(k, {})
-    node[leaf] = value
-  return out
-
-
 def per_image_or_reuse(path: str, run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
                        levels: tuple = (0.4, 0.3), windows: tuple = (ssim.FILTER_SIZE,),
                        shadows=()) -> dict:
@@ -569,12 +551,15 @@ def per_image_or_reuse(path: str, run_dir: str, chunk_size: int = 500, loo_per_s
       with open(path, "rb") as f, np.load(f) as saved:  # f: closed if np.load fails
         if str(saved[_KEY]) == inputs:
           logging.info("Reusing the per-image scores %s", path)
-          return _unflatten({k: saved[k] for k in saved.files if k != _KEY})
+          return traverse_util.unflatten_dict(
+              {k: saved[k] for k in saved.files if k != _KEY}, sep="/")
       logging.info("%s holds the scores of other results or settings: scoring again", path)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
       logging.warning("%s cannot be read (%s: %s): scoring again", path, type(e).__name__, e)
   out = per_image(run_dir, chunk_size, loo_per_start, levels, windows, shadows)
-  files.save_npz(path, **_flatten(out), **{_KEY: np.asarray(inputs)})
+  flat = traverse_util.flatten_dict(out, sep="/")  # "reconstruction/scores/loo": float[N]
+  files.save_npz(path, **{k: np.asarray(v) for k, v in flat.items()},
+                 **{_KEY: np.asarray(inputs)})
   return out
 
 
