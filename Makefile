@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings outer-step sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership membership-doc knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings outer-step sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -98,6 +98,10 @@ fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
 # membership and figures share runs/report_SIZE/membership: each reuses the runs the other finished.
 membership:  ## Membership ambiguity as an adversary faces it, three attacks, five victims each, eight LiRA shadows per victim (~1.5 h at SIZE=cpu): runs/report_SIZE/membership/membership.md.
 	$(PYTHON) experiments/membership.py --config=configs/membership.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/membership
+
+membership-doc:  ## docs/membership_results.md and docs/membership.png from runs/report_SIZE/membership, after make membership.
+	cp $(RUNS)/report_$(SIZE)/membership/membership.md docs/membership_results.md
+	cp $(RUNS)/report_$(SIZE)/membership/membership.png docs/membership.png
 
 knowledge:  ## Privacy against what the adversary knows (informed adversary, k unknown images; ~40 min at SIZE=cpu): runs/knowledge_SIZE/knowledge.md.
 	$(PYTHON) experiments/knowledge.py --config=configs/knowledge.py:$(SIZE) --workdir=$(RUNS)/knowledge_$(SIZE)

@@ -311,6 +311,7 @@ def membership_main(argv):
   finished runs reused), its verdict, WORKDIR/membership.{png,pdf} and membership.md."""
   del argv
   from trdr import plotting  # noqa: PLC0415  (see the imports above)
+  from trdr import report  # noqa: PLC0415
   from trdr.report import figures, markdown, membership, verdicts  # noqa: PLC0415
   from trdr.runtime import files  # noqa: PLC0415
   workdir = _workdir(_WORKDIR.value or default_workdir(
@@ -320,7 +321,8 @@ def membership_main(argv):
   plotting.save_figure(figures.membership_figure(measured), workdir, "membership",
                        plotting.size_stamp(_CONFIG.value.variant))
   files.atomic_write(os.path.join(workdir, "membership.md"),
-                     markdown.membership_page(measured, verdict).encode())
+                     markdown.membership_page(measured, verdict, report.provenance(
+                         _CONFIG.value.variant)).encode())
   for check, ok in verdict["checks"].items():
     print(f"{check}: {ok}")
   print(f"membership: {verdict['verdict']} (baseline: {verdict['baseline']['verdict']})")

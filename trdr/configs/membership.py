@@ -125,7 +125,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Fewer natural-looking members or non-members: no AUC.
   config.min_per_class = 10
   config.chunk_size = 500         # SSIM queries per block
-  # Images per grid point with the bilevel leave-one-out score (one lower-level solve each)
+  # Images per grid point with the bilevel leave-one-out score (one lower-level solve each),
+  # drawn among the natural-looking reconstructions (`membership.per_image`)
   config.loo_per_start = {"": 100, "cpu": 30, "smoke": 4}[variant]
   return config
 

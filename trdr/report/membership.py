@@ -64,7 +64,8 @@ SCORES = {
     "neg_moved": "−‖x − x0‖₂ (victim's input space): how little the attack moved the image",
     "lambda": "λ_i: DecoReco's KKT multiplier of the candidate",
     "loo": "‖θ* − θ(X∖x_i)‖² − ‖θ* − θ(X)‖²: how far θ(·) moves from θ* without the image "
-           "(bilevel; θ(·) = argmin E re-solved from θ*; a subsample)",
+           "(bilevel; θ(·) = argmin E re-solved from θ*; a subsample of the natural-looking "
+           "reconstructions)",
     "lira": "(yΦ(x; θ*) − mean_k yΦ(x; θ_k)) / σ: offline LiRA, the margin standardised by "
             "the shadow victims θ_k's margins at the image (`lira_scores`)",
 }
@@ -97,7 +98,7 @@ def gradient_norms(target: victim.Victim, images, labels, batch: int = 16) -> np
 
 
 def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, images, labels,
-                  base, count: int, seed: int = 0, devices=None) -> np.ndarray:
+                  base, count: int, seed: int = 0, devices=None, eligible=None) -> np.ndarray:
   """The bilevel leave-one-out score of ``count`` images per grid point (the others NaN):
   ‖θ* − θ(X∖x_i)‖² − ‖θ* − θ(X)‖², θ(·) = argmin_θ E(·, y; θ) (`trdr.victim.energy`, the
   victim's own training objective: the bilevel attack's lower level) re-solved from θ* by
@@ -109,17 +110,30 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
     images: float[G, m, H, W, C] (input space).
     labels: float[m].
     base: float[G], ‖θ* − θ(X)‖² of each grid point (the run's param_distance).
-    count: images per grid point, drawn without replacement (≤ m).
+    count: images per grid point, drawn without replacement among its eligible images
+      (all of them where fewer).
     seed: the draw's seed.
     devices: the re-solves are split into one block per device, computed at once
       (`sharding.round_robin`: each re-solve the same program on any device); None: all
       local devices.
+    eligible: bool[G, m], the images that may be drawn (`per_image`: those whose
+      reconstruction looks natural, the only ones the rule scores); None: all. With all
+      eligible, the draw is the one of earlier versions.
   Returns:
     float[G, m], NaN where not drawn.
   """
   grid, m = images.shape[:2]
+  eligible = np.ones((grid, m), bool) if eligible is None else np.asarray(eligible, bool)
+  if eligible.shape != (grid, m):
+    raise ValueError(f"eligible must be bool[{grid}, {m}], got shape {eligible.shape}")
   rng = np.random.default_rng(seed)
-  picked = np.stack([rng.choice(m, min(count, m), replace=False) for _ in range(grid)])
+  picked = [rng.choice(np.flatnonzero(e), min(count, int(e.sum())), replace=False)
+            for e in eligible]
+  out = np.full((grid, m), np.nan)
+  points = np.concatenate([np.full(len(p), g) for g, p in enumerate(picked)]).astype(int)
+  drawn = np.concatenate(picked).astype(int)
+  if not len(drawn):
+    return out
   energy = functools.partial(victim.energy, apply_fn=target.apply,
                              weight_decay=config.victim.weight_decay)
   images, labels = jnp.asarray(images), jnp.asarray(labels)
@@ -134,8 +148,7 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
                                    memory_size=config.victim.memory_size)[0]
     return bilevel.param_distance(target.params, theta)
 
-  g = np.repeat(np.arange(grid), picked.shape[1])
-  pairs = np.stack([g, picked.reshape(-1)], axis=1)
+  pairs = np.stack([points, drawn], axis=1)
   devices = list(jax.local_devices() if devices is None else devices)
   # Equal blocks (one program), dealt out in turn so that each holds as many of every grid
   # point's re-solves (a noise start's take longer), the last padded with a repeat.
@@ -145,8 +158,7 @@ def leave_one_out(config: ml_collections.ConfigDict, target: victim.Victim, imag
   solve = jax.jit(lambda _, block: jax.lax.map(one, (block[:, 0], block[:, 1])))
   blocks = sharding.round_robin(solve, [(padded[i::k],) for i in range(k)], None, devices)
   removed = np.stack([np.asarray(b) for b in blocks], axis=1).reshape(-1)[:len(pairs)]
-  out = np.full((grid, m), np.nan)
-  out[g, picked.reshape(-1)] = removed - np.asarray(base, np.float64)[g]
+  out[points, drawn] = removed - np.asarray(base, np.float64)[points]
   return out
 
 
@@ -289,13 +301,17 @@ def label_calibration(config: ml_collections.ConfigDict, levels: tuple, chunk_si
 
 def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
               levels: tuple = (0.4, 0.3), windows: tuple = (ssim.FILTER_SIZE,),
-              shadows=()) -> dict:
+              shadows=(), loo_natural_threshold: float | None = None) -> dict:
   """Scores and ground truth of every image of a finished "membership" run.
 
   Args:
     run_dir: a `trdr.experiment` run of mode "membership" (binary victim).
     chunk_size: SSIM queries per block.
-    loo_per_start: images per grid point scored by `leave_one_out` (bilevel runs; 0: none).
+    loo_per_start: images per grid point scored by `leave_one_out` (bilevel runs; 0: none),
+      the same images at both stages (so that `best_of_loo` has both).
+    loo_natural_threshold: drawn among the images whose reconstruction looks natural
+      ("natural_ssim" ≥ it; configs/membership.py ``natural_threshold``): the rule scores
+      no other, and a noise start's re-solves are the slowest. None: among all.
     levels: (member SSIM level, non-member SSIM bound) of `_ground_truth`.
     windows: the SSIM windows of the labels, the first unsuffixed (`_ground_truth`).
     shadows: this victim's `shadow_victims`; with them the "lira" score (`lira_scores`),
@@ -330,6 +346,7 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
          "victim": np.full(grid * m, int(config.data.seed)),
          "start_member": results["start_member"].reshape(-1),
          "grid_point": np.repeat(np.arange(grid), m)}
+  eligible = None  # the images leave_one_out may draw, set at the reconstruction stage
   with jax.enable_x64(bool(config.float64)):
     target = victim.load_saved(config, config.victim.checkpoint_dir
                                or os.path.join(run_dir, "victim"),
@@ -352,20 +369,23 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
       if shadows:
         scores["lira"] = lira_scores(target, shadows, data.to_pixels(images, mean).reshape(
             flat.shape), labels.reshape(-1), mean)
+      shown = evaluate.to_display(images, mean, display)
+      natural = np.asarray(ssim.nearest_neighbours(
+          shown.reshape((-1, *shown.shape[-3:])), reference, chunk_size=chunk_size).ssim,
+                           np.float64)
+      if stage == "reconstruction" and loo_natural_threshold is not None:
+        eligible = natural.reshape(grid, m) >= loo_natural_threshold
       if loo_per_start and config.attack.name == "bilevel":
         began = time.perf_counter()
         scores["loo"] = leave_one_out(config, target, images, results["labels"],
-                                      results[prefix + "param_distance"], loo_per_start
-                                      ).reshape(-1)
+                                      results[prefix + "param_distance"], loo_per_start,
+                                      eligible=eligible).reshape(-1)
         logging.info("Membership: leave-one-out of the %s images, %d re-solves: %.1f s", stage,
                      int(np.sum(np.isfinite(scores["loo"]))), time.perf_counter() - began)
-      shown = evaluate.to_display(images, mean, display)
       truth = _ground_truth(shown, pool, n_train, results[prefix + "train_ssim"],
                             results[prefix + "partition_ssim"], levels, chunk_size, windows)
-      natural = ssim.nearest_neighbours(shown.reshape((-1, *shown.shape[-3:])), reference,
-                                        chunk_size=chunk_size)
       out[stage] = {**{k: v.reshape(-1) for k, v in truth.items()},
-                    "natural_ssim": np.asarray(natural.ssim, np.float64), "scores": scores}
+                    "natural_ssim": natural, "scores": scores}
   both = out["reconstruction"]["scores"], out["start"]["scores"]
   for k in BOTH:
     if k in both[0] and k in both[1]:  # NaN (a score not computed for the image) stays NaN
@@ -518,12 +538,14 @@ _KEY = "__inputs__"  # the array of a scores file that holds `_scoring_inputs`
 
 
 def _scoring_inputs(run_dir: str, chunk_size: int, loo_per_start: int, levels: tuple,
-                    windows: tuple, shadows) -> str:
+                    windows: tuple, shadows, loo_natural_threshold: float | None) -> str:
   """JSON of what `per_image` reads besides trdr's code: the run's results (their SHA-256),
   the scoring settings and each shadow victim's θ_k, mean and training indices (digests)."""
   return files.dumps_json({
       "results_sha256": files.sha256_file(os.path.join(run_dir, experiment.RESULTS_FILE)),
       "chunk_size": int(chunk_size), "loo_per_start": int(loo_per_start),
+      "loo_natural_threshold": (None if loo_natural_threshold is None
+                                else float(loo_natural_threshold)),
       "levels": [float(x) for x in levels], "windows": [int(w) for w in windows],
       "shadows": [files.array_digest(*jax.tree.leaves(s.target.params), s.train_index,
                                      *(() if s.mean is None else (s.mean,)))
@@ -532,7 +554,7 @@ def _scoring_inputs(run_dir: str, chunk_size: int, loo_per_start: int, levels: t
 
 def per_image_or_reuse(path: str, run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
                        levels: tuple = (0.4, 0.3), windows: tuple = (ssim.FILTER_SIZE,),
-                       shadows=()) -> dict:
+                       shadows=(), loo_natural_threshold: float | None = None) -> dict:
   """`per_image` of a finished run, kept in ``path`` (an .npz, written atomically) and read
   back instead of computed while the run's results, these settings and the shadow victims
   are unchanged: a rerun of a membership experiment (after a crash, or to write its tables
@@ -545,7 +567,8 @@ def per_image_or_reuse(path: str, run_dir: str, chunk_size: int = 500, loo_per_s
   Returns:
     `per_image`'s dict, its arrays numpy arrays.
   """
-  inputs = _scoring_inputs(run_dir, chunk_size, loo_per_start, levels, windows, shadows)
+  inputs = _scoring_inputs(run_dir, chunk_size, loo_per_start, levels, windows, shadows,
+                           loo_natural_threshold)
   if os.path.exists(path):
     try:
       with open(path, "rb") as f, np.load(f) as saved:  # f: closed if np.load fails
@@ -556,7 +579,8 @@ def per_image_or_reuse(path: str, run_dir: str, chunk_size: int = 500, loo_per_s
       logging.info("%s holds the scores of other results or settings: scoring again", path)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
       logging.warning("%s cannot be read (%s: %s): scoring again", path, type(e).__name__, e)
-  out = per_image(run_dir, chunk_size, loo_per_start, levels, windows, shadows)
+  out = per_image(run_dir, chunk_size, loo_per_start, levels, windows, shadows,
+                  loo_natural_threshold)
   flat = traverse_util.flatten_dict(out, sep="/")  # "reconstruction/scores/loo": float[N]
   files.save_npz(path, **{k: np.asarray(v) for k, v in flat.items()},
                  **{_KEY: np.asarray(inputs)})
@@ -600,7 +624,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       seconds.append(time.perf_counter())
       parts.append(per_image_or_reuse(scores_path(workdir, name, v), directory,
                                       config.chunk_size, config.loo_per_start, levels,
-                                      tuple(config.label_windows), shadows))
+                                      tuple(config.label_windows), shadows,
+                                      config.natural_threshold))
       seconds.append(time.perf_counter())
       counts.append(label_calibration(one, levels, config.chunk_size))
       seconds.append(time.perf_counter())
