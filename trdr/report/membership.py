@@ -311,7 +311,7 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
       the same images at both stages (so that `best_of_loo` has both).
     loo_natural_threshold: drawn among the images whose reconstruction looks natural
       ("natural_ssim" ≥ it; configs/membership.py ``natural_threshold``): the rule scores
-      no other, and a noise start's re-solves are the slowest. None: among all.
+      no other. None: among all.
     levels: (member SSIM level, non-member SSIM bound) of `_ground_truth`.
     windows: the SSIM windows of the labels, the first unsuffixed (`_ground_truth`).
     shadows: this victim's `shadow_victims`; with them the "lira" score (`lira_scores`),
