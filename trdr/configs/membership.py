@@ -75,8 +75,8 @@ def _decoreco(variant: str, n_per_class: int) -> ml_collections.ConfigDict:
   config.eval.public_set = False           # the reference set is test[1::2] (membership)
   config.eval.count_windows = ()
   # Haim et al.'s reference runs the victim and the attack in PyTorch's float32; so does this
-  # experiment (float64, the DecoReco figures' precision, costs ~3.5× per iteration on a CPU:
-  # `make benchmark-decoreco-cpu`, and took half of the ":cpu" run's wall time).
+  # experiment (float64, the DecoReco figures' precision, costs more per iteration on a CPU,
+  # `make benchmark-decoreco-cpu` measures both; it took half of the ":cpu" run's wall time).
   config.float64 = False
   return config
 
