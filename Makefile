@@ -96,7 +96,7 @@ fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
 	$(PAPER) --artefacts=fig12
 
 # membership and figures share runs/report_SIZE/membership: each reuses the runs the other finished.
-membership:  ## Membership ambiguity as an adversary faces it, three attacks, five victims each, eight LiRA shadows per victim (~1 h 35 min at SIZE=cpu): runs/report_SIZE/membership/membership.md.
+membership:  ## Membership ambiguity as an adversary faces it, three attacks, five victims each, eight LiRA shadows per victim (~65 min at SIZE=cpu): runs/report_SIZE/membership/membership.md.
 	$(PYTHON) experiments/membership.py --config=configs/membership.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/membership
 
 membership-doc:  ## docs/membership_results.md and docs/membership.png from runs/report_SIZE/membership, after make membership.

@@ -44,7 +44,7 @@ seconds per attack, for tests: enough images for every attack's positive control
 membership);
 five victims per attack, two at ":smoke"; eight shadow victims per victim (offline LiRA),
 two at ":smoke".
-Expected runtime: ":cpu" about 1 h 35 min on a 2-core CPU; ":smoke" about 1.5 minutes.
+Expected runtime: ":cpu" about 65 minutes on a 2-core CPU; ":smoke" about 1.5 minutes.
 """
 
 import ml_collections

@@ -13,7 +13,7 @@ adversary's membership experiment, into WORKDIR/membership), repeat_seeds / repe
 (the repeats over seeds, into WORKDIR/seeds/seed_{s}). Finished runs are reused; see
 trdr/report/claims.py and trdr/report/verdicts.py for the rules.
 
-Expected runtime: ":cpu" about three and a half hours on a 2-core CPU; ":smoke" about 4–9 minutes;
+Expected runtime: ":cpu" about three hours on a 2-core CPU; ":smoke" about 4–9 minutes;
 paper size several hours on one GPU (not yet run).
 """
 
