@@ -510,6 +510,26 @@ def test_membership_md_says_where_its_numbers_come_from(smoke_report_dir):
   assert f"jax {jax.__version__}" in header, header
 
 
+def test_membership_md_answers_first_and_says_each_sentence_once(smoke_report_dir):
+  """membership.md opens with the answer (verdict, baseline, one sentence per attack and
+  start kind, each attack's controls) before the rule and the tables, and says each of
+  those sentences once."""
+  measured = files.read_json(
+      os.path.join(smoke_report_dir, "membership", membership.MEASURED_FILE))
+  verdict = verdicts.verdict_membership(measured)
+  page = markdown.membership_page(measured, verdict, report.provenance("smoke"))
+  answer, rest = page.split("## Membership ambiguity")
+  assert f"**Verdict: {verdict['verdict']}** (baseline, the same rule on the start images: "\
+         f"{verdict['baseline']['verdict']})" in answer
+  assert verdict["sentences"]
+  for sentence in verdict["sentences"]:
+    assert page.count(sentence) == 1 and sentence in answer, sentence
+  for attack, said in verdicts.membership_controls(measured).items():
+    assert answer.count(f"- {attack}: the positive control ") == 1, attack
+    assert ("detects membership" if said["positive"] else "") in answer
+  assert "- **Rule:**" in rest and "| attack | start | stage | score |" in rest
+
+
 def test_a_work_directory_of_the_one_victim_layout_is_refused_by_name(tmp_path):
   """A membership run of one victim (before config.victims) sits where the victims' runs
   now have their directories: `membership.run` names it instead of mixing the two."""
