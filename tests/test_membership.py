@@ -524,9 +524,9 @@ def test_membership_md_answers_first_and_says_each_sentence_once(smoke_report_di
   assert verdict["sentences"]
   for sentence in verdict["sentences"]:
     assert page.count(sentence) == 1 and sentence in answer, sentence
-  for attack, said in verdicts.membership_controls(measured).items():
-    assert answer.count(f"- {attack}: the positive control ") == 1, attack
-    assert ("detects membership" if said["positive"] else "") in answer
+  for attack in verdicts.membership_controls(measured):
+    # every positive control detects at :smoke (test_the_positive_control_detects_membership…)
+    assert answer.count(f"- {attack}: the positive control detects membership, ") == 1, attack
   assert "- **Rule:**" in rest and "| attack | start | stage | score |" in rest
 
 
