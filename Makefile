@@ -95,7 +95,7 @@ fig11:  ## Fig. 11: λ2 = 1 line of both landscapes.
 fig12:  ## Fig. 12: λ1 = 1 line of both landscapes.
 	$(PAPER) --artefacts=fig12
 
-# membership and figures share runs/report_SIZE/membership: each reuses the runs the other finished.
+# make figures reads runs/report_SIZE/membership/membership.json when make membership has written it.
 membership:  ## Membership ambiguity as an adversary faces it, three attacks, five victims each, eight LiRA shadows per victim (~65 min at SIZE=cpu): runs/report_SIZE/membership/membership.md.
 	$(PYTHON) experiments/membership.py --config=configs/membership.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/membership
 
@@ -112,7 +112,7 @@ knowledge-doc:  ## docs/knowledge.{md,png} from runs/knowledge_SIZE, after make 
 knowledge-smoke:  ## The same at smoke size (a couple of minutes; CI runs it in the tests).
 	$(MAKE) knowledge SIZE=smoke
 
-figures:  ## Figs. 1–12 + Table 1 with verdicts and membership ambiguity: runs/report_SIZE/report.md.
+figures:  ## Figs. 1–12 + Table 1 with verdicts (and membership's, after make membership): runs/report_SIZE/report.md.
 	$(REPORT)
 
 # gpu-check: SIZE=smoke runs on the CPU (CI); any other SIZE means the paper's sizes.

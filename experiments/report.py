@@ -1,4 +1,5 @@
-r"""The reproduction report: Figs. 1–12 and Table 1 regenerated, verdicts, membership.
+r"""The reproduction report: Figs. 1–12 and Table 1 regenerated, verdicts (and membership's,
+read from WORKDIR/membership where `make membership` ran).
 
   python experiments/report.py --config=configs/report.py:cpu --workdir=runs/report_cpu
 

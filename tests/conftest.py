@@ -60,15 +60,17 @@ def x64_module():
   yield from _enable_x64()
 
 
-# ------------------------------------------------- the :smoke report, built once per session
+# ------------------------------------ the :smoke report and membership, built once per session
 #
-# `experiments/report.py --config=configs/report.py:smoke` takes about 2.5 minutes, most of
-# it XLA compilation, and five test files read its runs. It is started in the background as
-# soon as a test process has collected a test that needs it, and the tests that need it are
-# run last (`pytest_collection_modifyitems`), so it runs beside the tests that do not and
-# the two xdist workers do not idle on it. It runs once per session: its directory is
-# shared by the controller, the workers and their subprocesses through an environment
-# variable the controller sets before the workers start.
+# `experiments/report.py --config=configs/report.py:smoke` (about 2.5 minutes, most of it
+# XLA compilation) and `experiments/membership.py --config=configs/membership.py:smoke`
+# (about 2 minutes) are read by several test files (`_BACKGROUND`). Each is started in the
+# background as soon as a test process has collected a test that needs it, and the tests
+# that need one are run last (`pytest_collection_modifyitems`), so the two run side by side
+# (the report does not wait for membership: `make figures` no longer runs it) and beside
+# the tests that need neither, and the two xdist workers do not idle on them. Each runs
+# once per session: its directory is shared by the controller, the workers and their
+# subprocesses through an environment variable the controller sets before the workers start.
 #
 # Every process of the session (the test processes, the report, the notebook's kernel, the
 # command-line, resume and multi-process tests' subprocesses; the resume and distributed
@@ -200,10 +202,11 @@ def pytest_unconfigure(config):
   if os.environ.get("PYTEST_XDIST_WORKER"):
     return
   session = pathlib.Path(os.environ.pop(_SESSION_DIR))
-  pid_file = session / "report_smoke.pid"
-  if pid_file.exists() and not (session / "report_smoke.returncode").exists():
-    with contextlib.suppress(ProcessLookupError):  # a session cut short: stop its report
-      os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+  for name, _ in _BACKGROUND.values():
+    pid_file = session / f"{name}.pid"
+    if pid_file.exists() and not (session / f"{name}.returncode").exists():
+      with contextlib.suppress(ProcessLookupError):  # a session cut short: stop the run
+        os.killpg(int(pid_file.read_text()), signal.SIGKILL)
   shutil.rmtree(session, ignore_errors=True)
   if directory := _xla_cache_dir():
     _trim(pathlib.Path(directory), _XLA_CACHE_KEEP_BYTES)
@@ -227,44 +230,57 @@ def _trim(directory: pathlib.Path, keep_bytes: int) -> None:
       total -= size
 
 
+# fixture -> (the run's name in the session directory, its script under experiments/ and
+# configs/: `experiments/{script}.py --config=configs/{script}.py:smoke`)
+_BACKGROUND = {"smoke_report_dir": ("report_smoke", "report"),
+               "smoke_membership_dir": ("membership_smoke", "membership")}
+
+
+def _needed(item) -> list[str]:
+  """The background runs (fixture names of `_BACKGROUND`) a test reads."""
+  return [f for f in _BACKGROUND if f in getattr(item, "fixturenames", ())]
+
+
 def pytest_itemcollected(item):
-  """A test that reads the :smoke report is slow (setup.cfg's marker): `-m "not slow"`
-  then deselects it, before `pytest_collection_modifyitems` below would start the report."""
-  if "smoke_report_dir" in getattr(item, "fixturenames", ()):
+  """A test that reads a background run is slow (setup.cfg's marker): `-m "not slow"` then
+  deselects it, before `pytest_collection_modifyitems` below would start the run."""
+  if _needed(item):
     item.add_marker(pytest.mark.slow)
 
 
 @pytest.hookimpl(trylast=True)  # after -m / -k / --deselect have chosen the items
 def pytest_collection_modifyitems(config, items):
-  """Starts the :smoke report if a chosen test needs it, and moves the test files that
-  need it to the end, and within such a file the tests that need it after those that do
-  not (xdist hands out whole files; a stable sort, so every worker sorts alike)."""
-  needs = lambda item: "smoke_report_dir" in getattr(item, "fixturenames", ())
-  files = {item.path for item in items if needs(item)}
-  items.sort(key=lambda item: (item.path in files, needs(item)))
-  if files and not config.option.collectonly:
-    _start_smoke_report()
+  """Starts each background run a chosen test needs, and moves the test files that need
+  one to the end, and within such a file the tests that need one after those that do not
+  (xdist hands out whole files; a stable sort, so every worker sorts alike)."""
+  needed = {f for item in items for f in _needed(item)}
+  files = {item.path for item in items if _needed(item)}
+  items.sort(key=lambda item: (item.path in files, bool(_needed(item))))
+  if needed and not config.option.collectonly:
+    for fixture in sorted(needed):
+      _start_background(fixture)
     if os.environ.get("PYTEST_XDIST_WORKER"):
-      # The report is the session's critical path: the workers, started after it, yield
-      # it the CPU and fill the rest of the cores with the tests that do not need it.
+      # The runs are the session's critical path: the workers, started after them, yield
+      # them the CPU and fill the rest of the cores with the tests that need neither.
       os.nice(_WORKER_NICENESS)
 
 
-def _start_smoke_report() -> pathlib.Path:
-  """Starts the :smoke report in the background unless a process of this session has;
-  returns its work dir. Its exit status goes to `report_smoke.returncode` when it ends
-  (written by rename, so a reader never sees half of it), its output to `.log`."""
+def _start_background(fixture: str) -> pathlib.Path:
+  """Starts the background run of ``fixture`` (`_BACKGROUND`) unless a process of this
+  session has; returns its work dir. Its exit status goes to `{name}.returncode` when it
+  ends (written by rename, so a reader never sees half of it), its output to `.log`."""
+  name, script = _BACKGROUND[fixture]
   session = pathlib.Path(os.environ[_SESSION_DIR])
-  workdir = session / "report_smoke"
-  with filelock.FileLock(session / "report_smoke.lock"):
-    pid_file = session / "report_smoke.pid"
+  workdir = session / name
+  with filelock.FileLock(session / f"{name}.lock"):
+    pid_file = session / f"{name}.pid"
     if not pid_file.exists():
       env = _subprocess_env()
-      command = [sys.executable, os.path.join(REPO, "experiments", "report.py"),
-                 f"--config={os.path.join(REPO, 'configs', 'report.py')}:smoke",
+      command = [sys.executable, os.path.join(REPO, "experiments", f"{script}.py"),
+                 f"--config={os.path.join(REPO, 'configs', f'{script}.py')}:smoke",
                  f"--workdir={workdir}"]
-      rc = session / "report_smoke.returncode"
-      log = shlex.quote(str(session / "report_smoke.log"))
+      rc = session / f"{name}.returncode"
+      log = shlex.quote(str(session / f"{name}.log"))
       done = f"echo $? > {shlex.quote(f'{rc}.tmp')} && mv {shlex.quote(f'{rc}.tmp')} " + (
           shlex.quote(str(rc)))
       # A new process group (killed as one) whose shell leaves the job running alone, so
@@ -277,29 +293,45 @@ def _start_smoke_report() -> pathlib.Path:
   return workdir
 
 
+def _finished(fixture: str) -> str:
+  """The work dir of ``fixture``'s background run (started if it was not), once the run
+  has finished; fails the test when it failed, died or ran past `_REPORT_TIMEOUT_S`."""
+  name, script = _BACKGROUND[fixture]
+  workdir = _start_background(fixture)
+  rc = workdir.parent / f"{name}.returncode"
+  deadline = time.monotonic() + _REPORT_TIMEOUT_S
+  group = int((workdir.parent / f"{name}.pid").read_text())
+  while not rc.exists():
+    if not _alive(group) and not rc.exists():
+      pytest.fail(f"the background experiments/{script}.py ended without an exit status")
+    if time.monotonic() > deadline:
+      pytest.fail(f"experiments/{script}.py did not finish in {_REPORT_TIMEOUT_S} s")
+    time.sleep(0.5)
+  if int(rc.read_text()):
+    log = (workdir.parent / f"{name}.log").read_text()
+    pytest.fail(f"experiments/{script}.py failed ({rc.read_text().strip()}):\n{log[-4000:]}")
+  return str(workdir)
+
+
 @pytest.fixture(scope="session")
 def smoke_report_dir():
   """A work dir where `experiments/report.py --config=configs/report.py:smoke` has run.
 
   It holds the finished :smoke runs of Figs. 1–4 (paper_figures/) and Figs. 5–12
   (decoreco_figures/), which the landscape, DecoReco, paper and report tests reuse, and
-  report.md. Run once per test session in a background subprocess (see above), so JAX's
-  process-wide settings stay untouched here; this waits for it to finish.
+  report.md (its membership section says the experiment has not run there: it runs apart,
+  `smoke_membership_dir`). Run once per test session in a background subprocess (see
+  above), so JAX's process-wide settings stay untouched here; this waits for it to finish.
   """
-  workdir = _start_smoke_report()
-  rc = workdir.parent / "report_smoke.returncode"
-  deadline = time.monotonic() + _REPORT_TIMEOUT_S
-  group = int((workdir.parent / "report_smoke.pid").read_text())
-  while not rc.exists():
-    if not _alive(group) and not rc.exists():
-      pytest.fail("the background experiments/report.py ended without an exit status")
-    if time.monotonic() > deadline:
-      pytest.fail(f"experiments/report.py did not finish in {_REPORT_TIMEOUT_S} s")
-    time.sleep(0.5)
-  if int(rc.read_text()):
-    log = (workdir.parent / "report_smoke.log").read_text()
-    pytest.fail(f"experiments/report.py failed ({rc.read_text().strip()}):\n{log[-4000:]}")
-  return str(workdir)
+  return _finished("smoke_report_dir")
+
+
+@pytest.fixture(scope="session")
+def smoke_membership_dir():
+  """A work dir where `experiments/membership.py --config=configs/membership.py:smoke` has
+  run: one sub-directory per attack and victim, membership.json, membership.md and .png.
+  Run once per test session in the background beside the :smoke report (see above)."""
+  return _finished("smoke_membership_dir")
 
 
 def _alive(group: int) -> bool:

@@ -1,5 +1,5 @@
 """The membership measurement: ROC statistics on planted scorers, the controlled and public
-starts, and per-image scores on the :smoke report's membership runs."""
+starts, and per-image scores on the :smoke membership runs."""
 
 import os
 import pathlib
@@ -358,10 +358,10 @@ def test_the_per_image_check_fails_on_a_broadcast_number():
 
 
 @pytest.mark.parametrize("attack", sorted(membership_config.get_config("smoke").attacks))
-def test_every_score_is_computed_per_image(smoke_report_dir, attack):
-  """Acceptance 3, on the :smoke report's membership runs: no score is constant within a
+def test_every_score_is_computed_per_image(smoke_membership_dir, attack):
+  """Acceptance 3, on the :smoke membership runs: no score is constant within a
   grid point, and the loss and margin are the victim's at that very image."""
-  runs = os.path.join(smoke_report_dir, "membership")
+  runs = smoke_membership_dir
   run_dir = membership.run_dir(runs, attack, 0)
   smoke = membership_config.get_config("smoke")
   shadows = membership.shadow_victims(  # the report's, reused
@@ -422,14 +422,14 @@ def test_make_membership_and_make_figures_share_their_runs(size):
 
 
 def test_a_victims_scores_are_kept_and_reused_while_their_inputs_are_unchanged(
-    smoke_report_dir, tmp_path, monkeypatch):
+    smoke_membership_dir, tmp_path, monkeypatch):
   """`membership.run` keeps each victim's `per_image` (`per_image_or_reuse`): the :smoke
-  report's kept scores are the arrays `per_image` computes now (the same programs on the
+  membership run's kept scores are the arrays `per_image` computes now (the same programs on the
   same inputs: the same bits), a rerun reads them instead of scoring again and writes the
   same membership.json byte for byte, and other settings or an unreadable file are scored
   again."""
   smoke = membership_config.get_config("smoke")
-  source = os.path.join(smoke_report_dir, "membership")
+  source = smoke_membership_dir
   attack = "bilevel_affine"
   run_dir = membership.run_dir(source, attack, 0)
   shadows = membership.shadow_victims(membership_config.victim_config(
@@ -472,8 +472,8 @@ def test_a_victims_scores_are_kept_and_reused_while_their_inputs_are_unchanged(
   assert (workdir / measured).read_bytes() == pathlib.Path(source, measured).read_bytes()
 
 
-def test_the_positive_control_detects_membership_at_smoke(smoke_report_dir):
-  """Issue 47's acceptance 2, on the :smoke report's membership runs: after each attack,
+def test_the_positive_control_detects_membership_at_smoke(smoke_membership_dir):
+  """Issue 47's acceptance 2, on the :smoke membership runs: after each attack,
   training-image starts are told from partition-image starts (the positive control), so a
   "cannot tell" there could not come from an experiment too small to see anything.
 
@@ -487,7 +487,7 @@ def test_the_positive_control_detects_membership_at_smoke(smoke_report_dir):
   null it may raise an alarm with probability ≤ 0.05 (tests/test_report.py checks that an
   alarm is shown)."""
   measured = files.read_json(
-      os.path.join(smoke_report_dir, "membership", membership.MEASURED_FILE))
+      os.path.join(smoke_membership_dir, membership.MEASURED_FILE))
   answers = verdicts.membership_controls(measured)
   assert set(answers) == set(membership_config.get_config("smoke").attacks)
   for attack, answer in answers.items():
@@ -497,11 +497,11 @@ def test_the_positive_control_detects_membership_at_smoke(smoke_report_dir):
     assert answer["negative"] is not None, attack
 
 
-def test_membership_md_says_where_its_numbers_come_from(smoke_report_dir):
+def test_membership_md_says_where_its_numbers_come_from(smoke_membership_dir):
   """membership.md's header names the size, the victims (data draws), the machine and the
   JAX version it was written with: the page `make membership-doc` copies into docs/."""
   measured = files.read_json(
-      os.path.join(smoke_report_dir, "membership", membership.MEASURED_FILE))
+      os.path.join(smoke_membership_dir, membership.MEASURED_FILE))
   page = markdown.membership_page(measured, verdicts.verdict_membership(measured),
                                   report.provenance("smoke"))
   header = page.splitlines()[2]
@@ -510,12 +510,12 @@ def test_membership_md_says_where_its_numbers_come_from(smoke_report_dir):
   assert f"jax {jax.__version__}" in header, header
 
 
-def test_membership_md_answers_first_and_says_each_sentence_once(smoke_report_dir):
+def test_membership_md_answers_first_and_says_each_sentence_once(smoke_membership_dir):
   """membership.md opens with the answer (verdict, baseline, one sentence per attack and
   start kind, each attack's controls) before the rule and the tables, and says each of
   those sentences once."""
   measured = files.read_json(
-      os.path.join(smoke_report_dir, "membership", membership.MEASURED_FILE))
+      os.path.join(smoke_membership_dir, membership.MEASURED_FILE))
   verdict = verdicts.verdict_membership(measured)
   page = markdown.membership_page(measured, verdict, report.provenance("smoke"))
   answer, rest = page.split("## Membership ambiguity")

@@ -5,6 +5,7 @@ import itertools
 import os
 import pathlib
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -513,19 +514,60 @@ def smoke_report(smoke_report_dir):
     return smoke_report_dir, f.read()
 
 
-def test_report_links_every_figure_table1_and_membership(smoke_report):
+def test_report_links_every_figure_and_table1(smoke_report):
   workdir, text = smoke_report
   links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
   for i in range(1, 13):
     prefix = "paper_figures" if i <= 4 else "decoreco_figures"
     assert f"{prefix}/fig{i}.png" in links, i
-  assert "membership.png" in links
   for link in links:
     assert os.path.getsize(os.path.join(workdir, link)) > 5000, link
   assert "## Table 1" in text and "1.1214e-03" in text     # the paper's value beside ours
-  assert ("| attack | start | stage | score | window | members | non-members | excluded | AUC "
-          "| per victim: mean [CI] | AUC per victim |" in text)
-  assert "| attack | start | stage | t = 0.1 |" in text
+
+
+_MEMBERSHIP_TABLES = ("| attack | start | stage | score | window | members | non-members | "
+                      "excluded | AUC | per victim: mean [CI] | AUC per victim |",
+                      "| attack | start | stage | t = 0.1 |")
+
+
+def test_the_report_carries_membership_only_where_make_membership_has_run(
+    smoke_report, smoke_membership_dir, tmp_path):
+  """`make figures` does not run the membership experiment: without membership.json its
+  verdict is "not tested" with the command that runs it; with one measured under the
+  report's configuration, the report reads it (verdict, figure, tables); with one of
+  another configuration, `report.run` refuses before it starts a run, naming the key."""
+  from trdr import report
+  from trdr.configs import report as report_config
+  from trdr.report import membership
+  from trdr.runtime import files
+
+  workdir, text = smoke_report
+  saved = files.read_json(os.path.join(workdir, "report.json"))
+  v = saved["verdicts"]["membership"]
+  assert v["verdict"] == "not tested" and "`make membership`" in v["reason"]
+  assert saved["membership"] is None and "membership.png" not in text
+  assert not any(table in text for table in _MEMBERSHIP_TABLES)
+
+  config = report_config.get_config("smoke")
+  target = tmp_path / "membership"
+  target.mkdir()
+  shutil.copy(os.path.join(smoke_membership_dir, membership.MEASURED_FILE), target)
+  measured = membership.read(config.membership, str(target))
+  assert files.dumps_json(measured) == files.dumps_json(files.read_json(
+      target / membership.MEASURED_FILE))
+  results = {**saved["verdicts"], "membership": verdicts.verdict_membership(measured)}
+  page = markdown.report_page(results, "", measured, "smoke")
+  assert "![Membership ambiguity](membership.png)" in page
+  assert all(table in page for table in _MEMBERSHIP_TABLES)
+
+  config.membership.shadows += 1
+  with pytest.raises(ValueError, match=r"differs in shadows\b"):
+    report.run(config, str(tmp_path))
+  assert sorted(os.listdir(tmp_path)) == ["membership"]     # refused before any run
+  del measured["config"]
+  files.write_json(target / membership.MEASURED_FILE, measured)
+  with pytest.raises(ValueError, match="before membership.json recorded its configuration"):
+    membership.read(report_config.get_config("smoke").membership, str(target))
 
 
 def test_report_has_one_computed_verdict_per_artefact(smoke_report):
@@ -641,21 +683,19 @@ def test_the_smoke_attacks_move_their_starts_the_way_they_should(smoke_report):
   assert tuned["reconstructed"][level] > tuned["start_reconstructed"][level]
 
 
-def test_membership_numbers_match_the_runs(smoke_report):
-  """The report's membership numbers are the membership experiment's, and its counts are
-  those of the per-image records of its runs."""
-  workdir, _ = smoke_report
+def test_membership_numbers_match_the_runs(smoke_membership_dir):
+  """The membership experiment's numbers (membership.json, what the report reads) are its
+  runs': its counts are those of the per-image records of its runs."""
   from trdr.configs import membership as membership_config
   from trdr.report import membership
   from trdr.runtime import files
 
-  measured = files.read_json(os.path.join(workdir, "report.json"))["membership"]
-  saved = files.read_json(os.path.join(workdir, "membership", membership.MEASURED_FILE))
-  assert files.dumps_json(measured) == files.dumps_json(saved)      # NaN ≠ NaN: compare the files
+  runs = smoke_membership_dir
+  measured = files.read_json(os.path.join(runs, membership.MEASURED_FILE))
   config = membership_config.get_config("smoke")
+  assert measured["config"] == files.to_jsonable(config)
   windows = tuple(config.label_windows)
-  runs = os.path.join(workdir, "membership")
-  shadows = {v: membership.shadow_victims(  # the report's own, reused (none trained here)
+  shadows = {v: membership.shadow_victims(  # the experiment's own, reused (none trained here)
       membership_config.victim_config(config.attacks["decoreco_mlp"], v), config.shadows,
       membership.shadow_dir(runs, "decoreco_mlp", v)) for v in config.victims}
   per = membership.concatenate([membership.per_image(membership.run_dir(

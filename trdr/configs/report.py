@@ -1,4 +1,4 @@
-r"""The reproduction report: every figure 1–12 and Table 1, verdicts, membership ambiguity.
+r"""The reproduction report: every figure 1–12 and Table 1 with verdicts (and membership's).
 
 Command:
   make figures                      # ":cpu", into runs/report_cpu (report.md there)
@@ -9,11 +9,13 @@ Command:
 Sections: paper (configs/paper_figures.py, same variant: Figs. 1–4 and Table 1, into
 WORKDIR/paper_figures), decoreco (configs/decoreco_figures.py, same variant: Figs. 5–12,
 into WORKDIR/decoreco_figures), membership (configs/membership.py, same variant: the
-adversary's membership experiment, into WORKDIR/membership), repeat_seeds / repeat_runs
+configuration the membership experiment must have run under; the report reads its
+WORKDIR/membership/membership.json where `make membership` wrote one, and does not run it:
+about an hour at ":cpu"), repeat_seeds / repeat_runs
 (the repeats over seeds, into WORKDIR/seeds/seed_{s}). Finished runs are reused; see
 trdr/report/claims.py and trdr/report/verdicts.py for the rules.
 
-Expected runtime: ":cpu" about three hours on a 2-core CPU; ":smoke" about 4–9 minutes;
+Expected runtime: ":cpu" about two hours on a 2-core CPU; ":smoke" about 2–5 minutes;
 paper size several hours on one GPU (not yet run).
 """
 

@@ -13,9 +13,10 @@
 `run` regenerates Figs. 1–12, Table 1 and Table 1 under each reading of the paper's random
 θ0 (`artefacts.make`, into WORKDIR/paper_figures
 and WORKDIR/decoreco_figures; finished runs of an unchanged config are reused), reads the
-numbers behind every verdict (`evidence.collect`), applies the rules of `verdicts`,
-measures membership ambiguity (`membership`) and writes WORKDIR/report.md, report.json
-and membership.{png,pdf}.
+numbers behind every verdict (`evidence.collect`), applies the rules of `verdicts`, adds
+the membership experiment's verdict where it has run (`membership.read` of
+WORKDIR/membership/membership.json: `make membership`, an hour at ":cpu", is its own
+command) and writes WORKDIR/report.md, report.json and membership.{png,pdf}.
 """
 
 import datetime
@@ -36,16 +37,20 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
 
   Args:
     config: configs/report.py: sections paper (configs/paper_figures.py), decoreco
-      (configs/decoreco_figures.py), membership (configs/membership.py, into
-      WORKDIR/membership) and variant.
+      (configs/decoreco_figures.py), membership (configs/membership.py: the configuration
+      WORKDIR/membership/membership.json must have been measured under) and variant.
     workdir: output directory: paper_figures/, decoreco_figures/, report.md, report.json,
-      membership.{png,pdf}.
+      and membership.{png,pdf} where WORKDIR/membership holds the membership experiment.
   Returns:
-    artefact -> verdict dict (Figs. 1–12, table1, membership).
+    artefact -> verdict dict (Figs. 1–12, table1, membership: "not tested" with its
+    reason where the membership experiment has not run).
   Raises:
     FileExistsError: a run directory holds a finished run of another config.
+    ValueError: WORKDIR/membership/membership.json was measured under another
+      configuration (`membership.read`; checked before any run starts).
   """
   os.makedirs(workdir, exist_ok=True)
+  measured = membership.read(config.membership, os.path.join(workdir, "membership"))
   artefacts.make(config, workdir)
   collected = evidence.collect(workdir)
   results = verdicts.verdicts(collected)
@@ -56,10 +61,12 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                          (0, *config.repeat_seeds)).items():
     results[name]["seeds"] = stats
   count_rows = evidence.counts(collected["summaries"])
-  measured = membership.run(config.membership, os.path.join(workdir, "membership"))
-  results["membership"] = verdicts.verdict_membership(measured)
-  plotting.save_figure(figures.membership_figure(measured), workdir, "membership",
-                       plotting.size_stamp(config.variant))
+  if measured is None:
+    results["membership"] = verdicts.membership_not_run()
+  else:
+    results["membership"] = verdicts.verdict_membership(measured)
+    plotting.save_figure(figures.membership_figure(measured), workdir, "membership",
+                         plotting.size_stamp(config.variant))
   paper_figures = os.path.join(workdir, "paper_figures")
   with open(os.path.join(paper_figures, "table1.md")) as f:
     table1_md = f.read()

@@ -205,7 +205,7 @@ def membership_page(measured: dict, verdict: dict, generated: dict | None = None
                               membership_markdown(measured))]) + "\n"
 
 
-def report_page(results: dict, table1_md: str, measured: dict, variant: str,
+def report_page(results: dict, table1_md: str, measured: dict | None, variant: str,
              count_rows: list[dict] = ()) -> str:
   """report.md from the verdicts, Table 1's Markdown and the membership measurements.
 
@@ -213,7 +213,8 @@ def report_page(results: dict, table1_md: str, measured: dict, variant: str,
     results: artefact -> verdict dict (`verdicts`, plus "membership").
     table1_md: Table 1 as Markdown (`trdr.report.artefacts.table1`, table1.md, and
       `trdr.report.artefacts.table1_readings` after it).
-    measured: `trdr.report.membership.measure` output.
+    measured: `trdr.report.membership.measure` output; None where the membership
+      experiment has not run (its section then says so, with no figure or tables).
     variant: the config variant ("", "cpu" or "smoke"), named in the header.
     count_rows: `counts` output (the counts table; none: no table).
   """
@@ -232,10 +233,11 @@ def report_page(results: dict, table1_md: str, measured: dict, variant: str,
            "failures are informative). "
            "**Underpowered**: an interval that contains chance but is too wide to say "
            "\"cannot tell\" (the margin is in the rule). **Not tested**: no "
-           "rule of trdr tests that sentence yet, or these runs are too small for it (the "
-           "reason is in the rule). **Per seed**: the verdict of each repeat of the runs on "
-           "another data draw, victim initialisation and attack start (seed 0 first), with "
-           "the numbers' mean ± std in each section."]
+           "rule of trdr tests that sentence yet, these runs are too small for it (the "
+           "reason is in the rule), or its experiment has not run here (membership: "
+           "`make membership`, then `make figures` again). **Per seed**: the verdict of "
+           "each repeat of the runs on another data draw, victim initialisation and attack "
+           "start (seed 0 first), with the numbers' mean ± std in each section."]
   if size != "paper":
     lines.append(f"\nThese are **{size}-size** runs (smaller victims, fewer images and "
                  "iterations than the paper): the verdicts say what these runs show.")
@@ -251,8 +253,9 @@ def report_page(results: dict, table1_md: str, measured: dict, variant: str,
     title = "Table 1" if name == "table1" else f"Fig. {name[3:]}"
     extra = [table1_md.strip()] if name == "table1" else []
     lines += _section(title, results[name], IMAGES[name], extra)
-  lines += _section("Membership ambiguity", results["membership"], ["membership.png"],
-                    membership_markdown(measured))
+  lines += (_section("Membership ambiguity", results["membership"], []) if measured is None
+            else _section("Membership ambiguity", results["membership"], ["membership.png"],
+                          membership_markdown(measured)))
   return "\n".join(lines) + "\n"
 
 

@@ -640,5 +640,38 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   measured = measure(images, config)
   measured["victims"] = [int(v) for v in config.victims]
   measured["label_calibration"] = calibration
+  measured["config"] = files.to_jsonable(config)
   files.write_json(os.path.join(workdir, MEASURED_FILE), measured)
+  return measured
+
+
+def read(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
+  """What `run` measured under ``config`` into ``workdir`` (its membership.json), or None
+  when it has not finished there. The report (`trdr.report.run`) reads it rather than
+  running the membership experiment itself (`make membership`, about an hour at ":cpu").
+
+  Raises:
+    ValueError: WORKDIR/membership.json was measured under another configuration (or by
+      trdr before membership.json recorded it), naming the differing keys: rerun
+      `make membership` (its finished runs and scores are reused).
+  """
+  path = os.path.join(workdir, MEASURED_FILE)
+  if not os.path.exists(path):
+    return None
+  measured = files.read_json(path)
+  wanted = files.to_jsonable(config)
+  if measured.get("config") != wanted:
+    had = measured.get("config")
+    if had is None:
+      why = "it was written before membership.json recorded its configuration"
+    else:
+      flat = lambda c: traverse_util.flatten_dict(c, sep=".")  # noqa: E731
+      ours, theirs = flat(wanted), flat(had)
+      keys = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+      why = f"its configuration differs in {', '.join(keys[:8])}" + (
+          f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+    raise ValueError(f"{path} was not measured under this configuration ({why}); rerun "
+                     "the membership experiment into that directory (`make membership`, or "
+                     "experiments/membership.py with the same config: finished runs and "
+                     "scores are reused), or remove it")
   return measured

@@ -486,6 +486,15 @@ def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
   return {**with_baseline(*results), "sentences": membership_sentences(measured, rules)}
 
 
+def membership_not_run(rules: dict = RULES) -> dict:
+  """The membership verdict of a report whose work directory holds no membership.json:
+  "not tested", with the reason (the experiment is `make membership`'s, not the report's)."""
+  return {**verdict_of("membership", {}, {}, NOT_TESTED, rules),
+          "reason": "not run: `make membership` (experiments/membership.py, about an hour at "
+                    ":cpu) has not written membership/membership.json in this work "
+                    "directory; `make figures` after it includes its verdict"}
+
+
 # ------------------------------------------------ DecoReco: Sec. 4.4, Figs. 5–9
 
 
