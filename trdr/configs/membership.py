@@ -21,7 +21,7 @@ of each kind of its ``init.kinds``, with the same budget and stopping rule
   "mixed"     each start, at random and recorded, training image i or partition image i
               (a non-member of the same distribution): the controlled comparison.
 Every attack computes in float32: the bilevel attacks as their own configurations, DecoReco
-as Haim et al.'s PyTorch reference (the DecoReco figures' configuration uses float64).
+as the DecoReco figures and Haim et al.'s PyTorch reference.
 Each attack at its own configuration's budget (``attack.steps`` as tuned, never cut for
 wall-clock time: a test holds every variant to it). The bilevel attacks' lower level is the
 main job's warm start ("previous": θ(x) re-solved from the previous outer step's, the first
@@ -74,9 +74,9 @@ def _decoreco(variant: str, n_per_class: int) -> ml_collections.ConfigDict:
   config.attack.candidates_per_image = 1   # one start per training image, its label
   config.eval.public_set = False           # the reference set is test[1::2] (membership)
   config.eval.count_windows = ()
-  # Haim et al.'s reference runs the victim and the attack in PyTorch's float32; so does this
-  # experiment (float64, the DecoReco figures' precision, costs more per iteration on a CPU,
-  # `make benchmark-decoreco-cpu` measures both; it took half of the ":cpu" run's wall time).
+  # Haim et al.'s reference runs the victim and the attack in PyTorch's float32; so do this
+  # experiment and the DecoReco figures (float64 costs more per iteration on a CPU, `make
+  # benchmark-decoreco-cpu` measures both; it took half of the ":cpu" run's wall time).
   config.float64 = False
   return config
 
