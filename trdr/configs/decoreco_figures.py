@@ -31,8 +31,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Runkel et al. Sec. 4.4: "a three linear layer neural network with bias terms" (Haim et
   # al.'s MLP has a bias in the first layer only, decoreco_cifar.py's default). In float32,
   # the precision of Haim et al.'s PyTorch reference (and of the membership experiment's
-  # DecoReco runs): float64 costs about twice the time per iteration on a CPU
-  # (`make benchmark-decoreco-cpu` measures both). ":smoke" keeps float64: its float32
+  # DecoReco runs): float64 costs more per iteration on a CPU (`make
+  # benchmark-decoreco-cpu` measures both side by side). ":smoke" keeps float64: its float32
   # tuned run (n = 10) ends nearest only 4 distinct training images, too few for Fig. 7's
   # quiz, and the smoke report would stop there.
   for c in (config.decoreco, config.landscape):
