@@ -253,9 +253,9 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
     title = "Table 1" if name == "table1" else f"Fig. {name[3:]}"
     extra = [table1_md.strip()] if name == "table1" else []
     lines += _section(title, results[name], IMAGES[name], extra)
-  lines += (_section("Membership ambiguity", results["membership"], []) if measured is None
-            else _section("Membership ambiguity", results["membership"], ["membership.png"],
-                          membership_markdown(measured)))
+  images, tables = ([], []) if measured is None else (["membership.png"],
+                                                        membership_markdown(measured))
+  lines += _section("Membership ambiguity", results["membership"], images, tables)
   return "\n".join(lines) + "\n"
 
 

@@ -659,14 +659,13 @@ def read(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
   if not os.path.exists(path):
     return None
   measured = files.read_json(path)
-  wanted = files.to_jsonable(config)
-  if measured.get("config") != wanted:
-    had = measured.get("config")
+  wanted, had = files.to_jsonable(config), measured.get("config")
+  if had != wanted:
     if had is None:
       why = "it was written before membership.json recorded its configuration"
     else:
-      flat = lambda c: traverse_util.flatten_dict(c, sep=".")  # noqa: E731
-      ours, theirs = flat(wanted), flat(had)
+      ours = traverse_util.flatten_dict(wanted, sep=".")
+      theirs = traverse_util.flatten_dict(had, sep=".")
       keys = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
       why = f"its configuration differs in {', '.join(keys[:8])}" + (
           f" and {len(keys) - 8} more" if len(keys) > 8 else "")
