@@ -22,22 +22,35 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# The suite compiles with LLVM's backend optimisation off: about half of its CPU time is
-# XLA compiling small programs that then run for milliseconds, and XLA's HLO passes
-# (fusion, layout) still run; only LLVM's passes over the generated code are skipped.
-# Set before JAX starts its backend, so the xdist workers and every subprocess (the
-# :smoke report, the command-line tests) inherit it. The tolerances argued from rounding
-# do not depend on the level. The comparisons of two programs doing the same per-point
-# arithmetic (8 devices against 1 and one start at a time against the mapped grid,
-# bitwise; 2 processes against 1, 1e-10 in float64) rely on XLA generating the same
-# per-point code for both: they pass at levels 0 and 3, natively and under the AVX2 pin,
-# and three of them failed at level 0 with --xla_cpu_use_fusion_emitters=false.
-# A level already in XLA_FLAGS stands: `XLA_FLAGS=--xla_backend_optimization_level=3
-# pytest` tests the code users run.
+# XLA's flags differ by role. The test processes (the controller and the xdist workers)
+# compile with LLVM's backend optimisation off, and with XLA's older CPU emitters (set
+# below, before JAX starts its backend; the workers inherit them): their cost is compiling
+# many small programs that then run for milliseconds, and both settings cut it (the older
+# emitters compile about 2.3 times faster: a program's compilation has a floor of about 30
+# ms with the fusion emitters, which build an MLIR pipeline per kernel; XLA's HLO passes,
+# fusion and layout, still run). Their tests hold under either setting: tolerances argued
+# from rounding, and bitwise comparisons only of programs compiled in one process, alike.
+# Every subprocess (`subprocess_env`: the :smoke report and membership runs, the command-
+# line, resume, multi-process and GPU-check tests) compiles with the flags the session was
+# given, the code users run: those runs are spent executing programs, not compiling them,
+# and run faster so (measured: the :smoke report from an empty cache, 140 s at level 0
+# against 100 s at XLA's default). A test that asks for the bits of a subprocess's result
+# computes its own side under the same flags, in a subprocess too (`like_the_runs`): the
+# comparisons of two programs doing the same per-point arithmetic (8 devices against 1, 2
+# processes against 1) rely on XLA generating the same per-point code for both, which the
+# older emitters do not. Flags already in XLA_FLAGS stand, for every process:
+# `XLA_FLAGS=--xla_backend_optimization_level=3 pytest` compiles the tests as users' runs
+# are compiled.
 _OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
-if _OPT_LEVEL_FLAG not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = " ".join(
-      f for f in (os.environ.get("XLA_FLAGS"), f"{_OPT_LEVEL_FLAG}=0") if f)
+_EMITTER_FLAG = "--xla_cpu_use_fusion_emitters"
+# The session's own flags, for the subprocesses; set once, by the first process (the
+# controller), before it adds the test processes' flags, which the workers inherit.
+_SUBPROCESS_XLA_FLAGS = "TRDR_TEST_SUBPROCESS_XLA_FLAGS"
+os.environ.setdefault(_SUBPROCESS_XLA_FLAGS, os.environ.get("XLA_FLAGS", ""))
+os.environ["XLA_FLAGS"] = " ".join(
+    [os.environ.get("XLA_FLAGS", "")] + [f"{flag}={value}" for flag, value in (
+        (_OPT_LEVEL_FLAG, 0), (_EMITTER_FLAG, "false"))
+     if flag not in os.environ.get("XLA_FLAGS", "")]).strip()
 
 
 def _enable_x64():
@@ -134,31 +147,9 @@ _REPORT_TIMEOUT_S = 1800
 _WORKER_NICENESS = 10
 
 
-# The fast tier (`pytest -m "not slow"`) also compiles with XLA's older CPU emitters: its
-# cost is compilation (measured: about 1,800 programs, 80 % of its time; a program's
-# compilation has a floor of about 30 ms with the default fusion emitters, which build an
-# MLIR pipeline per kernel), and with the older emitters it compiles the same programs about
-# 2.3 times faster (`pytest -m "not slow"` from an empty cache, runs alternated on one
-# machine: 94 and 74 s, against 120 s with the default emitters between them). Its tests
-# compare with tolerances argued from rounding, not with one program's bits, and pass with
-# both emitters: the full suite runs them, with the default emitters users get, beside the
-# comparisons of two programs' bits that need those (above). A session that may select a
-# slow test keeps the default; an emitter setting already in XLA_FLAGS stands.
-_EMITTER_FLAG = "--xla_cpu_use_fusion_emitters"
-
-
-def _fast_tier_only(config) -> bool:
-  """Whether -m deselects every slow test: exactly `-m "not slow"`."""
-  return " ".join((config.option.markexpr or "").split()) == "not slow"
-
-
 def pytest_configure(config):
   if _SESSION_DIR not in os.environ:  # the controller (or a run without xdist)
     os.environ[_SESSION_DIR] = tempfile.mkdtemp(prefix="trdr-tests-")
-  if _fast_tier_only(config) and _EMITTER_FLAG not in os.environ.get("XLA_FLAGS", ""):
-    # Before this process starts JAX's backend (collection imports JAX but computes
-    # nothing); the xdist workers, started after, inherit it.
-    os.environ["XLA_FLAGS"] += f" {_EMITTER_FLAG}=false"
   # The compilation cache (above), for this process and every process it starts; set
   # before this process imports JAX (collection does), updated if a plugin already has.
   directory = _xla_cache_dir()
@@ -182,6 +173,7 @@ def pytest_configure(config):
 def _subprocess_env() -> dict[str, str]:
   session_cache = os.path.join(os.environ[_SESSION_DIR], "xla_cache")
   return {**_cache_env(session_cache), **os.environ,  # the persistent cache, if on
+          "XLA_FLAGS": os.environ[_SUBPROCESS_XLA_FLAGS],
           "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
           # One CPU device, not one per core (`trdr.runtime.sharding.set_cpu_devices`): the
           # subprocesses run beside the two workers, so a second device would only add a
@@ -195,6 +187,23 @@ def subprocess_env() -> dict[str, str]:
   """The environment for a test's subprocess: this one (with the shared XLA compilation
   cache, see above), the repository on PYTHONPATH and one CPU device."""
   return _subprocess_env()
+
+
+@pytest.fixture(scope="session")
+def like_the_runs(subprocess_env):
+  """Runs Python source in a subprocess with `subprocess_env`, so with the XLA flags of the
+  background runs and the other subprocesses (not the test processes' own, above), and
+  returns what it printed; fails the test with its error output if it fails.
+
+  For a test that computes again what a background run computed and asks for the same
+  bits: only programs compiled under the same flags give them."""
+  def run(source: str) -> str:
+    done = subprocess.run([sys.executable, "-c", source], env=subprocess_env, cwd=REPO,
+                          capture_output=True, text=True, timeout=_REPORT_TIMEOUT_S)
+    if done.returncode:
+      pytest.fail(f"the subprocess failed ({done.returncode}):\n{done.stderr[-4000:]}")
+    return done.stdout
+  return run
 
 
 def pytest_unconfigure(config):

@@ -1,6 +1,6 @@
 """A small float64 landscape grid computed by whatever devices JAX sees (helper, not a test).
 
-Imported by tests/test_sharding.py to compute it on one device, and run as a script,
+Run as a script by tests/test_sharding.py, once on one device and once on 8 emulated ones,
 
   XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/sharded_grid.py OUT.npz
 

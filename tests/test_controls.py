@@ -52,18 +52,23 @@ def test_every_rule_tells_the_control_attacks_apart(smoke_report_dir, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["affine", "tuned"])
-def test_reevaluating_a_run_with_its_own_images_gives_its_own_numbers(smoke_report_dir,
-                                                                      tmp_path, name):
+def test_reevaluating_a_run_with_its_own_images_gives_its_own_numbers(
+    smoke_report_dir, like_the_runs, tmp_path, name):
   """A landscape with a lower level (||θ* − θ(x)||² re-solved) and a DecoReco attack:
   the same images through the same evaluation phase, the same programs on the same
-  inputs, give the run's numbers bitwise; the start images' numbers, the history and the
-  attack's outputs are carried over; another shape is refused by name."""
+  inputs, give the run's numbers bitwise (re-evaluated in a process compiled as the run
+  was, `like_the_runs`); the start images' numbers, the history and the attack's outputs
+  are carried over; another shape is refused by name."""
   source = artefacts.run_dir(smoke_report_dir, name)
   with experiment.load_results(source) as saved:
     own = {k: np.asarray(saved[k]) for k in saved}
   out = os.path.join(tmp_path, name)
-  finished = experiment.reevaluate(source, own["final_images"], out)
-  assert finished.workdir == out and not os.path.exists(out + ".reevaluating")
+  printed = like_the_runs(
+      "from trdr import experiment\n"
+      f"with experiment.load_results({source!r}) as saved:\n"
+      "  images = saved['final_images']\n"
+      f"print(experiment.reevaluate({source!r}, images, {out!r}).workdir)\n")
+  assert printed.strip() == out and not os.path.exists(out + ".reevaluating")
   with experiment.load_results(out) as again:
     assert sorted(again) == sorted(own)
     for k in own:

@@ -469,7 +469,8 @@ def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path)
 
 
 @pytest.mark.slow
-def test_the_main_jobs_newton_cg_lower_level_keeps_what_lbfgs_finds(smoke_run, tmp_path):
+def test_the_main_jobs_newton_cg_lower_level_keeps_what_lbfgs_finds(smoke_run, like_the_runs,
+                                                                    tmp_path):
   """The main job's lower level, Newton–CG (the fast path), against L-BFGS (the paper's
   quasi-Newton, the path before it) on the :smoke landscape.
 
@@ -483,14 +484,20 @@ def test_the_main_jobs_newton_cg_lower_level_keeps_what_lbfgs_finds(smoke_run, t
   bound through. So the findings are held equal: every pure start's nearest neighbour in
   each set, and which set each pure start ends nearest to; and the L2 fields agree within
   what the two runs' images allow (triangle inequality: with the same nearest neighbour,
-  | ||x − y|| − ||x' − y|| | ≤ ||x − x'||, averaged over the images)."""
+  | ||x − y|| − ||x' − y|| | ≤ ||x − x'||, averaged over the images). The L-BFGS run is
+  compiled as the report's Newton–CG run was (`like_the_runs`), so the start images'
+  evaluation is the same programs' bits."""
   newton_dir, newton = smoke_run
   config = smoke_config()
   assert config.attack.lower_level.method == "newton_cg"
-  config.attack.lower_level.method = "lbfgs"
-  experiment.run(config, str(tmp_path), "landscape")
-  lbfgs = files.read_json(tmp_path / "landscape.json")
   tol = config.attack.lower_level.tol
+  like_the_runs(
+      "from trdr import experiment\n"
+      "from trdr.configs import bilevel_affine\n"
+      "config = bilevel_affine.get_config('smoke')\n"
+      "config.attack.lower_level.method = 'lbfgs'\n"
+      f"experiment.run(config, {str(tmp_path)!r}, 'landscape')\n")
+  lbfgs = files.read_json(tmp_path / "landscape.json")
   for a, b in zip(newton, lbfgs):
     assert (a["lambda1"], a["lambda2"]) == (b["lambda1"], b["lambda2"])
     assert {k: v for k, v in a.items() if k.startswith(evaluate.START)} == {

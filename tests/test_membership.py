@@ -12,7 +12,6 @@ import ml_collections
 import numpy as np
 import pytest
 import scipy.stats
-from flax import traverse_util
 
 from trdr import data, report
 from trdr.attacks import init as inits
@@ -422,22 +421,32 @@ def test_make_membership_and_make_figures_share_their_runs(size):
 
 
 def test_a_victims_scores_are_kept_and_reused_while_their_inputs_are_unchanged(
-    smoke_membership_dir, tmp_path, monkeypatch):
+    smoke_membership_dir, like_the_runs, tmp_path, monkeypatch):
   """`membership.run` keeps each victim's `per_image` (`per_image_or_reuse`): the :smoke
   membership run's kept scores are the arrays `per_image` computes now (the same programs on the
-  same inputs: the same bits), a rerun reads them instead of scoring again and writes the
-  same membership.json byte for byte, and other settings or an unreadable file are scored
-  again."""
+  same inputs, compiled as the run's were, `like_the_runs`: the same bits), a rerun reads
+  them instead of scoring again and writes the same membership.json byte for byte, and
+  other settings or an unreadable file are scored again."""
   smoke = membership_config.get_config("smoke")
   source = smoke_membership_dir
   attack = "bilevel_affine"
-  run_dir = membership.run_dir(source, attack, 0)
-  shadows = membership.shadow_victims(membership_config.victim_config(
-      smoke.attacks[attack], 0), smoke.shadows, membership.shadow_dir(source, attack, 0))
-  fresh = traverse_util.flatten_dict(membership.per_image(
-      run_dir, smoke.chunk_size, smoke.loo_per_start,
-      (smoke.member_min_ssim, smoke.non_member_max_ssim), tuple(smoke.label_windows), shadows,
-      smoke.natural_threshold), sep="/")
+  computed = tmp_path / "per_image.npz"
+  like_the_runs(
+      "import numpy as np\n"
+      "from flax import traverse_util\n"
+      "from trdr.configs import membership as membership_config\n"
+      "from trdr.report import membership\n"
+      "smoke = membership_config.get_config('smoke')\n"
+      f"source, attack = {source!r}, {attack!r}\n"
+      "shadows = membership.shadow_victims(membership_config.victim_config(\n"
+      "    smoke.attacks[attack], 0), smoke.shadows, membership.shadow_dir(source, attack, 0))\n"
+      "fresh = membership.per_image(\n"
+      "    membership.run_dir(source, attack, 0), smoke.chunk_size, smoke.loo_per_start,\n"
+      "    (smoke.member_min_ssim, smoke.non_member_max_ssim), tuple(smoke.label_windows),\n"
+      "    shadows, smoke.natural_threshold)\n"
+      f"np.savez({str(computed)!r}, **traverse_util.flatten_dict(fresh, sep='/'))\n")
+  with np.load(computed) as saved:
+    fresh = {name: saved[name] for name in saved.files}
   assert "reconstruction/scores/loo" in fresh and "start/scores/lira" in fresh
   # Leave-one-out only at natural-looking reconstructions (the rule scores no other), the
   # same images at both stages.
