@@ -33,8 +33,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Every subprocess (`subprocess_env`: the :smoke report and membership runs, the command-
 # line, resume, multi-process and GPU-check tests) compiles with the flags the session was
 # given, the code users run: those runs are spent executing programs, not compiling them,
-# and run faster so (measured: the :smoke report from an empty cache, 140 s at level 0
-# against 100 s at XLA's default). A test that asks for the bits of a subprocess's result
+# and run faster so (`experiments/report.py --config=configs/report.py:smoke` from an empty
+# cache under each setting shows it). A test that asks for the bits of a subprocess's result
 # computes its own side under the same flags, in a subprocess too (`like_the_runs`): the
 # comparisons of two programs doing the same per-point arithmetic (8 devices against 1, 2
 # processes against 1) rely on XLA generating the same per-point code for both, which the

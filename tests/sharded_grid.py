@@ -1,12 +1,11 @@
 """A small float64 landscape grid computed by whatever devices JAX sees (helper, not a test).
 
-Run as a script by tests/test_sharding.py, once on one device and once on 8 emulated ones,
+Run as a script by tests/test_sharding.py, twice side by side, on one device and on 8
+emulated CPU devices (the flag must be set before JAX is imported, hence a process each):
 
   XLA_FLAGS=--xla_force_host_platform_device_count=8 python tests/sharded_grid.py OUT.npz
 
-to compute the same on 8 emulated CPU devices (the flag must be set before JAX is
-imported, hence a separate process). Writes every array of `compute` into OUT.npz.
-"""
+Writes every array of `compute` into OUT.npz."""
 
 import sys
 
