@@ -140,10 +140,13 @@ def test_the_doc_renders_a_smoke_check(smoke_check):
 @pytest.mark.slow
 def test_a_part_past_its_budget_is_stopped_and_keeps_its_record(subprocess_env, tmp_path):
   # 8 s: at most the environment part and the start of one_hidden's process fit; its two
-  # victims' training and twelve re-solves, each compiled for seconds, do not.
+  # victims' training and twelve re-solves, each compiled for seconds, do not. With an
+  # empty compilation cache of its own: from the session's, a process that loads every
+  # program compiled (a second session on this machine) finishes in the seconds left.
+  env = {**subprocess_env, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "empty_xla_cache")}
   subprocess.run([sys.executable, os.path.join(REPO, "experiments", "gpu_check.py"),
                   "--size=smoke", "--parts=one_hidden", "--limit=8",
-                  f"--workdir={tmp_path}"], cwd=REPO, env=subprocess_env, check=True)
+                  f"--workdir={tmp_path}"], cwd=REPO, env=env, check=True)
   (results,) = (tmp_path / "results").iterdir()
   record = files.read_json(results / "one_hidden.json")
   assert record["status"] == "stopped"
