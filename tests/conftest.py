@@ -257,14 +257,28 @@ def pytest_itemcollected(item):
     item.add_marker(pytest.mark.slow)
 
 
+# Among the files that read a background run, these go first, in this order: each holds
+# a test that runs whole command lines in subprocesses, one after another (the GPU check's
+# parts, two processes killed and resumed, the command-line runs, the controls' re-
+# evaluations), the longest single tests of the session. The files of short tests then
+# end it, so the two workers finish together instead of one idling while the other runs a
+# long test that came last.
+_LONG_TESTS_FIRST = ("test_gpu_check.py", "test_distributed.py", "test_cli.py",
+                     "test_controls.py", "test_landscape.py")
+
+
 @pytest.hookimpl(trylast=True)  # after -m / -k / --deselect have chosen the items
 def pytest_collection_modifyitems(config, items):
   """Starts each background run a chosen test needs, and moves the test files that need
-  one to the end, and within such a file the tests that need one after those that do not
-  (xdist hands out whole files; a stable sort, so every worker sorts alike)."""
+  one to the end (`_LONG_TESTS_FIRST` first among them), and within such a file the tests
+  that need one after those that do not (xdist hands out whole files, in this order; a
+  stable sort, so every worker sorts alike)."""
   needed = {f for item in items for f in _needed(item)}
   files = {item.path for item in items if _needed(item)}
-  items.sort(key=lambda item: (item.path in files, bool(_needed(item))))
+  first = lambda path: (_LONG_TESTS_FIRST.index(path.name) if path.name in _LONG_TESTS_FIRST
+                        else len(_LONG_TESTS_FIRST))
+  items.sort(key=lambda item: (item.path in files, item.path in files and first(item.path),
+                               bool(_needed(item))))
   if needed and not config.option.collectonly:
     for fixture in sorted(needed):
       _start_background(fixture)
