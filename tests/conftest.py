@@ -17,7 +17,7 @@ import filelock
 import pytest
 
 # jax and matplotlib are imported where they are used, not here: the xdist controller
-# imports this file before it starts the workers and never needs either (about 3 s of
+# imports this file before it starts the workers and never needs either (seconds of
 # imports on the critical path of every run, `-m "not slow"` included).
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,10 +25,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # XLA's flags differ by role. The test processes (the controller and the xdist workers)
 # compile with LLVM's backend optimisation off, and with XLA's older CPU emitters (set
 # below, before JAX starts its backend; the workers inherit them): their cost is compiling
-# many small programs that then run for milliseconds, and both settings cut it (the older
-# emitters compile about 2.3 times faster: a program's compilation has a floor of about 30
-# ms with the fusion emitters, which build an MLIR pipeline per kernel; XLA's HLO passes,
-# fusion and layout, still run). Their tests hold under either setting: tolerances argued
+# many small programs that then run for milliseconds, and both settings cut it (the
+# fusion emitters build an MLIR pipeline per kernel, a floor under every compilation;
+# XLA's HLO passes, fusion and layout, still run; `TRDR_TEST_XLA_CACHE=<new directory>
+# XLA_FLAGS=--xla_cpu_use_fusion_emitters=true pytest -m "not slow"` against the same
+# without the flag shows the difference). Their tests hold under either setting: tolerances argued
 # from rounding, and bitwise comparisons only of programs compiled in one process, alike.
 # Every subprocess (`subprocess_env`: the :smoke report and membership runs, the command-
 # line, resume, multi-process and GPU-check tests) compiles with the flags the session was
@@ -75,9 +76,9 @@ def x64_module():
 
 # ------------------------------------ the :smoke report and membership, built once per session
 #
-# `experiments/report.py --config=configs/report.py:smoke` (about 2.5 minutes, most of it
-# XLA compilation) and `experiments/membership.py --config=configs/membership.py:smoke`
-# (about 2 minutes) are read by several test files (`_BACKGROUND`). Each is started in the
+# `experiments/report.py --config=configs/report.py:smoke` and `experiments/membership.py
+# --config=configs/membership.py:smoke`, minutes each on 2 cores, are read by several test
+# files (`_BACKGROUND`). Each is started in the
 # background as soon as a test process has collected a test that needs it, and the tests
 # that need one are run last (`pytest_collection_modifyitems`), so the two run side by side
 # (the report does not wait for membership: `make figures` no longer runs it) and beside
@@ -98,20 +99,19 @@ def x64_module():
 # code for it.
 #
 # No max size: with one, JAX's cache takes a file lock and lists and reads every entry's
-# access time on each write, which is quadratic in the entries (measured: 2,000 writes
-# of 10 kB took 198 s; the fast tier writes about 1,200 entries, and ran 131 s without
-# the cache, 174 s with it bounded). An entry half-written by a concurrent (or killed)
-# process fails to load, with a warning, and is compiled instead: the same program. The
-# controller trims the directory to `_XLA_CACHE_KEEP_BYTES` at the end of the session,
-# least recently used first.
+# access time on each write, which is quadratic in the entries (the fast tier writes over
+# a thousand entries, and ran slower with a bounded cache than with none). An entry
+# half-written by a concurrent (or killed) process fails to load, with a warning, and is
+# compiled instead: the same program. The controller trims the directory to
+# `_XLA_CACHE_KEEP_BYTES` at the end of the session, least recently used first.
 #
-# Within one cold session few programs repeat (measured: 25 cache hits among 2,123
-# compilations), so a fresh machine (CI) gains little; a second session on the same
-# machine loads most of its programs (the fast tier: 48 s, from 125 s).
-# TRDR_TEST_XLA_CACHE names another directory; "off" turns it off for the test processes
-# and keeps it to this session's subprocesses (a temporary directory, removed at its end):
-# a fresh machine's run, without the writes (measured: the fast tier 109 s off, 119 s
-# writing a fresh cache).
+# Within one cold session few of the test processes' programs repeat, so a fresh machine
+# (CI) gains little beyond what the subprocesses share (the resumed and two-process runs
+# load the :smoke report's programs); a second session on the same machine loads most of its
+# programs (`TRDR_TEST_XLA_CACHE=<new directory> pytest -m "not slow"`, run twice, shows
+# both). TRDR_TEST_XLA_CACHE names another directory; "off" turns it off for the test
+# processes and keeps it to this session's subprocesses (a temporary directory, removed at
+# its end): a fresh machine's run, without the writes.
 _XLA_CACHE = "TRDR_TEST_XLA_CACHE"
 _XLA_CACHE_KEEP_BYTES = 2 << 30
 
