@@ -22,36 +22,49 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# XLA's flags differ by role. The test processes (the controller and the xdist workers)
-# compile with LLVM's backend optimisation off, and with XLA's older CPU emitters (set
-# below, before JAX starts its backend; the workers inherit them): their cost is compiling
-# many small programs that then run for milliseconds, and both settings cut it (the
-# fusion emitters build an MLIR pipeline per kernel, a floor under every compilation;
-# XLA's HLO passes, fusion and layout, still run; `TRDR_TEST_XLA_CACHE=<new directory>
-# XLA_FLAGS=--xla_cpu_use_fusion_emitters=true pytest -m "not slow"` against the same
-# without the flag shows the difference). Their tests hold under either setting: tolerances argued
-# from rounding, and bitwise comparisons only of programs compiled in one process, alike.
+# XLA's flags differ by role; each process keeps the session's own XLA_FLAGS (under
+# .ci/run the AVX2 pin) and adds those below that they do not name already, so a flag
+# given in XLA_FLAGS stands for every process (`XLA_FLAGS="--xla_backend_optimization_level=3
+# --xla_cpu_use_fusion_emitters=true" pytest` compiles everything as users' runs are).
+#
+# The test processes (the controller and the xdist workers) compile with LLVM's backend
+# optimisation off (level 0) and XLA's older CPU emitters (set below, before JAX starts its
+# backend; the workers inherit them): their cost is compiling many small programs that then
+# run for milliseconds, and both settings cut it (the fusion emitters build an MLIR
+# pipeline per kernel, a floor under every compilation; XLA's HLO passes, fusion and
+# layout, still run).
+#
 # Every subprocess (`subprocess_env`: the :smoke report and membership runs, the command-
-# line, resume, multi-process and GPU-check tests) compiles with the flags the session was
-# given, the code users run: those runs are spent executing programs, not compiling them,
-# and run faster so (`experiments/report.py --config=configs/report.py:smoke` from an empty
-# cache under each setting shows it). A test that asks for the bits of a subprocess's result
-# computes its own side under the same flags, in a subprocess too (`like_the_runs`): the
-# comparisons of two programs doing the same per-point arithmetic (8 devices against 1, 2
-# processes against 1) rely on XLA generating the same per-point code for both, which the
-# older emitters do not. Flags already in XLA_FLAGS stand, for every process:
-# `XLA_FLAGS=--xla_backend_optimization_level=3 pytest` compiles the tests as users' runs
-# are compiled.
+# line, resume, multi-process and GPU-check tests, `like_the_runs`) compiles at LLVM level
+# 1 with the older emitters: those runs execute their programs for seconds, which level 0
+# slows, and compile hundreds, which the default level and the fusion emitters slow; so
+# the :smoke report runs faster than at level 0 or at the default level, with either
+# emitters (`experiments/report.py --config=configs/report.py:smoke` from an empty cache
+# under each shows it).
+#
+# The tests hold under any of these settings: tolerances are argued from rounding, and a
+# bitwise comparison is only made between programs compiled under the same flags. A test
+# that asks for the bits of a subprocess's result computes its own side in a subprocess
+# too (`like_the_runs`). The one comparison of two different programs, 8 devices against
+# one (tests/test_sharding.py), needs XLA to generate the same per-point code for both,
+# which the fusion emitters do and the older ones do not: it sets its own flags.
 _OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 _EMITTER_FLAG = "--xla_cpu_use_fusion_emitters"
-# The session's own flags, for the subprocesses; set once, by the first process (the
-# controller), before it adds the test processes' flags, which the workers inherit.
-_SUBPROCESS_XLA_FLAGS = "TRDR_TEST_SUBPROCESS_XLA_FLAGS"
-os.environ.setdefault(_SUBPROCESS_XLA_FLAGS, os.environ.get("XLA_FLAGS", ""))
-os.environ["XLA_FLAGS"] = " ".join(
-    [os.environ.get("XLA_FLAGS", "")] + [f"{flag}={value}" for flag, value in (
-        (_OPT_LEVEL_FLAG, 0), (_EMITTER_FLAG, "false"))
-     if flag not in os.environ.get("XLA_FLAGS", "")]).strip()
+_TEST_PROCESS_FLAGS = ((_OPT_LEVEL_FLAG, 0), (_EMITTER_FLAG, "false"))
+_SUBPROCESS_FLAGS = ((_OPT_LEVEL_FLAG, 1), (_EMITTER_FLAG, "false"))
+
+
+def _with_flags(flags: str, added) -> str:
+  """``flags`` (XLA_FLAGS) with each (flag, value) of ``added`` that it does not name."""
+  return " ".join([flags] + [f"{flag}={value}" for flag, value in added
+                             if flag not in flags]).strip()
+
+
+# The session's own flags, set once, by the first process (the controller), before it adds
+# the test processes' flags, which the workers inherit.
+_SESSION_XLA_FLAGS = "TRDR_TEST_SESSION_XLA_FLAGS"
+os.environ.setdefault(_SESSION_XLA_FLAGS, os.environ.get("XLA_FLAGS", ""))
+os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), _TEST_PROCESS_FLAGS)
 
 
 def _enable_x64():
@@ -173,7 +186,7 @@ def pytest_configure(config):
 def _subprocess_env() -> dict[str, str]:
   session_cache = os.path.join(os.environ[_SESSION_DIR], "xla_cache")
   return {**_cache_env(session_cache), **os.environ,  # the persistent cache, if on
-          "XLA_FLAGS": os.environ[_SUBPROCESS_XLA_FLAGS],
+          "XLA_FLAGS": _with_flags(os.environ[_SESSION_XLA_FLAGS], _SUBPROCESS_FLAGS),
           "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
           # One CPU device, not one per core (`trdr.runtime.sharding.set_cpu_devices`): the
           # subprocesses run beside the two workers, so a second device would only add a

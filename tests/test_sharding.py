@@ -124,13 +124,13 @@ def test_eight_device_grid_equals_one_device_grid(subprocess_env, tmp_path):
   batch sizes 1, 3, 4 (a device's whole shard) and 100.
 
   The single-device numbers come from a second subprocess, side by side with the first:
-  both compile with the XLA flags users run (the test processes' own flags choose
-  XLA's older CPU emitters, tests/conftest.py), at LLVM optimisation level 0 (this test
-  is its compilations), which keep the per-point code of the two the same.
+  both compile with XLA's fusion emitters, which keep the per-point code of the two the
+  same (the older emitters that tests/conftest.py gives the other processes do not), at
+  LLVM optimisation level 0 (this test is its compilations).
   """
-  flags = subprocess_env["XLA_FLAGS"]
-  if "--xla_backend_optimization_level" not in flags:
-    flags += " --xla_backend_optimization_level=0"
+  flags = " ".join(flag for flag in subprocess_env["XLA_FLAGS"].split() if not flag.startswith(
+      ("--xla_backend_optimization_level=", "--xla_cpu_use_fusion_emitters=")))
+  flags += " --xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=true"
   runs = {}
   for devices in (8, 1):
     env = {**subprocess_env, "JAX_PLATFORMS": "cpu",
