@@ -91,13 +91,13 @@ def x64_module():
 #
 # `experiments/report.py --config=configs/report.py:smoke` and `experiments/membership.py
 # --config=configs/membership.py:smoke`, minutes each on 2 cores, are read by several test
-# files (`_BACKGROUND`). Each is started in the
-# background as soon as a test process has collected a test that needs it, and the tests
-# that need one are run last (`pytest_collection_modifyitems`), so the two run side by side
-# (the report does not wait for membership: `make figures` no longer runs it) and beside
-# the tests that need neither, and the two xdist workers do not idle on them. Each runs
-# once per session: its directory is shared by the controller, the workers and their
-# subprocesses through an environment variable the controller sets before the workers start.
+# files (`_BACKGROUND`). Each is started in the background as soon as a test process has
+# collected a test that needs it, and the tests that need one are run last
+# (`pytest_collection_modifyitems`), so the two run side by side (the report does not wait
+# for membership: `make figures` no longer runs it) and beside the tests that need neither,
+# and the two xdist workers do not idle on them. Each runs once per session: its directory
+# is shared by the controller, the workers and their subprocesses through an environment
+# variable the controller sets before the workers start.
 #
 # Every process of the session (the test processes, the report, the notebook's kernel, the
 # command-line, resume and multi-process tests' subprocesses; the resume and distributed
