@@ -36,8 +36,9 @@ def test_every_rule_tells_the_control_attacks_apart(smoke_report_dir, like_the_r
   "uninformative" where the claim is that it recovers none.
 
   The controls' runs are re-evaluated in a process compiled as the report's runs were
-  (`like_the_runs`): the same evaluation programs on inputs of the same shapes, which
-  that process loads from the session's compilation cache instead of compiling again."""
+  (`like_the_runs`), so that it loads from the session's compilation cache the report's
+  evaluation programs that the controls share; it compiles the rest (the controls' grid
+  points are all distinct, where a run evaluates identical points once)."""
   found = json.loads(like_the_runs(
       "from trdr.configs import report as report_config\n"
       "from trdr.report import controls\n"
