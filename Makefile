@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership membership-doc knowledge knowledge-doc knowledge-smoke fig1 fig2 fig3 fig4 table1 table1-readings outer-step sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -108,6 +108,12 @@ knowledge:  ## Privacy against what the adversary knows (informed adversary, k u
 
 knowledge-doc:  ## docs/knowledge.{md,png} from runs/knowledge_SIZE, after make knowledge.
 	cp $(RUNS)/knowledge_$(SIZE)/knowledge.md $(RUNS)/knowledge_$(SIZE)/knowledge.png docs/
+
+victim-recipe:  ## DecoReco's victim recipe ablated: later-layer init x training time x 3 seeds, KKT premise and counts (~1.5 h at SIZE=cpu): runs/victim_recipe_SIZE/victim_recipe.md.
+	$(PYTHON) experiments/victim_recipe.py --config=configs/victim_recipe.py:$(SIZE) --workdir=$(RUNS)/victim_recipe_$(SIZE)
+
+victim-recipe-doc:  ## docs/victim_recipe.md from runs/victim_recipe_SIZE, after make victim-recipe.
+	cp $(RUNS)/victim_recipe_$(SIZE)/victim_recipe.md docs/
 
 knowledge-smoke:  ## The same at smoke size (a couple of minutes; CI runs it in the tests).
 	$(MAKE) knowledge SIZE=smoke

@@ -129,15 +129,24 @@ def _decoreco(name, env, r, cpu, link) -> list[str]:
          f"{r['candidates']} candidates, {r['steps']:,} iterations, "
          f"{'float64' if r['float64'] else 'float32'}; Haim et al.'s run {hp['name']} "
          f"(σ {hp['init_scale']:g}, lr {hp['lr']:g}, λ_min {hp['lambda_min']:g}, "
-         f"α {hp['alpha']:g}). Victim: full-batch GD at lr {r['victim_lr']:g} (trdr's :cpu "
-         f"recipe; Haim et al. train at lr 0.01 for up to 10⁶ epochs), at most "
-         f"{r['victim_max_epochs']:,} epochs."]
+         f"α {hp['alpha']:g}). Victim: full-batch GD at lr {r['victim_lr']:g} "
+         + (f"to the gradient-flow time {r['victim_flow_time']:g} (Haim et al.: lr 0.01 × 10⁶ "
+            f"epochs = 10⁴), later layers {r.get('victim_later_init')}'s initialisation."
+            if r.get("victim_flow_time") else
+            f"(trdr's :cpu recipe; Haim et al. train at lr 0.01 for up to 10⁶ epochs), "
+            f"at most {r['victim_max_epochs']:,} epochs.")]
   if "reconstructed" not in r:
     return out + ["", "No counts: the part did not reach its evaluation."]
   v = r["victim"]
   out[0] += (f" It stopped after {v['epochs']:,} epochs at train loss {v['train_loss']:.3g} "
              f"(threshold reached: {v['reached_threshold']}), train accuracy "
              f"{v['train_accuracy']:.3f}, test accuracy {v['test_accuracy']:.3f}.")
+  if r.get("kkt_premise"):
+    k = r["kkt_premise"]
+    out[0] += (" KKT premise (`trdr.victim.kkt`), the unexplained fraction per tensor: "
+               + ", ".join(f"{name} {v:.3f}" for name, v in k["relative"].items())
+               + f"; floor ‖r‖² {k['residual_total']:.4g} beside the attack's final loss "
+               f"{r['final_loss']:.4g}.")
   t = r["ssim_threshold"]
   head = (f"| training images reconstructed (of {r['n_train']}) | after the attack | "
           "its start images |")

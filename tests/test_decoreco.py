@@ -164,7 +164,8 @@ def test_bad_inputs_raise(x64):
 
 def test_haim_mlp_structure_init_and_registry():
   config = ml_collections.ConfigDict(dict(arch="haim_mlp", widths=[7, 5], activation="relu",
-                                          all_biases=False, num_outputs=1))
+                                          all_biases=False, num_outputs=1,
+                                          later_init="pytorch"))
   assert set(models.MODEL_FIELDS["haim_mlp"]) <= set(config.keys())
   model = models.build_model(config)
   params = models.init_params(model, jax.random.key(0), (8, 8, 3))
@@ -175,7 +176,9 @@ def test_haim_mlp_structure_init_and_registry():
   # N(0, 1)·1e-4 over 192·7 + 7 = 1351 draws: the sample std's own std is
   # 1e-4/√(2·1351) ≈ 2e-6, so ±3e-5 is 15 of those; another scale is off by a factor.
   assert 0.7e-4 < first.std() < 1.3e-4
-  assert np.asarray(params["dense_1"]["kernel"]).std() > 0.1   # default init
+  # PyTorch's nn.Linear default, U(±1/√7): std 1/√21 ≈ 0.22, far from the first layer's.
+  assert np.abs(params["dense_1"]["kernel"]).max() <= 1 / np.sqrt(7)
+  assert np.asarray(params["dense_1"]["kernel"]).std() > 0.1
   assert model.apply({"params": params}, jnp.ones((4, 8, 8, 3))).shape == (4,)
 
   multi = model.clone(all_biases=True, num_outputs=3)

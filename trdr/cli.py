@@ -347,3 +347,21 @@ def knowledge_main(argv):
                      .encode())
   print(knowledge.reading(rows, config.eval.windows[0]))
   print(f"Wrote {os.path.join(workdir, 'knowledge.md')}")
+
+
+def victim_recipe_main(argv):
+  """``main`` of experiments/victim_recipe.py: DecoReco's victim recipe ablated (`trdr.
+  report.victim_recipe`; finished cells reused) and WORKDIR/victim_recipe.md."""
+  del argv
+  from trdr import report  # noqa: PLC0415  (see the imports above)
+  from trdr.report import victim_recipe  # noqa: PLC0415
+  from trdr.runtime import files  # noqa: PLC0415
+  config = _CONFIG.value
+  workdir = _workdir(_WORKDIR.value or default_workdir(
+      config_flags.get_config_filename(flags.FLAGS["config"])))
+  rows = victim_recipe.run(config, workdir)
+  files.atomic_write(os.path.join(workdir, "victim_recipe.md"),
+                     victim_recipe.markdown(rows, config, report.provenance(config.variant))
+                     .encode())
+  print(victim_recipe.reading(rows, config))
+  print(f"Wrote {os.path.join(workdir, 'victim_recipe.md')}")

@@ -73,14 +73,35 @@ class OneHidden(nn.Module):
     return nn.Dense(1, name="output", param_dtype=images.dtype)(h)[:, 0]
 
 
+def _pytorch_linear(fan_in: int) -> dict:
+  """PyTorch's ``nn.Linear`` default: the kernel by ``kaiming_uniform_(a=√5)``, whose bound
+  gain·√(3/fan_in) with gain √(2/(1 + 5)) is 1/√fan_in, and the bias U(±1/√fan_in)."""
+  bound = 1.0 / np.sqrt(fan_in)
+  uniform = lambda key, shape, dtype=jnp.float32: jax.random.uniform(
+      key, shape, dtype, -bound, bound)
+  return dict(kernel_init=uniform, bias_init=uniform)
+
+
+# The initialisation of a Haim MLP's layers after the first (`HaimMLP.later_init`): name ->
+# fan_in -> Dense keyword arguments.
+LATER_INITS: dict[str, Callable[[int], dict]] = {
+    "pytorch": _pytorch_linear,
+    "flax": lambda fan_in: {},
+}
+
+
 class HaimMLP(nn.Module):
   """Multilayer perceptron of Haim et al. (NeurIPS 2022), the DecoReco victim.
 
   Φ(x; θ) = W_L σ(… σ(W_1 x + b_1) …), x flattened to D = H·W·C. Hidden layers are
   named ``dense_0``, ``dense_1``, …, the last ``output``. Only the first layer has a bias
   unless ``all_biases``; the first layer's kernel and bias are drawn N(0, 1)·``first_scale``
-  (1e-4 in the reference code), later layers take Flax's default initialisation.
-  Parameters take the dtype of the images.
+  (1e-4 in the reference code, ``use_init_scale_only_first``). Later layers follow
+  ``later_init`` (`LATER_INITS`): "pytorch", PyTorch's ``nn.Linear`` default that Haim
+  et al.'s reference code leaves them at, kernel and bias U(−1/√fan_in, 1/√fan_in)
+  (variance 1/(3·fan_in)); or "flax", Flax's ``Dense`` default, kernel ``lecun_normal``
+  (variance 1/fan_in, three times PyTorch's) and bias 0. Parameters take the dtype of the
+  images.
 
   θ = {"dense_0": {"kernel": float[D, w_0], "bias": float[w_0]},
        "dense_k": {"kernel": float[w_{k−1}, w_k]} (+ "bias" if all_biases),
@@ -95,19 +116,22 @@ class HaimMLP(nn.Module):
     num_outputs: C ≥ 1; with C = 1 the model returns float[N] (binary logit), otherwise
       float[N, C] (one logit per class).
     first_scale: standard deviation of the first layer's initial kernel and bias.
+    later_init: the later layers' initialisation, a name in `LATER_INITS`.
   """
   widths: tuple[int, ...] = (1000, 1000)
   activation: str | Callable[[jax.Array], jax.Array] = "relu"
   all_biases: bool = False
   num_outputs: int = 1
   first_scale: float = 1e-4
+  later_init: str = "pytorch"
 
   @nn.compact
   def __call__(self, images: jax.Array) -> jax.Array:
     """Args: images float[N, H, W, C]. Returns: logits float[N] (C = 1) or float[N, C].
 
     Raises:
-      ValueError: unknown activation name, no or non-positive widths, num_outputs < 1.
+      ValueError: unknown activation name or later_init, no or non-positive widths,
+        num_outputs < 1.
     """
     if isinstance(self.activation, str):
       if self.activation not in ACTIVATIONS:
@@ -120,16 +144,18 @@ class HaimMLP(nn.Module):
       raise ValueError(f"widths must be a non-empty tuple of positive ints, got {self.widths}")
     if self.num_outputs < 1:
       raise ValueError(f"num_outputs must be >= 1, got {self.num_outputs}")
+    if self.later_init not in LATER_INITS:
+      raise ValueError(f"unknown later_init {self.later_init!r}; known: {list(LATER_INITS)}")
     first_init = nn.initializers.normal(stddev=self.first_scale)
+    later = LATER_INITS[self.later_init]
     h = images.reshape((images.shape[0], -1))
     for k, width in enumerate(self.widths):
-      first = k == 0
-      h = act(nn.Dense(
-          width, use_bias=first or self.all_biases, name=f"dense_{k}",
-          param_dtype=images.dtype,
-          **(dict(kernel_init=first_init, bias_init=first_init) if first else {}))(h))
+      inits = (dict(kernel_init=first_init, bias_init=first_init) if k == 0
+               else later(h.shape[-1]))
+      h = act(nn.Dense(width, use_bias=k == 0 or self.all_biases, name=f"dense_{k}",
+                       param_dtype=images.dtype, **inits)(h))
     out = nn.Dense(self.num_outputs, use_bias=self.all_biases, name="output",
-                   param_dtype=images.dtype)(h)
+                   param_dtype=images.dtype, **later(h.shape[-1]))(h)
     return out[:, 0] if self.num_outputs == 1 else out
 
 
@@ -137,17 +163,23 @@ MODELS: dict[str, Callable[[ml_collections.ConfigDict], nn.Module]] = {
     "affine": lambda cfg: Affine(),
     # victim_config.width, victim_config.activation
     "one_hidden": lambda cfg: OneHidden(width=cfg.width, activation=cfg.activation),
-    # victim_config.widths, .activation, .all_biases, .num_outputs
+    # victim_config.widths, .activation, .all_biases, .num_outputs, .later_init ("flax"
+    # where a config lacks it: a run's config.json written before the key existed)
     "haim_mlp": lambda cfg: HaimMLP(
         widths=tuple(cfg.widths), activation=cfg.activation, all_biases=cfg.all_biases,
-        num_outputs=cfg.num_outputs),
+        num_outputs=cfg.num_outputs,
+        later_init=cfg.get("later_init", ABSENT_FIELDS["later_init"])),
 }
+
+# What a victim config that lacks a field (a run's config.json written before the field
+# existed) was trained with.
+ABSENT_FIELDS = {"later_init": "flax"}
 
 # Victim-config fields, beyond `arch`, that an architecture reads (they determine θ*).
 MODEL_FIELDS: dict[str, tuple[str, ...]] = {
     "affine": (),
     "one_hidden": ("width", "activation"),
-    "haim_mlp": ("widths", "activation", "all_biases", "num_outputs"),
+    "haim_mlp": ("widths", "activation", "all_biases", "num_outputs", "later_init"),
 }
 
 

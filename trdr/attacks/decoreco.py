@@ -75,23 +75,11 @@ def relu_sigmoid_backward(alpha) -> Callable[[jax.Array], jax.Array]:
   return lambda z: _relu_sigmoid_backward(z, jnp.asarray(alpha, z.dtype))
 
 
-def _signed_outputs(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """s_j = y_j Φ(x_j): logits float[m], labels float[m] in {−1, +1} -> float[m]."""
-  return labels * logits
-
-
-def _margins(logits: jax.Array, labels: jax.Array) -> jax.Array:
-  """s_j = Φ_{y_j}(x_j) − max_{k≠y_j} Φ_k(x_j): logits float[m, C], labels int[m] -> float[m]."""
-  true = jnp.take_along_axis(logits, labels[:, None], axis=1)[:, 0]
-  others = jnp.where(jax.nn.one_hot(labels, logits.shape[1], dtype=bool), -jnp.inf, logits)
-  return true - jnp.max(others, axis=1)
-
-
 # Each form: (s(logits, labels) -> float[m], c(weight_decay) -> scale of θ in the residual).
 FORMS: dict[str, tuple[Callable, Callable[[float], Any]]] = {
-    "binary": (_signed_outputs, lambda wd: 1.0),
-    "weight_decay": (_signed_outputs, lambda wd: wd),
-    "multiclass": (_margins, lambda wd: 1.0),
+    "binary": (victim.signed_outputs, lambda wd: 1.0),
+    "weight_decay": (victim.signed_outputs, lambda wd: wd),
+    "multiclass": (victim.margins, lambda wd: 1.0),
 }
 
 

@@ -54,7 +54,7 @@ from trdr.experiment import results as results_npz
 from trdr.experiment.results import RESULTS_FILE
 from trdr.experiment.starts import HPARAM_NAMES, STARTS, Starts
 from trdr.runtime import distributed, files, rundir
-from trdr.victim import pretrained
+from trdr.victim import kkt, pretrained
 
 LANDSCAPE_FILE = "landscape.json"
 SUMMARY_FILE = "summary.json"
@@ -65,6 +65,10 @@ MEMBERSHIP_FILE = "starts.json"
 FINISHED = {"landscape": LANDSCAPE_FILE, "attack": SUMMARY_FILE, "sweep": SUMMARY_FILE,
             "membership": MEMBERSHIP_FILE}
 MODES = tuple(FINISHED)
+# The first layer's unexplained fraction above which DecoReco's premise is said not to hold
+# (`kkt_premise`): more than half of that layer is then no combination of the training
+# images' gradients, and the attack's images can match at most the rest.
+PREMISE_WARNING = 0.5
 
 
 class Finished(NamedTuple):
@@ -267,8 +271,8 @@ def reevaluate(run_dir: str, images: np.ndarray, workdir: str) -> Finished:
         grid(images), {k: grid(saved[k]) for k in outputs},
         evaluate.comparison_sets(run.task, starts.extra.get("noise_images"),
                                  public=config.eval.public_set),
-        {**{k: summary[k] for k in ("victim", "attack", "attack_seconds", "phase_seconds",
-                                    "hyperparameters") if k in summary},
+        {**{k: summary[k] for k in ("victim", "attack", "attack_seconds", "kkt_premise",
+                                    "phase_seconds", "hyperparameters") if k in summary},
          "reevaluated": os.path.abspath(run_dir)})
     building = workdir.rstrip(os.sep) + ".reevaluating"
     shutil.rmtree(building, ignore_errors=True)   # a failed call's leftover
@@ -491,6 +495,7 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
   target = pretrained.keep(run.loaded, workdir) if run.loaded else victim.load_or_train(
       config, task, config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
   victim_seconds = time.time() - began
+  premise = kkt_premise(target, a, task, run.dtype) if a.name == "decoreco" else None
   if distributed.active():  # every process attacks process 0's θ*
     target = target._replace(params=distributed.broadcast(target.params))
   attack = ATTACKS[a.name](target, a, starts.labels, key=starts.build_key, box=run.box)
@@ -517,6 +522,7 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
     return Finished(workdir, shard)
   summary = {"victim": target.metadata["report"], "attack": attack.name,
              "attack_seconds": seconds,
+             **({"kkt_premise": premise.to_json()} if premise is not None else {}),
              # This process's wall time per phase (a resumed run: since its resume).
              "phase_seconds": {"victim": victim_seconds, "attack": seconds}}
   if attack.hyperparameters is not None:
@@ -525,6 +531,29 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
   outputs = attack.outputs(states) if attack.outputs is not None else {}
   return Attacked(target, attack, history, trajectory, attack.images(states),
                   {k: np.asarray(v) for k, v in outputs.items()}, sets, summary)
+
+
+def kkt_premise(target: victim.Victim, attack_config: ml_collections.ConfigDict, task,
+                dtype) -> kkt.KKTFit:
+  """DecoReco's premise for θ* (`trdr.victim.kkt.fit` on the task's training images), logged,
+  with a warning when more than `PREMISE_WARNING` of the first layer's ‖θ*‖², where the
+  images enter, is no non-negative combination of the training images' gradients: the
+  attack's count then says little about privacy (docs/victim_recipe.md)."""
+  form = kkt.victim_form(target.config, attack_config.form)
+  fit = kkt.fit(target.apply, target.params, jnp.asarray(task.train_images, dtype),
+                jnp.asarray(task.train_labels, dtype), form=form,
+                weight_decay=float(target.config.get("weight_decay", 0.0)))
+  logging.info("%s", fit.line())
+  first = fit.relative[fit.first_layer]
+  if first > PREMISE_WARNING:
+    logging.warning(
+        "DecoReco's premise does not hold for this θ*: %.0f%% of the first layer (%s) is "
+        "not explained by the %d training images' gradients with λ ≥ 0 (above %.0f%%), so "
+        "few reconstructions are expected whatever the model reveals; a victim trained as "
+        "Haim et al.'s (docs/victim_recipe.md) or the training set it was trained on "
+        "(data.*) may change that", 100 * first, fit.first_layer, fit.n,
+        100 * PREMISE_WARNING)
+  return fit
 
 
 def _partition_starts(run: Prepared) -> np.ndarray:

@@ -9,6 +9,8 @@
   controls    the rules applied to control attacks (identity, worsening, oracle)
   markdown    report.md and membership.md
   figures     the report's own figures (the quiz, the trajectories, membership)
+  knowledge   privacy against what the adversary knows (the informed adversary, k unknown)
+  victim_recipe  DecoReco's victim recipe ablated: the KKT premise of θ* and the counts
 
 `run` regenerates Figs. 1–12, Table 1 and Table 1 under each reading of the paper's random
 θ0 (`artefacts.make`, into WORKDIR/paper_figures
@@ -61,6 +63,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                                          (0, *config.repeat_seeds)).items():
     results[name]["seeds"] = stats
   count_rows = evidence.counts(collected["summaries"])
+  premises = {name: summary["kkt_premise"] for name, summary in collected["summaries"].items()
+              if "kkt_premise" in summary}
   if measured is None:
     results["membership"] = verdicts.membership_not_run()
   else:
@@ -84,10 +88,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         paper_figures, "table1_readings.json")) | {"markdown": readings_md},
                     "outer_step": files.read_json(os.path.join(
                         paper_figures, "outer_step.json")) | {"markdown": outer_step_md},
+                    "kkt_premise": premises,
                     "generated": provenance(config.variant), "disk": _disk(workdir)})
   files.atomic_write(os.path.join(workdir, "report.md"),
                      markdown.report_page(results, table1_md, measured, config.variant,
-                                          count_rows).encode())
+                                          count_rows, premises).encode())
   return results
 
 

@@ -27,6 +27,7 @@ from trdr.attacks import informed
 from trdr.attacks import init as inits
 from trdr.evaluation import evaluate
 from trdr.runtime import files, rundir
+from trdr.victim import kkt
 
 ROWS_FILE = "knowledge.json"
 
@@ -150,10 +151,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
             target = victim.load_or_train(c, task, os.path.join(workdir, "victims",
                                                                 f"{name}_seed{seed}"))
             grad_norm = _grad_norm(target, task)     # one θ* per victim and seed
+            floor = _kkt_floor(target, task)
           row = {"victim": name, "adversary": INFORMED, "seed": int(seed),
                  **attack_row(target, task, k, int(seed), config, config.restarts[name],
                               config.steps[name]),
-                 "grad_norm": grad_norm}
+                 "grad_norm": grad_norm, **floor}
           _log(row)
           rows.append(row)
           done.add(_key(row))
@@ -182,14 +184,8 @@ def _check_settings(config: ml_collections.ConfigDict, workdir: str) -> None:
   Raises:
     FileExistsError: the settings differ (the message names the keys).
   """
-  settings = {k: v for k, v in config.to_dict().items() if k not in ("seeds", "ks")}
-  path = os.path.join(workdir, rundir.CONFIG_FILE)
-  if os.path.exists(path):
-    if change := rundir.config_change(files.read_json(path), settings):
-      raise FileExistsError(f"{workdir} holds rows of other settings ({path}: {change}); "
-                            "use another --workdir or delete it")
-  else:
-    files.write_json(path, settings)
+  rundir.pin_settings(workdir, {k: v for k, v in config.to_dict().items()
+                                if k not in ("seeds", "ks")})
 
 
 def _log(row: dict) -> None:
@@ -239,14 +235,28 @@ def _grad_norm(target: victim.Victim, task) -> float:
   return float(jnp.sqrt(sum(jnp.sum(v ** 2) for v in jax.tree.leaves(g))))
 
 
+def _kkt_floor(target: victim.Victim, task) -> dict:
+  """For a gradient-descent victim, what no KKT loss can go below at the true images: the
+  residual ‖θ* − Σ λ_i y_i ∇θΦ(x_i)‖² of the best λ ≥ 0 on all n training images
+  (`trdr.victim.kkt.fit`), and its first layer's unexplained fraction; {} for a stationary
+  victim (its closed forms and residual loss are exact there)."""
+  if target.config.get("training", "lbfgs") != "gd":
+    return {}
+  x = jnp.asarray(task.train_images)
+  fit = kkt.fit(target.apply, target.params, x, jnp.asarray(task.train_labels, x.dtype))
+  return {"kkt_floor": fit.residual_total,
+          "kkt_first_layer": fit.relative[fit.first_layer]}
+
+
 def summary(rows: list[dict], window: int) -> list[dict]:
   """Per (victim, adversary, k): the recovered fraction's mean and sample std over seeds
   (ddof 1; NaN for one seed), the baseline's mean, the seeds, the method(s).
 
   Returns:
-    Rows {victim, adversary, k, n, seeds, method, mean, std, start_mean, residual and
-    truth_residual (medians over seeds of the final loss kept and of the loss from the
-    true images; NaN where none)}, in the rows' order.
+    Rows {victim, adversary, k, n, seeds, method, mean, std, start_mean, residual,
+    truth_residual and floor (medians over seeds of the final loss kept, of the loss from
+    the true images and of the KKT floor `_kkt_floor`; NaN where none)}, in the rows'
+    order.
   """
   groups: dict[tuple, list[dict]] = {}
   for r in rows:
@@ -262,7 +272,8 @@ def summary(rows: list[dict], window: int) -> list[dict]:
                 "std": float(frac.std(ddof=1)) if len(rs) > 1 else float("nan"),
                 "start_mean": float(start.mean()),
                 "residual": _median([r["residual"] for r in rs]),
-                "truth_residual": _median([r.get("truth_residual", np.nan) for r in rs])})
+                "truth_residual": _median([r.get("truth_residual", np.nan) for r in rs]),
+                "floor": _median([r.get("kkt_floor", np.nan) for r in rs])})
   return out
 
 
@@ -325,16 +336,22 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict,
            "adversary cannot run: the same steps from the true images, on seeds "
            f"{list(config.truth_seeds)}. A loss from the truth "
            "below the kept one means the optimiser missed a better point; one at or above it "
-           "means the objective does not prefer the training images.", ""]
+           "means the objective does not prefer the training images. For the "
+           "gradient-descent victim, the floor is the part of θ* that no λ ≥ 0 on the true "
+           "training images explains (`trdr.victim.kkt`): the losses are compared by their "
+           "excess over it, the part the attack can explain.", ""]
   for w in windows:
     lines += [f"## SSIM window {w}", "",
               "| victim | adversary | n | k | method | recovered (mean ± std over seeds) "
-              "| start images | final loss: kept / from the truth (medians) |",
-              "|---|---|---:|---:|---|---:|---:|---:|"]
+              "| start images | final loss: kept / from the truth (medians) "
+              "| KKT floor; excess over it: kept / from the truth |",
+              "|---|---|---:|---:|---|---:|---:|---:|---:|"]
     for r in summary(rows, w):
+      floor = (f"{r['floor']:.4g}; {r['residual'] - r['floor']:.3g} / "
+               f"{r['truth_residual'] - r['floor']:.3g}" if np.isfinite(r["floor"]) else "—")
       lines.append(f"| {r['victim']} | {r['adversary']} | {r['n']} | {r['k']} | {r['method']} | "
                    f"{r['mean']:.2f} ± {r['std']:.2f} | {r['start_mean']:.2f} | "
-                   f"{r['residual']:.3g} / {r['truth_residual']:.3g} |")
+                   f"{r['residual']:.3g} / {r['truth_residual']:.3g} | {floor} |")
     lines.append("")
   norms = {r["victim"]: [] for r in rows}
   for r in rows:

@@ -205,8 +205,30 @@ def membership_page(measured: dict, verdict: dict, generated: dict | None = None
                               membership_markdown(measured))]) + "\n"
 
 
+def premise_markdown(premises: dict) -> list[str]:
+  """DecoReco's premise per run (`trdr.victim.kkt`, a run's summary.json "kkt_premise"):
+  the unexplained fraction of each tensor of θ* and the residual floor, as Markdown lines;
+  none for no run."""
+  if not premises:
+    return []
+  tensors = list(next(iter(premises.values()))["relative"])
+  lines = ["## DecoReco's premise: the KKT point of θ*", "",
+           "The part of θ* that no non-negative combination of its training images' "
+           "gradients explains (Haim et al.'s θ* = Σ λ_i y_i ∇θΦ(x_i; θ*), λ ≥ 0, fitted on "
+           "the true training images by NNLS; `trdr/victim/kkt.py`), per tensor and "
+           "relative to its ‖θ*‖²; the floor is the residual left at the true images. "
+           "How the victim's recipe moves it: docs/victim_recipe.md.", "",
+           "| run | " + " | ".join(tensors) + " | whole θ* | floor ‖r‖² | λ > 0 |",
+           "|---|" + "---:|" * (len(tensors) + 3)]
+  for name, p in premises.items():
+    lines.append(f"| {name} | " + " | ".join(f"{p['relative'][t]:.3f}" for t in tensors)
+                 + f" | {p['relative_total']:.3f} | {p['residual_total']:.4g} | "
+                 f"{p['positive']} of {p['n']} |")
+  return lines + [""]
+
+
 def report_page(results: dict, table1_md: str, measured: dict | None, variant: str,
-             count_rows: list[dict] = ()) -> str:
+                count_rows: list[dict] = (), premises: dict | None = None) -> str:
   """report.md from the verdicts, Table 1's Markdown and the membership measurements.
 
   Args:
@@ -217,6 +239,8 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
       experiment has not run (its section then says so, with no figure or tables).
     variant: the config variant ("", "cpu" or "smoke"), named in the header.
     count_rows: `counts` output (the counts table; none: no table).
+    premises: {DecoReco run: its summary's "kkt_premise"} (`premise_markdown`; none: no
+      section).
   """
   size = variant or "paper"
   lines = [f"# trdr reproduction report: Runkel et al. 2024 (size: {size})", "",
@@ -249,6 +273,7 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
   lines.append("")
   if count_rows:
     lines += ["## Counts on both scales", "", *counts_markdown(count_rows)]
+  lines += premise_markdown(premises or {})
   for name in ARTEFACTS:
     title = "Table 1" if name == "table1" else f"Fig. {name[3:]}"
     extra = [table1_md.strip()] if name == "table1" else []
@@ -307,6 +332,8 @@ def verdicts_page(report: dict, source: str) -> str:
   if "outer_step" in report:  # the same: no section
     lines += ["", "## The outer step: eq. 7's plain gradient step beside Adam (affine, "
               "Figs. 1–3)", "", report["outer_step"]["markdown"].strip()]
+  if report.get("kkt_premise"):   # a report.json written before it had none: no section
+    lines += ["", *premise_markdown(report["kkt_premise"])]
   if "disk" in report:  # the same: no section
     disk = report["disk"]
     lines += ["", "## Disk", "",

@@ -87,7 +87,7 @@ def replace_dir(staging: str, workdir: str) -> None:
 EXECUTION_KEYS = frozenset({"attack.checkpoint_every"})
 # Keys added to the configs after runs were made, each with the value that gives what those
 # runs computed: a saved config without the key was run with that value (the same run).
-ADDED_KEYS = {"victim.init": "default"}
+ADDED_KEYS = {"victim.init": "default", "victim.later_init": "flax", "victim.flow_time": None}
 
 
 def config_change(old: Any, new: Any, shown: int = 4) -> str:
@@ -109,6 +109,24 @@ def config_change(old: Any, new: Any, shown: int = 4) -> str:
   found = walk(to_jsonable(old), to_jsonable(new), "")
   more = f" and {len(found) - shown} more" if len(found) > shown else ""
   return ", ".join(found[:shown]) + more
+
+
+def pin_settings(workdir: str, settings: dict, what: str = "rows") -> None:
+  """A study whose finished rows are reused by key (the knowledge and victim-recipe
+  experiments) keeps rows of one set of ``settings`` per directory: written to
+  WORKDIR/config.json by the first run, compared by every later one.
+
+  Raises:
+    FileExistsError: ``workdir`` holds ``what`` of other settings (the message names the
+      keys that differ).
+  """
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    write_json(path, settings)
+  elif change := config_change(read_json(path), settings):
+    raise FileExistsError(f"{workdir} holds {what} of other settings ({path}: {change}); "
+                          "use another --workdir or delete it")
 
 
 def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_file: str

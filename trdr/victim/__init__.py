@@ -8,20 +8,23 @@
   cache       `Victim` (model, θ*, config, report) and `load_or_train`: θ* reused from its
               directory when saved for the same config; `from_run` a run directory's θ*
   pretrained  θ* from a user's file (.pth, .npz, .msgpack, orbax), checked against the task
+  kkt         DecoReco's premise measured: how much of θ* its training images' gradients
+              explain with λ ≥ 0 (Haim et al.'s KKT conditions), per tensor
 
 The names below are the stage's API (``from trdr import victim; victim.load_or_train``);
-no module is named like one of them, so none is shadowed. `pretrained` is imported on its
-own (``from trdr.victim import pretrained``).
+no module is named like one of them, so none is shadowed. `pretrained` and `kkt` are imported
+on their own (``from trdr.victim import kkt``).
 """
 
 from trdr.victim.cache import (VICTIM_FILE, Victim, from_run, load, load_metadata,
                                load_or_train, load_saved, metadata, report_line, save)
 from trdr.victim.objective import (GD_LOSSES, accuracy, class_index, energy, logistic_loss,
-                                   predictions)
+                                   margins, predictions, signed_outputs)
 from trdr.victim.solver import MinimizeInfo, minimize_energy
 from trdr.victim.training import GDReport, TrainReport, train, train_gd
 
 __all__ = ["GD_LOSSES", "GDReport", "MinimizeInfo", "TrainReport", "VICTIM_FILE", "Victim",
            "accuracy", "class_index", "energy", "from_run", "load", "load_metadata",
-           "load_or_train", "load_saved", "logistic_loss", "metadata", "minimize_energy",
-           "predictions", "report_line", "save", "train", "train_gd"]
+           "load_or_train", "load_saved", "logistic_loss", "margins", "metadata",
+           "minimize_energy", "predictions", "report_line", "save", "signed_outputs",
+           "train", "train_gd"]

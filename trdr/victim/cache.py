@@ -21,7 +21,7 @@ from flax import linen as nn
 from trdr import models
 from trdr.runtime import files
 from trdr.victim.objective import Params
-from trdr.victim.training import train, train_gd
+from trdr.victim.training import gd_epochs, train, train_gd
 
 VICTIM_FILE = "victim.msgpack"
 
@@ -168,10 +168,13 @@ def metadata(config: ml_collections.ConfigDict, task) -> dict:
     task: the `trdr.data.Task` θ* is trained on.
   """
   v = config.victim
-  model_fields = {k: v[k] for k in models.MODEL_FIELDS.get(v.arch, ())}
+  model_fields = {k: v.get(k, models.ABSENT_FIELDS.get(k)) for k in
+                  models.MODEL_FIELDS.get(v.arch, ())}
   if v.training == "gd":
     training = {"training": "gd", **{k: v[k] for k in (
         "loss", "lr", "weight_decay", "max_epochs", "loss_threshold")}}
+    if v.get("flow_time") is not None:   # absent otherwise: victims saved before the key
+      training["flow_time"] = v.flow_time
   else:
     training = {"loss": "logistic", **{k: v[k] for k in (
         "weight_decay", "tol", "max_iter", "memory_size")}}
@@ -240,16 +243,18 @@ def from_run(run_dir: str) -> Victim:
 
 def _gd_progress(victim_config, began: float):
   """`train_gd`'s ``log_fn``: each chunk's epoch, loss and accuracy, and the time left at
-  the pace so far (from ``began``, `time.time`) if training ran to its epoch cap (it stops
-  earlier when the loss reaches its threshold: an upper bound)."""
-  cap = victim_config.max_epochs
+  the pace so far (from ``began``, `time.time`) if training ran to its epoch cap (with a
+  loss threshold it stops earlier when the loss reaches it: an upper bound)."""
+  cap = gd_epochs(victim_config)
+  until = (f"the gradient-flow time {victim_config.flow_time:g}, {cap} epochs"
+           if victim_config.get("flow_time") is not None else
+           f"the cap of {cap} epochs, or sooner at a loss below "
+           f"{victim_config.loss_threshold:g}")
 
   def log(r: dict) -> None:
     left = (time.time() - began) * (cap - r["epoch"]) / max(r["epoch"], 1)
     logging.info("victim epoch %d: train loss %.3e, accuracy %.3f (at most about %.0f s "
-                 "left: the cap of %d epochs, or sooner at a loss below %g)", r["epoch"],
-                 r["train_loss"], r["train_accuracy"], left, cap,
-                 victim_config.loss_threshold)
+                 "left: %s)", r["epoch"], r["train_loss"], r["train_accuracy"], left, until)
   return log
 
 

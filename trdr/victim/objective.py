@@ -65,6 +65,20 @@ GD_LOSSES: dict[str, Callable[[jax.Array, jax.Array], jax.Array]] = {
 }
 
 
+def signed_outputs(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """s_i = y_i Φ(x_i), the binary margin: logits float[n], labels float[n] in {−1, +1} ->
+  float[n]."""
+  return labels * logits
+
+
+def margins(logits: jax.Array, labels: jax.Array) -> jax.Array:
+  """s_i = Φ_{y_i}(x_i) − max_{k≠y_i} Φ_k(x_i), the multiclass margin (Buzaglo et al.
+  2023): logits float[n, C], labels int[n] in {0, …, C−1} -> float[n]."""
+  true = jnp.take_along_axis(logits, labels[:, None], axis=1)[:, 0]
+  others = jnp.where(jax.nn.one_hot(labels, logits.shape[1], dtype=bool), -jnp.inf, logits)
+  return true - jnp.max(others, axis=1)
+
+
 def predictions(logits: jax.Array) -> jax.Array:
   """Predicted labels as the task's: ±1 from logits float[n] (sign) or float[n, 2]
   (argmax), the class 0 … C−1 from float[n, C > 2]."""
