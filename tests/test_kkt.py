@@ -172,3 +172,25 @@ def test_haim_et_al_s_recipe_leaves_the_smaller_kkt_residual(x64):
     first[init] = fit.relative[fit.first_layer]
   assert decoreco_cifar.get_config("smoke").victim.later_init == "pytorch"
   assert first["pytorch"] < first["flax"]
+
+
+def test_a_run_warns_when_the_premise_does_not_hold(x64, caplog):
+  """`runner.kkt_premise`, which every DecoReco run calls: an untrained θ* (the first layer a
+  random N(0, 1e-4²) draw of D·w entries, against the n rank-one directions x_i δ_iᵀ that
+  the training images' gradients span there) is warned about; the trained one is not."""
+  from trdr.experiment import runner
+  config = decoreco_cifar.get_config("smoke")
+  task = _float64(data.make_task(config.data))
+  model = models.build_model(config.victim)
+  params0 = victim.cache.initial_params(config.victim, model, task.train_images.shape[1:],
+                                        jnp.float64)
+  trained, _ = victim.train_gd(model, params0, task, config.victim)
+  for params, warned in ((params0, True), (trained, False)):
+    caplog.clear()
+    target = victim.Victim(model, params, config.victim, {})
+    with caplog.at_level("INFO"):
+      fit = runner.kkt_premise(target, config.attack, task, jnp.float64)
+    first = fit.relative[fit.first_layer]
+    assert (first > runner.PREMISE_WARNING) == warned, first
+    assert ("premise does not hold" in caplog.text) == warned
+    assert "KKT premise" in caplog.text

@@ -575,7 +575,11 @@ def test_report_has_one_computed_verdict_per_artefact(smoke_report):
   from trdr.runtime import files
 
   saved = files.read_json(os.path.join(workdir, "report.json"))
-  sections = re.split(r"\n## ", text)[2:]     # after the counts table
+  parts = re.split(r"\n## ", text)
+  assert parts[2].startswith("DecoReco's premise")   # after the counts table, every run's
+  assert all(f"| {run} |" in parts[2] for run in saved["kkt_premise"])
+  assert saved["kkt_premise"]
+  sections = parts[3:]
   titles = [s.split("\n", 1)[0] for s in sections]
   assert titles == [*(f"Fig. {i}" for i in range(1, 5)), "Table 1",
                     *(f"Fig. {i}" for i in range(5, 13)), "Membership ambiguity"]

@@ -20,7 +20,7 @@ start images, and the attack's final loss beside the residual floor at the true 
 Variants: "cpu" (n = 100, m = 200, 5,000 iterations, float32 as the report's DecoReco runs,
 lr 0.5: the times 361 (the loss stop, 722 epochs), 3,600 and 10⁴ (20,000 epochs), three
 seeds), "smoke" (n = 10, widths 32, 40 iterations; seconds, for tests). Expected runtime:
-":cpu" about 25 minutes of training and 5 minutes per attack on a 2-core CPU (18 attacks);
+":cpu" about 1.5 hours on a 2-core CPU (six victims trained to 20,000 epochs, 18 attacks);
 cells are written as they finish and reused by a rerun; ":smoke" about a minute.
 """
 
