@@ -25,7 +25,7 @@ Variants (sizes):
   ""      paper size: n = 500, 10^6 epochs at lr 0.01 (gradient-flow time 10⁴),
           50,000 attack iterations, σ = 8.857e-4 (Haim et al.'s CIFAR value). One GPU.
   "cpu"   n = 100 (50 per class group), same architecture, victim GD at lr 0.5 (stops at
-          loss 1e-4, about 720 epochs), 5,000 attack iterations on m = 200; the sweep
+          loss 1e-4, a few hundred epochs), 5,000 attack iterations on m = 200; the sweep
           8 settings × 500 iterations.
   "smoke" n = 10, widths (32, 32), 40 iterations: seconds, for tests.
 
@@ -135,8 +135,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.n_per_class = 50
     config.victim.lr = 0.5
     config.victim.max_epochs = 20_000
-    # Stopped at train loss 1e-4 (about 720 epochs, time ≈ 360), not at Haim et al.'s time
-    # 10⁴ (20,000 epochs): docs/victim_recipe.md measures what that changes.
+    # Stopped at train loss 1e-4 (a few hundred epochs), not at Haim et al.'s time 10⁴
+    # (20,000 epochs at this lr): docs/victim_recipe.md measures what that changes.
     config.victim.flow_time, config.victim.loss_threshold = None, 1e-4
     config.victim.log_every = 500
     config.attack.steps = 5000

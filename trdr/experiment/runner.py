@@ -495,7 +495,9 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
   target = pretrained.keep(run.loaded, workdir) if run.loaded else victim.load_or_train(
       config, task, config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
   victim_seconds = time.time() - began
-  premise = kkt_premise(target, a, task, run.dtype) if a.name == "decoreco" else None
+  # DecoReco's premise, once: process 0 writes the summary that holds it.
+  premise = (kkt_premise(target, a, task, run.dtype)
+             if a.name == "decoreco" and distributed.is_main() else None)
   if distributed.active():  # every process attacks process 0's θ*
     target = target._replace(params=distributed.broadcast(target.params))
   attack = ATTACKS[a.name](target, a, starts.labels, key=starts.build_key, box=run.box)

@@ -25,11 +25,9 @@ from absl import logging
 
 from trdr import data, experiment, models, victim
 from trdr.runtime import files, rundir
-from trdr.victim import kkt, training
+from trdr.victim import training
 
 ROWS_FILE = "victim_recipe.json"
-INIT_NAMES = {"pytorch": "PyTorch's nn.Linear default (Haim et al.)",
-              "flax": "Flax's lecun_normal (trdr before)"}
 
 
 def _key(row: dict) -> tuple:
@@ -61,8 +59,7 @@ def _train_continued(c, model, params, task, epochs_done: int):
       raise ValueError(f"config.times must increase: time {v.flow_time:g} is not past the "
                        f"{v.lr * epochs_done:g} already trained (the cell before it)")
     v.flow_time = v.flow_time - v.lr * epochs_done
-  params, report = training.train_gd(model, params, task, v)
-  return params, report
+  return training.train_gd(model, params, task, v)
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
@@ -79,8 +76,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
   Raises:
     FileExistsError: ``workdir`` holds cells of other settings.
   """
-  os.makedirs(workdir, exist_ok=True)
-  _check_settings(config, workdir)
+  # A workdir holds cells of one set of settings (all but the seeds, which may grow).
+  rundir.pin_settings(workdir, {k: v for k, v in config.to_dict().items() if k != "seeds"},
+                      "cells")
   path = os.path.join(workdir, ROWS_FILE)
   rows = files.read_json(path) if os.path.exists(path) else []
   done = {_key(r) for r in rows}
@@ -111,16 +109,12 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
           victim.save(directory, params, {"config": victim.metadata(c, task),
                                           "report": files.to_jsonable(report),
                                           "train_seconds": seconds})
-          fit = kkt.fit(lambda p, x: model.apply({"params": p}, x), params,
-                        cast.train_images, cast.train_labels, form="binary")
-          logging.info("victim %s, time %s, seed %d: %s", init, time_, seed, fit.line())
           for setting, values in config.settings.items():
             if (init, str(time_), int(seed), setting) in done:
               continue
             row = {"init": init, "time": time_, "seed": int(seed), "setting": setting,
                    "flow_time": report["flow_time"], "epochs": epochs,
                    "train_loss": report["train_loss"], "victim_seconds": seconds,
-                   "kkt": fit.to_json(),
                    **_attack(c, values, directory, os.path.join(
                        workdir, "attacks", f"{init}_t{time_}_seed{seed}_{setting}"),
                        config.eval.ssim_level)}
@@ -149,19 +143,11 @@ def _attack(c: ml_collections.ConfigDict, values, victim_dir: str, workdir: str,
             "w3": summary[f"{prefix}reconstructed_w3"][key],
             "w11_bb": summary[f"{prefix}reconstructed_best_buddies"][key],
             "w3_bb": summary[f"{prefix}reconstructed_best_buddies_w3"][key]}
-  return {"recovered": counts(""), "start_recovered": counts("start_"),
+  # The run's KKT premise of θ* (`trdr.experiment.runner.kkt_premise`, logged there).
+  return {"kkt": summary["kkt_premise"],
+          "recovered": counts(""), "start_recovered": counts("start_"),
           "final_loss": summary["final_loss"], "attack_seconds": summary["attack_seconds"],
           "n": summary["n_train"]}
-
-
-def _check_settings(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """A workdir holds cells of one set of settings (all but the seeds, which may grow).
-
-  Raises:
-    FileExistsError: the settings differ (the message names the keys).
-  """
-  rundir.pin_settings(workdir, {k: v for k, v in config.to_dict().items() if k != "seeds"},
-                      "cells")
 
 
 def _spread(values, fmt: str = ".3g") -> str:
