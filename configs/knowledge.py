@@ -1,4 +1,4 @@
-r"""Privacy against what the adversary knows (`trdr.report.knowledge`).
+r"""Privacy against what the adversary knows (`trdr.studies.knowledge`).
 
 The config lives in the package (trdr/configs/knowledge.py, importable as
 `trdr.configs.knowledge`); this file is what --config names.

@@ -1,4 +1,4 @@
-r"""DecoReco's victim recipe, ablated (`trdr.report.victim_recipe`).
+r"""DecoReco's victim recipe, ablated (`trdr.studies.victim_recipe`).
 
 The config lives in the package (trdr/configs/victim_recipe.py, importable as
 `trdr.configs.victim_recipe`); this file is what --config names.

@@ -29,7 +29,7 @@ before it wrote stays):
   one_hidden  the paper-size one-hidden ReLU victim (eq. 9, width 6144, n = 500, float32,
               configs/bilevel_one_hidden.py) trained by L-BFGS to ||∇θE|| < the lower
               level's tolerance or the config's iteration cap, and θ(x_GT), θ(partition),
-              θ(noise) re-solved under every θ0 reading of `trdr.experiment.readings`,
+              θ(noise) re-solved under every θ0 reading of `trdr.studies.readings`,
               (e) θ* first: l = ||θ* − θ(x)||² summed and per parameter, with the
               ||∇θE|| each solve reached and why it stopped, beside the paper's Table 1.
   notebook    experiments/colab.ipynb executed headless (nbclient) on this process's
@@ -66,7 +66,7 @@ from benchmarks import common, paper_size, torch_reference
 from benchmarks import record as machine_record
 from trdr import experiment, plotting
 from trdr.configs import bilevel_one_hidden, decoreco_cifar
-from trdr.experiment import readings
+from trdr.studies import readings
 from trdr.report import artefacts
 from trdr.runtime import files
 

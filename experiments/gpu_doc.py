@@ -193,7 +193,7 @@ def _one_hidden(name, env, r, cpu, link) -> list[str]:
     out.append(f"| {init} | {v['grad_norm']:.3g} | {v['num_iter']:,} | {v['stopped']} | "
                f"{v['energy']:.4g} | {v['train_accuracy']:.3f} / {v['test_accuracy']:.3f} |")
   out += ["", "l = ‖θ* − θ(x)‖² at Table 1's three starts before any attack, θ(x) "
-          "re-solved under each reading of the paper's θ0 (`trdr/experiment/readings.py`); "
+          "re-solved under each reading of the paper's θ0 (`trdr/studies/readings.py`); "
           "in brackets l / P; '–': not reached within the budget.", "",
           "| reading | θ0 | " + " | ".join(f"l({s})" for s in IMAGE_SETS)
           + " | max ‖∇θE‖ | stopped |", "|---|---|" + "---:|" * 4 + "---|"]

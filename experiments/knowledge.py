@@ -1,4 +1,4 @@
-r"""Privacy against what the adversary knows (`trdr.report.knowledge`).
+r"""Privacy against what the adversary knows (`trdr.studies.knowledge`).
 
   python experiments/knowledge.py --config=configs/knowledge.py:cpu    # make knowledge
   python experiments/knowledge.py --config=configs/knowledge.py:smoke --workdir=DIR

@@ -1,4 +1,4 @@
-r"""Membership ambiguity measured as an adversary faces it (`trdr.report.membership`).
+r"""Membership ambiguity measured as an adversary faces it (`trdr.studies.membership`).
 
   python experiments/membership.py --config=configs/membership.py:cpu    # make membership
   python experiments/membership.py --config=configs/membership.py:smoke --workdir=DIR

@@ -1,4 +1,4 @@
-r"""DecoReco's victim recipe, ablated (`trdr.report.victim_recipe`).
+r"""DecoReco's victim recipe, ablated (`trdr.studies.victim_recipe`).
 
   python experiments/victim_recipe.py --config=configs/victim_recipe.py:cpu   # make victim-recipe
   python experiments/victim_recipe.py --config=configs/victim_recipe.py:smoke --workdir=DIR

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from trdr.configs import bilevel_affine
-from trdr.experiment import readings
+from trdr.studies import readings
 from trdr.report import artefacts
 from trdr.runtime import files, rundir
 

@@ -16,7 +16,7 @@ from trdr import models, victim
 from trdr.attacks import ATTACKS, decoreco, informed
 from trdr.attacks import init as inits
 from trdr.configs import knowledge as knowledge_config
-from trdr.report import knowledge
+from trdr.studies import knowledge
 from trdr.runtime import files
 
 U64 = np.finfo(np.float64).eps / 2   # unit roundoff of float64

@@ -21,7 +21,8 @@ from trdr.attacks.protocol import Attack
 from trdr.configs import bilevel_affine
 from trdr.evaluation import records
 from trdr.experiment import loop
-from trdr.report import artefacts, membership
+from trdr.report import artefacts
+from trdr.studies import membership
 from trdr.runtime import files, rundir
 from trdr.victim import solver
 
@@ -502,7 +503,7 @@ def _finish(workdir, config, value):
 
 def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(tmp_path):
   """Fault injection on the files a finished run is reused from (the report's
-  `artefacts.run_or_reuse`, `plotting.run_figures`): each of them,
+  `experiment.run_or_reuse`, `plotting.run_figures`): each of them,
   SHA256SUMS included, truncated, with bytes flipped in the middle, or replaced by the
   same file of another finished run, is a ValueError naming it; a finished run is never
   started again (found: a changed results.npz was reused silently)."""
@@ -514,7 +515,7 @@ def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(t
   names = sorted(os.listdir(run))
   assert set(names) >= {rundir.CONFIG_FILE, rundir.METRICS_FILE, rundir.SUMS_FILE,
                         experiment.RESULTS_FILE, experiment.LANDSCAPE_FILE}
-  artefacts.run_or_reuse("landscape", config, str(run))  # intact: reused, nothing recomputed
+  experiment.run_or_reuse("landscape", config, str(run))  # intact: reused, nothing recomputed
   assert sorted(os.listdir(run)) == names
   for name in names:
     if name == rundir.LOCK_FILE:
@@ -525,7 +526,7 @@ def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(t
                       }.items():
       assert bad != raw, (name, kind)
       path.write_bytes(bad)
-      for reuse in (lambda: artefacts.run_or_reuse("landscape", config, str(run)),
+      for reuse in (lambda: experiment.run_or_reuse("landscape", config, str(run)),
                     lambda: plotting.run_figures(str(run))):
         with pytest.raises(ValueError, match=re.escape(str(path)) + ".*delete") as e:
           reuse()
@@ -536,7 +537,7 @@ def test_every_file_of_a_finished_run_corrupted_three_ways_is_refused_on_reuse(t
       with pytest.raises(FileExistsError, match="finished run"):
         rundir.prepare_workdir(str(run), config, experiment.LANDSCAPE_FILE)
     path.write_bytes(raw)
-  artefacts.run_or_reuse("landscape", config, str(run))
+  experiment.run_or_reuse("landscape", config, str(run))
 
 
 def test_the_membership_reader_refuses_a_changed_finished_run(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from trdr import models, victim
 from trdr.attacks import bilevel
 from trdr.configs import bilevel_affine, bilevel_one_hidden
-from trdr.experiment import readings
+from trdr.studies import readings
 from trdr.report import artefacts
 from trdr.runtime import files, rundir
 from trdr.victim import cache

@@ -1,5 +1,5 @@
-"""The report: verdict rules flip on synthetic numbers, the membership verdict's rule, and
-experiments/report.py at :smoke end to end."""
+"""The report: verdict rules flip on synthetic numbers, and experiments/report.py at :smoke
+end to end (the membership rules: tests/test_membership_rules.py)."""
 
 import itertools
 import os
@@ -161,26 +161,45 @@ def _quiz_pools(low_realism, m=200, distinct=None):
   return ssim, nearest, real
 
 
+def _tuned(ssim, nearest, real, lambdas=None):
+  out = {"train_ssim": ssim, "train_index": nearest, "public_ssim": real,
+         "best_ssim_per_train": np.linspace(0, 1, 10), "phi_train": np.zeros(10)}
+  return out if lambdas is None else out | {"final_lambdas": lambdas}
+
+
 def test_fig7_an_adversary_without_the_training_set_at_chance_tells_or_underpowered():
-  phi, best = np.zeros(10), np.linspace(0, 1, 10)
   # One in five low-ranked images looks less realistic than all top four: the adversary's
   # success is exactly 1/5 = chance, over a pool of 190 (binomial SE 0.029, interval within
   # 0.2 ± 0.1).
-  v = verdicts.verdict_fig7(*_quiz_pools([0.1, 0.9, 0.9, 0.9, 0.9]), best, phi)
+  v = verdicts.verdict_fig7(_tuned(*_quiz_pools([0.1, 0.9, 0.9, 0.9, 0.9])))
   assert v["verdict"] == "reproduced", v["measured"]
-  assert abs(v["measured"]["adversary's success rate (least realistic = low-ranked)"] - 0.2) < (
+  assert abs(v["measured"]["realism adversary's success rate"] - 0.2) < (
       5 * np.sqrt(0.2 * 0.8 / 1000))             # 1,000 draws: 5 Monte Carlo SEs
   # Every low-ranked image is the least realistic: the adversary always finds it.
-  v = verdicts.verdict_fig7(*_quiz_pools([0.1]), best, phi)
+  v = verdicts.verdict_fig7(_tuned(*_quiz_pools([0.1])))
   assert v["verdict"] == "not reproduced"
-  assert v["measured"]["adversary's success rate (least realistic = low-ranked)"] == 1.0
+  assert v["measured"]["realism adversary's success rate"] == 1.0
+  # The realism adversary at chance, λ_i (DecoReco's multiplier) always smallest for the
+  # low-ranked images: the λ adversary tells, and the verdict is "partly".
+  ssim, nearest, real = _quiz_pools([0.1, 0.9, 0.9, 0.9, 0.9])
+  lambdas = np.where(np.arange(200) >= 10, 0.0, 1.0)
+  v = verdicts.verdict_fig7(_tuned(ssim, nearest, real, lambdas))
+  assert v["measured"]["λ_i adversary's success rate"] == 1.0 and v["verdict"] == "partly"
+  # No multipliers (NaN, as the start images have): no λ adversary.
+  v = verdicts.verdict_fig7(_tuned(ssim, nearest, real, np.full(200, np.nan)))
+  assert "λ_i adversary's success rate" not in v["measured"]
   # 15 distinct training images: a pool of 5 low-ranked ones, one of them found. At chance,
-  # but the interval (a binomial of 5) reaches far past the margin.
-  v = verdicts.verdict_fig7(*_quiz_pools([0.1, 0.9, 0.9, 0.9, 0.9], distinct=15), best, phi)
+  # but the interval (a binomial of 5) reaches far past the margin; pooled with two more
+  # such runs (other seeds) the pools are 12 and 15: still wider than the margin.
+  few = _tuned(*_quiz_pools([0.1, 0.9, 0.9, 0.9, 0.9], distinct=15))
+  v = verdicts.verdict_fig7(few)
   assert v["verdict"] == "underpowered", v["measured"]
-  assert v["measured"]["pools: top, low-ranked"] == [4, 5]
+  assert v["measured"]["realism: pools, top and low-ranked"] == [4, 5]
+  v = verdicts.verdict_fig7(few, seeds=[few, few])
+  assert v["measured"]["realism: pools, top and low-ranked"] == [12, 15]
+  assert v["measured"]["runs pooled"] == 3
   ssim, nearest, real = _quiz_pools([0.1], distinct=8)
-  assert verdicts.verdict_fig7(ssim, nearest, real, best, phi)["verdict"] == "not tested"
+  assert verdicts.verdict_fig7(_tuned(ssim, nearest, real))["verdict"] == "not tested"
 
 
 def test_fig8_realism_auc_interval_decides():
@@ -222,6 +241,14 @@ def test_fig9_majority_as_a_test_and_one_best_buddy_pair():
   assert verdicts.verdict_fig9(results(54, [level, np.nan]))["verdict"] == "underpowered"
   # 20 of 100: the upper bound 0.27 is below 0.5.
   assert verdicts.verdict_fig9(results(20, [0.1, np.nan]))["verdict"] == "not reproduced"
+  # 47 of 100 straddles 0.5 (± 0.08); pooled with two repeats at 40 of 100 each, 127 of 300:
+  # 0.423 + 1.645 · 0.0285 = 0.47 < 0.5, decided against; recovered pairs are summed.
+  v = verdicts.verdict_fig9(results(47, [0.1, np.nan]),
+                            seeds=[results(40, [level, np.nan])] * 2)
+  assert v["measured"]["runs pooled"] == 3 and v["measured"]["own start nearest (fraction)"] == (
+      pytest.approx(127 / 300))
+  assert v["measured"]["training images recovered (best buddies)"] == 2
+  assert v["verdict"] == "partly"
 
 
 def _landscape(l2_fn, l2_partition_fn=lambda a, b: 10.0, start_fn=None,
@@ -377,110 +404,6 @@ def test_spearman():
   assert np.isnan(verdicts.spearman([1, 2, 3], [5, 5, 5]))
 
 
-def _row(kind, auc, ci, tpr, stage="reconstruction", informative=True, members=200,
-         non_members=2000, p_auc=0.5, p_tpr=0.5):
-  return {"attack": "a", "kind": kind, "stage": stage, "score": f"s{auc}", "auc": auc,
-          "ci": list(ci), "p_auc": p_auc, "tpr_at_fpr": {"0.01": tpr},
-          "p_tpr": {"0.01": p_tpr}, "informative": informative, "members": members,
-          "non_members": non_members}
-
-
-def test_membership_verdict_follows_the_stated_rule():
-  """A score tells when its AUC's or its TPR's p-value is below 0.05 / (2 · its group's
-  scores); it cannot tell only with the AUC's CI inside 0.5 ± 0.1 and ≥ 1,000 non-members
-  with the TPR's interval ≤ 5 %; else underpowered. A start kind fails when a score tells,
-  passes when every score cannot tell; beside it the same rule on the start images."""
-  rule = verdicts.verdict_membership
-  chance = _row("noise", 0.5, (0.45, 0.55), 0.01)            # 2 of 200 members: ≤ 5 %
-  wide = _row("noise", 0.52, (0.38, 0.66), 0.01)             # the CI reaches past 0.4, 0.6
-  tpr_tells = _row("noise", 0.52, (0.45, 0.59), 0.1, p_tpr=1e-4)
-  tells = _row("mixed", 0.9, (0.85, 0.95), 0.4, p_auc=1e-9, p_tpr=1e-9)
-  starts_tell = [_row(k, 0.9, (0.85, 0.95), 0.4, stage="start", p_auc=1e-9)
-                 for k in ("noise", "mixed")]
-  answer = verdicts.membership_answer
-  assert [answer(r) for r in (chance, wide, tpr_tells, tells)] == [
-      "cannot tell", "underpowered", "can tell", "can tell"]
-  # Bonferroni over the group: p = 0.02 tells alone (< 0.025), not among 3 scores (< 0.0083).
-  assert answer(_row("noise", 0.55, (0.45, 0.59), 0.01, p_auc=0.02)) == "can tell"
-  assert answer(_row("noise", 0.55, (0.45, 0.59), 0.01, p_auc=0.02), scores=3) == "cannot tell"
-  # Too few non-members to resolve 1 % FPR (< 10 / FPR): never "cannot tell".
-  assert answer(_row("noise", 0.5, (0.45, 0.55), 0.0, non_members=999)) == "underpowered"
-  out = rule({"rows": [chance, tells, *starts_tell]})
-  assert out["checks"] == {"a, noise: cannot tell": True, "a, mixed: cannot tell": False}
-  assert out["verdict"] == "partly" and out["baseline"]["verdict"] == "not reproduced"
-  assert out["measured"]["a, mixed: max AUC (s0.9)"] == 0.9
-  assert rule({"rows": [tells, *starts_tell]})["verdict"] == "not reproduced"
-  assert rule({"rows": [chance, *starts_tell]})["verdict"] == "reproduced"
-  # No score tells but one is underpowered: the whole answer is underpowered, not a pass.
-  assert rule({"rows": [chance, wide, *starts_tell]})["verdict"] == "underpowered"
-  assert rule({"rows": [wide, tells, *starts_tell]})["verdict"] == "not reproduced"
-  # An AUC over too few images does not count; none at all: uninformative.
-  few = _row("noise", 1.0, (1.0, 1.0), 1.0, informative=False)
-  assert rule({"rows": [chance, few, *starts_tell]})["verdict"] == "reproduced"
-  assert rule({"rows": [few, *starts_tell]})["verdict"] == "uninformative"
-  # The start images pass too: the reconstructions' pass says nothing about the attack.
-  start_chance = _row("noise", 0.5, (0.45, 0.55), 0.0, stage="start")
-  assert rule({"rows": [chance, start_chance]})["verdict"] == "uninformative"
-
-
-def test_an_attack_whose_positive_control_detects_nothing_cannot_pass_cannot_tell():
-  """The controls on the mixed starts: a positive control that tells training from
-  partition starts lets the attack's "cannot tell" stand; one that detects nothing turns
-  it into underpowered; a negative control's false alarm is reported."""
-  chance = _row("noise", 0.5, (0.45, 0.55), 0.01)
-  start = _row("noise", 0.9, (0.85, 0.95), 0.4, stage="start", p_auc=1e-9)
-  control = lambda kind, p: {**_row("mixed", 0.5, (0.4, 0.6), 0.01, p_auc=p), "control": kind}
-  detects = {"rows": [chance, start], "controls": [control("positive", 1e-6),
-                                                   control("negative", 0.7)]}
-  assert verdicts.membership_controls(detects) == {"a": {"positive": True, "negative": False}}
-  assert verdicts.verdict_membership(detects)["verdict"] == "reproduced"
-  blind = {"rows": [chance, start], "controls": [control("positive", 0.3),
-                                                 control("negative", 1e-6)]}
-  assert verdicts.membership_controls(blind) == {"a": {"positive": False, "negative": True}}
-  out = verdicts.verdict_membership(blind)
-  assert out["verdict"] == "underpowered" and out["checks"] == {}
-  assert out["measured"]["a: negative control false alarm (random halves of non-members)"]
-
-
-def _planted_answers(scorer: str, n: int, seeds) -> list[str]:
-  """`verdicts.membership_answer` of planted scores, n members and n non-members per seed,
-  through the report's own statistics (`roc.summary`)."""
-  out = []
-  for seed in seeds:
-    rng = np.random.default_rng(seed)
-    member = np.repeat([True, False], n)
-    scores = (member + rng.normal(0.0, 0.3, 2 * n) if scorer == "knows"
-              else rng.uniform(size=2 * n))
-    out.append(verdicts.membership_answer(
-        roc.summary(scores, member, fprs=(0.01,), n_resamples=500, seed=seed)))
-  return out
-
-
-def test_planted_membership_scores_get_the_answer_their_power_allows():
-  """A score that knows membership can tell; a random one over few images (n = 20 members
-  and non-members) is never "cannot tell"; over many (n = 4,000) it cannot tell (that case:
-  the next test, in the slow tier).
-
-  Why these n: a random score's AUC has a 95 % CI half-width of about
-  1.96 · sqrt((2n + 1) / (12 n²)): 0.18 at n = 20, past the 0.1 margin, so "cannot tell"
-  is impossible there; 0.013 at n = 4,000, inside it with 7 standard errors to spare, and
-  its TPR at 1 % FPR (about Binomial(4000, 0.01) / 4000) has a 95 % upper bound near 1.4 %,
-  far below 5 %. What remains random is the rule's false alarm: a random score "tells"
-  with probability at most α = 5 % (Bonferroni over its two tests), so over 20 seeds the
-  test allows up to 5 false alarms (P(more) < 5e-4 under Binomial(20, 0.05))."""
-  seeds = range(20)
-  assert set(_planted_answers("knows", 100, seeds[:5])) == {"can tell"}
-  few = _planted_answers("random", 20, seeds)
-  assert "cannot tell" not in few and few.count("underpowered") >= 15, few
-
-
-@pytest.mark.slow  # 20 bootstraps over 8,000 scores
-def test_a_random_membership_score_over_many_images_cannot_tell():
-  """The third case of the test above (its docstring gives the error argument)."""
-  many = _planted_answers("random", 4000, range(20))
-  assert many.count("cannot tell") >= 15 and "underpowered" not in many, many
-
-
 PAPER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..",
                          "shared", "paper")
 
@@ -489,7 +412,7 @@ def test_every_claim_is_quoted_from_the_paper_with_its_source():
   """Every claim holds a quotation, and every quoted fragment (split at “…” and at the
   bracketed insertions that stand for the symbols the text extract lacks) stands in the
   paper's text or its captions (../shared/paper, beside the repository)."""
-  for name in (*markdown.ARTEFACTS, "membership"):
+  for name in tuple(claims.CLAIMS):
     claim, source, rule = claims.claim(name)
     assert source and rule and "{" not in rule and re.search("“[^”]+”", claim), name
   texts = [os.path.join(PAPER_DIR, f) for f in ("runkel2024_text.txt",
@@ -497,8 +420,8 @@ def test_every_claim_is_quoted_from_the_paper_with_its_source():
   if not all(os.path.exists(t) for t in texts):
     pytest.skip(f"the paper's text is not at {PAPER_DIR}")
   paper = " ".join(" ".join(pathlib.Path(t).read_text(encoding="utf-8").split()) for t in texts)
-  for name in (*markdown.ARTEFACTS, "membership"):
-    for quote in re.findall(r"“([^”]+)”", claims.CLAIMS[name][0]):
+  for name in tuple(claims.CLAIMS):
+    for quote in re.findall(r"“([^”]+)”", claims.CLAIMS[name].quote):
       for fragment in re.split(r" … |\[[^\]]*\]", quote):
         fragment = fragment.strip(" .…")
         if len(fragment) > 12:
@@ -538,13 +461,14 @@ def test_the_report_carries_membership_only_where_make_membership_has_run(
   another configuration, `report.run` refuses before it starts a run, naming the key."""
   from trdr import report
   from trdr.configs import report as report_config
-  from trdr.report import membership
+  from trdr.studies import membership
   from trdr.runtime import files
 
   workdir, text = smoke_report
   saved = files.read_json(os.path.join(workdir, "report.json"))
-  v = saved["verdicts"]["membership"]
-  assert v["verdict"] == "not tested" and "`make membership`" in v["reason"]
+  for name in claims.MEMBERSHIP:
+    v = saved["verdicts"][name]
+    assert v["verdict"] == "not tested" and "`make membership`" in v["reason"], name
   assert saved["membership"] is None and "membership.png" not in text
   assert not any(table in text for table in _MEMBERSHIP_TABLES)
 
@@ -555,9 +479,9 @@ def test_the_report_carries_membership_only_where_make_membership_has_run(
   measured = membership.read(config.membership, str(target))
   assert files.dumps_json(measured) == files.dumps_json(files.read_json(
       target / membership.MEASURED_FILE))
-  results = {**saved["verdicts"], "membership": verdicts.verdict_membership(measured)}
+  results = {**saved["verdicts"], **claims.verdicts({"membership": measured})}
   page = markdown.report_page(results, "", measured, "smoke")
-  assert "![Membership ambiguity](membership.png)" in page
+  assert "![Membership: with certainty](membership.png)" in page
   assert all(table in page for table in _MEMBERSHIP_TABLES)
 
   config.membership.shadows += 1
@@ -582,20 +506,26 @@ def test_report_has_one_computed_verdict_per_artefact(smoke_report):
   sections = parts[3:]
   titles = [s.split("\n", 1)[0] for s in sections]
   assert titles == [*(f"Fig. {i}" for i in range(1, 5)), "Table 1",
-                    *(f"Fig. {i}" for i in range(5, 13)), "Membership ambiguity"]
-  for section, name in zip(sections, (*markdown.ARTEFACTS, "membership")):
+                    *(f"Fig. {i}" for i in range(5, 13)), "Membership: with certainty",
+                    "Membership: better than chance"]
+  for section, name in zip(sections, tuple(claims.CLAIMS)):
     (line,) = re.findall(r"\*\*Verdict: ([a-z ]+)\*\*", section)
     assert line in verdicts.VERDICTS and line == saved["verdicts"][name]["verdict"], name
   # docs/verdicts.md's page comes from report.json alone: every artefact, Table 1's rows.
   page = markdown.verdicts_page(saved, "report.json")
-  for name in (*markdown.ARTEFACTS, "membership"):
+  for name in tuple(claims.CLAIMS):
     assert f"| {name} | " in page, name
   assert page.count("| affine (") == page.count("| one_hidden (") == 3
   # Recomputing the verdicts from the saved runs gives the same result.
-  again = verdicts.verdicts(evidence.collect(workdir))
+  from trdr.configs import report as report_config
+  from trdr.report import artefacts
+  seeds = report_config.get_config("smoke").repeat_seeds
+  again = claims.verdicts(evidence.collect_with_repeats(
+      workdir, [artefacts.seed_workdir(workdir, s) for s in seeds])[0])
   for name, v in again.items():
     assert v["verdict"] == saved["verdicts"][name]["verdict"], name
-  for name in markdown.ARTEFACTS:   # every verdict beside its baseline, in the file too
+  # Every verdict beside its baseline, in the file too.
+  for name in [n for n, c in claims.CLAIMS.items() if "membership" not in c.needs]:
     v = saved["verdicts"][name]
     assert v["claim"] and v["source"] and v["baseline"]["verdict"] in verdicts.VERDICTS, name
     # A negative result is shown as negative: no verdict stays "uninformative" or
@@ -668,7 +598,7 @@ def test_no_verdict_says_reproduced_for_an_identity_attack(smoke_report):
   reconstructions) is anything but "reproduced"."""
   workdir, _ = smoke_report
   identity = verdicts.baseline_evidence(evidence.collect(workdir))
-  for name, v in verdicts.verdicts(identity).items():
+  for name, v in claims.verdicts(identity).items():
     assert v["verdict"] != "reproduced", (name, v["checks"])
 
 
@@ -691,7 +621,7 @@ def test_membership_numbers_match_the_runs(smoke_membership_dir):
   """The membership experiment's numbers (membership.json, what the report reads) are its
   runs': its counts are those of the per-image records of its runs."""
   from trdr.configs import membership as membership_config
-  from trdr.report import membership
+  from trdr.studies import membership
   from trdr.runtime import files
 
   runs = smoke_membership_dir

@@ -1,4 +1,4 @@
-"""The victim-recipe ablation (`trdr.report.victim_recipe`) at a toy size: its cells, the
+"""The victim-recipe ablation (`trdr.studies.victim_recipe`) at a toy size: its cells, the
 continued training, the reuse of finished cells and the page."""
 
 import json
@@ -7,7 +7,7 @@ import pytest
 
 from trdr import report, victim
 from trdr.configs import victim_recipe as recipe_config
-from trdr.report import victim_recipe
+from trdr.studies import victim_recipe
 
 
 def _config():

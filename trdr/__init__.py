@@ -15,7 +15,9 @@ The packages and modules are the pipeline, in the order data flows through it:
   evaluation  SSIM, nearest neighbours, distances, ||θ* − θ||², records, ROC statistics
   experiment  run(config, workdir, mode): starts, the checkpointed loop, one function per mode
   plotting    the runs' figures, from saved files only
-  report      the paper's artefacts, claims, verdicts, membership, report.md
+  studies     experiments of their own: membership, knowledge, the θ0 readings, the
+              victim recipe
+  report      the paper's claims (one record each), their rules and verdicts, report.md
   api         the Python entry points (`trdr.<name>`)
   cli         the scripts' flags and mains
 

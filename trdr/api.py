@@ -169,7 +169,7 @@ def evaluate_reconstructions(images: np.ndarray, task: data.Task, *,
 def run_experiment(config: ml_collections.ConfigDict, workdir: str, mode: str = "attack",
                    overwrite: bool = False) -> experiment.Finished:
   """`trdr.experiment.run`: ``mode`` "landscape", "attack", "sweep" or "membership" (one
-  run of `trdr.report.membership`; the whole measurement is `trdr.report.membership.run`)
+  run of `trdr.studies.membership`; the whole measurement is `trdr.studies.membership.run`)
   with every file written, checked and resumable; returns its `experiment.Finished`
   (``.summary``, and ``.records`` of a landscape)."""
   return experiment.run(config, workdir, mode, overwrite=overwrite)

@@ -307,25 +307,27 @@ def report_main(argv):
 
 
 def membership_main(argv):
-  """``main`` of experiments/membership.py: the membership experiment (`trdr.report.membership`;
+  """``main`` of experiments/membership.py: the membership experiment (`trdr.studies.membership`;
   finished runs reused), its verdict, WORKDIR/membership.{png,pdf} and membership.md."""
   del argv
   from trdr import plotting  # noqa: PLC0415  (see the imports above)
   from trdr import report  # noqa: PLC0415
-  from trdr.report import figures, markdown, membership, verdicts  # noqa: PLC0415
+  from trdr.report import claims, figures, markdown  # noqa: PLC0415
+  from trdr.studies import membership  # noqa: PLC0415
   from trdr.runtime import files  # noqa: PLC0415
   workdir = _workdir(_WORKDIR.value or default_workdir(
       config_flags.get_config_filename(flags.FLAGS["config"])))
   measured = membership.run(_CONFIG.value, workdir)
-  verdict = verdicts.verdict_membership(measured)
+  results = claims.verdicts({"membership": measured})
   plotting.save_figure(figures.membership_figure(measured), workdir, "membership",
                        plotting.size_stamp(_CONFIG.value.variant))
   files.atomic_write(os.path.join(workdir, "membership.md"),
-                     markdown.membership_page(measured, verdict, report.provenance(
+                     markdown.membership_page(measured, results, report.provenance(
                          _CONFIG.value.variant)).encode())
-  for check, ok in verdict["checks"].items():
-    print(f"{check}: {ok}")
-  print(f"membership: {verdict['verdict']} (baseline: {verdict['baseline']['verdict']})")
+  for name, verdict in results.items():
+    for check, ok in verdict["checks"].items():
+      print(f"{name}: {check}: {ok}")
+    print(f"{name}: {verdict['verdict']} (baseline: {verdict['baseline']['verdict']})")
   print(f"Wrote {os.path.join(workdir, 'membership.md')}")
 
 
@@ -334,7 +336,7 @@ def knowledge_main(argv):
   knowledge`; finished rows reused), WORKDIR/knowledge.{png,pdf} and knowledge.md."""
   del argv
   from trdr import plotting, report  # noqa: PLC0415  (see the imports above)
-  from trdr.report import knowledge  # noqa: PLC0415
+  from trdr.studies import knowledge  # noqa: PLC0415
   from trdr.runtime import files  # noqa: PLC0415
   config = _CONFIG.value
   workdir = _workdir(_WORKDIR.value or default_workdir(
@@ -354,7 +356,7 @@ def victim_recipe_main(argv):
   report.victim_recipe`; finished cells reused) and WORKDIR/victim_recipe.md."""
   del argv
   from trdr import report  # noqa: PLC0415  (see the imports above)
-  from trdr.report import victim_recipe  # noqa: PLC0415
+  from trdr.studies import victim_recipe  # noqa: PLC0415
   from trdr.runtime import files  # noqa: PLC0415
   config = _CONFIG.value
   workdir = _workdir(_WORKDIR.value or default_workdir(

@@ -325,7 +325,7 @@ def make_task(data_config: Any, exclude: Any = ()) -> Task:
     data_config: an `ml_collections.ConfigDict` (or any object with these
       attributes): source, path, name, classes, n_per_class, seed, subtract_mean.
     exclude: int indices into the source's train split that are never drawn (a shadow
-      victim's data in `trdr.report.membership.shadow_victims`: public images outside a
+      victim's data in `trdr.studies.membership.shadow_victims`: public images outside a
       victim's training set and partition). Empty (the default): the draw is exactly
       the one described above.
 

@@ -187,7 +187,7 @@ class StepMetrics(NamedTuple):
 
 # Where each lower-level solve starts (the readings of Runkel et al.'s "initialising θ by
 # drawing every weight independently from a standard Uniform distribution",
-# `trdr.experiment.readings`): a fresh θ0 ~ U(0, 1) at every outer step ("uniform", reading a);
+# `trdr.studies.readings`): a fresh θ0 ~ U(0, 1) at every outer step ("uniform", reading a);
 # the θ0 the victim's own training started from ("victim_theta0", reading b: the adversary
 # knows the initialisation; with victim.init "uniform" it is a U(0, 1) draw); one U(0, 1)
 # draw for the whole attack ("uniform_once", reading c: θ(x) one deterministic function of

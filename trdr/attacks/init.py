@@ -187,7 +187,7 @@ def _images(kind):
 
 
 # Test-split images an attacker may start from ("public"); the others, test[1::2], are the
-# membership experiment's public reference for "natural-looking" (`trdr.report.membership`).
+# membership experiment's public reference for "natural-looking" (`trdr.studies.membership`).
 PUBLIC_STARTS = slice(0, None, 2)
 PUBLIC_REFERENCE = slice(1, None, 2)
 

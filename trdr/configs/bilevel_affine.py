@@ -70,7 +70,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.grid_batch_size = 0
   config.attack.lower_level = ml_collections.ConfigDict()
   # or "theta_star", "previous_uniform", "uniform", "uniform_once", "victim_theta0": the
-  # readings of the paper's random θ0 (trdr/attacks/bilevel.py, trdr/experiment/readings.py)
+  # readings of the paper's random θ0 (trdr/attacks/bilevel.py, trdr/studies/readings.py)
   config.attack.lower_level.start = "previous"
   config.attack.lower_level.max_iter = 200
   config.attack.lower_level.tol = 1e-5

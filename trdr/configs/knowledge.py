@@ -1,4 +1,4 @@
-r"""Privacy against what the adversary knows (`trdr.report.knowledge`).
+r"""Privacy against what the adversary knows (`trdr.studies.knowledge`).
 
 Command:
   make knowledge                                    # ":cpu", into runs/knowledge_cpu
@@ -84,7 +84,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
        "haim_mlp": 300 if smoke else 1000})
 
   # The bilevel attack as the paper's adversary (k = n) on these victims, with the victim's
-  # own θ0 known to the adversary and with θ0 unknown (`trdr.report.knowledge.BILEVEL`).
+  # own θ0 known to the adversary and with θ0 unknown (`trdr.studies.knowledge.BILEVEL`).
   config.bilevel = ml_collections.ConfigDict()
   config.bilevel.victims = ("one_hidden",)
   config.bilevel.steps = 30 if smoke else 50

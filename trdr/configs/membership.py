@@ -28,11 +28,14 @@ main job's warm start ("previous": θ(x) re-solved from the previous outer step'
 from θ*), the reading under which the training images minimise the upper level (report.md's
 "Table 1 under each reading"); under Runkel et al.'s per-step U(0, 1) draw they do not, and a
 reconstruction could then say nothing about membership.
-Rule, fixed before any run (`trdr.report.claims.RULES`, `trdr.report.verdicts.membership_answer`):
-for a start kind, the adversary "can tell" when some score's AUC or TPR at 1 % FPR differs from
-chance (Bonferroni over the scores); "cannot tell" only when every score's AUC interval over
-victims lies inside 0.5 ± the equivalence margin, with ≥ 10 / FPR non-members and the TPR
-bounded; anything else is "underpowered".
+Rules, fixed before any run (`trdr.report.verdicts.RULES`, `trdr.report.membership_rules`):
+the paper's two sentences, each its own claim. With certainty (Sec. 5): the adversary names
+the top k of a score as members; it can tell when the precision's Clopper–Pearson lower
+bound reaches 0.95 at some k. Better than chance (Sec. 4.4): victims are the unit; a score
+tells when the t-test of the victims' AUCs against 0.5 rejects (Bonferroni over the
+scores), cannot tell when their interval lies inside 0.5 ± the equivalence margin. Each
+"can tell" counts against the paper only where the attack adds it to what the start images
+give (the paired per-victim difference); anything undecided is "underpowered".
 "Natural-looking": SSIM ≥ ``natural_threshold`` to the nearest image of test[1::2] (the
 public images not used as starts); 0.15 is below the 5th percentile (0.177) of that SSIM
 for real CIFAR-10 training-distribution images and three times its median for U(0, 1)
@@ -40,8 +43,8 @@ noise (0.046), measured on the shipped sample before any membership run.
 
 Variants: "" (paper-size attacks: 50,000 DecoReco iterations; one GPU), "cpu" (n = 100, 300
 affine and 200 one-hidden bilevel steps, 5,000 DecoReco iterations), "smoke" (n = 40,
-seconds per attack, for tests: enough images for every attack's positive control to detect
-membership);
+seconds per attack, for tests: enough images for every attack's positive control to show
+membership by the pooled test; two victims cannot decide the tests over victims);
 five victims per attack, two at ":smoke"; eight shadow victims per victim (offline LiRA),
 two at ":smoke".
 Expected runtime: ":cpu" about 65 minutes on a 2-core CPU; ":smoke" about 1.5 minutes.
@@ -107,7 +110,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # The victims: independent data draws of the same recipe (`victim_config`).
   config.victims = (0, 1) if variant == "smoke" else (0, 1, 2, 3, 4)
   # Offline LiRA's shadow victims per victim (the attack's recipe on public data that never
-  # contains a scored image: `trdr.report.membership.shadow_victims`); the issue asks ≥ 8.
+  # contains a scored image: `trdr.studies.membership.shadow_victims`); the issue asks ≥ 8.
   config.shadows = 2 if variant == "smoke" else 8
   config.natural_threshold = 0.15
   # The labels (fixed before any run): member when the image and a training image are
@@ -123,13 +126,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.label_windows = (11, 3)
   config.natural_thresholds = (0.1, 0.15, 0.2, 0.25)   # the member-fraction table
   # TPR at these FPRs (Carlini et al. 2022 report 0.1 % and 1 %); the rule's is 1 %
-  # (claims.RULES). A table shows one only with ≥ 1 / FPR non-members (with fewer it is
+  # (verdicts.RULES). A table shows one only with ≥ 1 / FPR non-members (with fewer it is
   # the TPR at FPR 0).
   config.fprs = (0.001, 0.01, 0.1)
   config.confidence = 0.95
   config.n_resamples = 2000
   # Fewer natural-looking members or non-members: no AUC.
   config.min_per_class = 10
+  # The rule "with certainty" (`trdr.report.membership_rules`): the members among the top
+  # k images of each score, at these k and at k = every image (`roc.precision_at_top`).
+  config.precision_sizes = (10, 20, 50, 100, 200, 500, 1000, 2000)
   config.chunk_size = 500         # SSIM queries per block
   # Images per grid point with the bilevel leave-one-out score (one lower-level solve each),
   # drawn among the natural-looking reconstructions (`membership.per_image`)

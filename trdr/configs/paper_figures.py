@@ -75,7 +75,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.outer_step = ml_collections.ConfigDict()
   config.outer_step.lrs = (1.0, 10.0) if variant == "smoke" else (
       0.01, 0.1, 1.0, 10.0, 100.0, 1000.0)
-  # Table 1 under each reading of the paper's random θ0 (trdr/experiment/readings.py): the
+  # Table 1 under each reading of the paper's random θ0 (trdr/studies/readings.py): the
   # one-hidden victim of this variant, with ReLU (the paper's) and softplus, over seeds.
   # Its victims and re-solves share one L-BFGS budget (max_iter, tol), so that under
   # reading (b) the re-solve at x_GT can retrace the victim's training; below paper size

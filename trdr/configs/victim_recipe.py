@@ -1,4 +1,4 @@
-r"""DecoReco's victim recipe, ablated (`trdr.report.victim_recipe`).
+r"""DecoReco's victim recipe, ablated (`trdr.studies.victim_recipe`).
 
 Command:
   make victim-recipe                  # ":cpu", into runs/victim_recipe_cpu (victim_recipe.md)

@@ -16,7 +16,8 @@ of the training dataset" (Sec. 4.4). This module makes that a number:
                   ranked below ``low_rank``
   `repeated_quiz` Fig. 7's question asked many times of an adversary without the training
                   set, who names the least realistic-looking of five: its success rate
-                  against the chance rate 1/5
+                  against the chance rate 1/5; `pooled_quiz` the same over the pools
+                  (`quiz_pools`) of several runs, and with any score of the adversary's
   `top_vs_low`    the AUC of a realism score — one the adversary can compute without the
                   training set — for the top-ranked against the low-ranked reconstructions
 
@@ -138,37 +139,79 @@ def quiz(similarity, nearest, realism, *, top: int = QUIZ_TOP, low_rank: int = L
   return Quiz(order[positions], positions + 1, odd_at)
 
 
+def quiz_pools(similarity, nearest, score, *, top_rank: int, low_rank: int,
+               top: int = QUIZ_TOP) -> tuple[np.ndarray, np.ndarray]:
+  """Fig. 7's two pools of one run: the adversary's ``score`` of the reconstructions ranked
+  ≤ ``top_rank`` and of those ranked > ``low_rank`` (ranks over distinct training images,
+  `distinct_order`).
+
+  Args:
+    similarity, nearest: float[m], int[m] as in `quiz`.
+    score: float[m], the adversary's score (higher = looks more like a training image).
+    top_rank, low_rank: the ranks (`scaled_ranks`); top_rank ≥ top.
+  Returns:
+    (float[top pool], float[low pool]).
+  Raises:
+    ValueError: shapes differ, top_rank < top, or no distinct training image ranks below
+      low_rank.
+  """
+  similarity, score = _pair(similarity, score)
+  order = distinct_order(similarity, nearest)
+  if top_rank < top:
+    raise ValueError(f"top_rank ({top_rank}) must be at least top ({top})")
+  pool_top, pool_low = score[order[:top_rank]], score[order[low_rank:]]
+  if pool_top.size < top or pool_low.size == 0:
+    raise ValueError(f"the quiz needs {top} distinct training images in the top {top_rank} "
+                     f"and one ranked below {low_rank}; got {order.size} in all")
+  return pool_top, pool_low
+
+
 def repeated_quiz(similarity, nearest, realism, *, top_rank: int, low_rank: int,
                   top: int = QUIZ_TOP, draws: int = 1000, resamples: int = 500,
                   confidence: float = 0.95, seed: int = 0) -> dict:
   """Runkel et al. Fig. 7's question, "Can you guess which one?", asked ``draws`` times of an
   adversary without the training set: each draw shows ``top`` of the reconstructions
-  ranked ≤ ``top_rank`` and one ranked > ``low_rank`` (ranks over distinct training images,
-  `distinct_order`), and the adversary names the least realistic-looking (lowest
-  ``realism``; a tie counts as a miss) as the low-ranked one.
+  ranked ≤ ``top_rank`` and one ranked > ``low_rank`` (`quiz_pools`), and the adversary
+  names the least realistic-looking (lowest ``realism``; a tie counts as a miss) as the
+  low-ranked one (`pooled_quiz` of the one run's pools).
+
+  Args:
+    similarity, nearest, realism: float[m], int[m], float[m] as in `quiz`.
+    top_rank, low_rank: the ranks (`scaled_ranks`); top_rank ≥ top.
+  Returns and Raises: as `pooled_quiz` and `quiz_pools`.
+  """
+  return pooled_quiz([quiz_pools(similarity, nearest, realism, top_rank=top_rank,
+                                 low_rank=low_rank, top=top)],
+                     top=top, draws=draws, resamples=resamples, confidence=confidence,
+                     seed=seed)
+
+
+def pooled_quiz(pools, *, top: int = QUIZ_TOP, draws: int = 1000, resamples: int = 500,
+                confidence: float = 0.95, seed: int = 0) -> dict:
+  """Fig. 7's quiz over the pools of one or several runs (`quiz_pools` of each: the same
+  recipe on other data draws, its ranks each run's own), pooled: each draw shows ``top``
+  images of the joint top pool and one of the joint low pool, and the adversary names the
+  lowest-scoring one (a tie counts as a miss).
 
   The success rate's interval is a percentile bootstrap over the two pools (each resampled
   with replacement, ``draws`` draws per resample): the pools are the sample, the draws only
   read them. Chance is 1 / (top + 1).
 
   Args:
-    similarity, nearest, realism: float[m], int[m], float[m] as in `quiz`.
-    top_rank, low_rank: the ranks (`scaled_ranks`); top_rank ≥ top.
+    pools: [(float[top pool], float[low pool]), ...].
   Returns:
     {"success", "low", "high" (its ``confidence`` interval), "chance", "n_top", "n_low",
     "draws"}.
   Raises:
-    ValueError: shapes differ, top_rank < top, or no distinct training image ranks below
-      low_rank.
+    ValueError: no pools, or the joint top pool holds fewer than ``top``.
   """
-  similarity, realism = _pair(similarity, realism)
-  order = distinct_order(similarity, nearest)
-  if top_rank < top:
-    raise ValueError(f"top_rank ({top_rank}) must be at least top ({top})")
-  pool_top, pool_low = realism[order[:top_rank]], realism[order[low_rank:]]
+  if not pools:
+    raise ValueError("the quiz needs the pools of at least one run")
+  pool_top = np.concatenate([np.asarray(p[0], np.float64) for p in pools])
+  pool_low = np.concatenate([np.asarray(p[1], np.float64) for p in pools])
   if pool_top.size < top or pool_low.size == 0:
-    raise ValueError(f"the quiz needs {top} distinct training images in the top {top_rank} "
-                     f"and one ranked below {low_rank}; got {order.size} in all")
+    raise ValueError(f"the quiz needs {top} top-ranked images and one low-ranked; got "
+                     f"{pool_top.size} and {pool_low.size}")
   rng = np.random.default_rng(seed)
 
   def rate(tops, lows):

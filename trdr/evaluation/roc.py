@@ -16,6 +16,8 @@ members, negatives non-members. Everything here is numpy and scipy on 1-D arrays
   tpr_p_value the p-value of that TPR against a score that knows nothing (Fisher's exact
               test of members and non-members above the threshold)
   roc_curve   (FPR, TPR) at every threshold
+  precision_at_top  the members among the images a threshold selects, at thresholds
+              that select the top k (the adversary's confidence in what it names)
   summary     all of these for one score
 """
 
@@ -252,6 +254,32 @@ def roc_curve(scores, positive) -> tuple[np.ndarray, np.ndarray]:
   tpr = (at_least & positive).sum(1) / positive.sum()
   fpr = (at_least & ~positive).sum(1) / (~positive).sum()
   return np.concatenate([[0.0], fpr]), np.concatenate([[0.0], tpr])
+
+
+def precision_at_top(scores, positive, sizes) -> list[list[int]]:
+  """The members among the images that score at least the k-th largest score, for each k
+  of ``sizes`` that is at most n and for k = n (every image): what an adversary who names
+  the top k as members gets right. Ties at the threshold are all selected (a threshold on
+  the score cannot split them), so ``selected`` ≥ k.
+
+  Args:
+    scores, positive: as `auc`; either class may be empty.
+    sizes: positive ints, the k's.
+  Returns:
+    [[k, selected, members among them], ...], k ascending and distinct; [] for n = 0.
+  Raises:
+    ValueError: as `auc`, or a size < 1.
+  """
+  scores, positive = _checked(scores, positive)
+  if any(int(k) < 1 for k in sizes):
+    raise ValueError(f"sizes must be positive, got {list(sizes)}")
+  n = len(scores)
+  order = np.sort(scores)[::-1]
+  out = []
+  for k in sorted({int(k) for k in sizes if int(k) <= n} | ({n} if n else set())):
+    chosen = scores >= order[k - 1]
+    out.append([k, int(chosen.sum()), int(np.sum(positive & chosen))])
+  return out
 
 
 def summary(scores, positive, *, fprs=(0.01, 0.1), confidence: float = 0.95,

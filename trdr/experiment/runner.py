@@ -23,7 +23,7 @@ Modes (`MODES`), one function each:
                al.'s ranges, G = S, ranked by the in-run score; sweep.json, best.json
   "membership" every start kind of ``config.init.kinds`` under each of ``config.init.seeds``
                (one start per training image), G = kinds · seeds, for
-               `trdr.report.membership`; starts.json
+               `trdr.studies.membership`; starts.json
 
 `reevaluate` runs the evaluate and write phases of a finished landscape or attack run again
 for other reconstructions (the report's control attacks, `trdr.report.controls`).
@@ -457,7 +457,7 @@ def _sweep(run: Prepared, workdir: str) -> Finished:
 
 def _membership(run: Prepared, workdir: str) -> Finished:
   """Every start kind under every seed: results.npz with the start kinds, seeds and
-  memberships (`starts.membership_starts`) for `trdr.report.membership`; starts.json."""
+  memberships (`starts.membership_starts`) for `trdr.studies.membership`; starts.json."""
   attacked = _attack(run, workdir, stop_on_divergence=True)
   if isinstance(attacked, Finished):
     return attacked
@@ -665,3 +665,25 @@ def _phase_done(summary: dict, phase: str, began: float) -> None:
   summary["phase_seconds"][phase] = time.time() - began
   logging.info("Seconds: %s", ", ".join(f"{k} {v:.1f}" for k, v in
                                           summary["phase_seconds"].items()))
+
+
+def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -> None:
+  """`experiment.run` of ``mode`` into ``directory``, unless it finished there with this
+  same config; an unfinished run of the same config is resumed. A run's figures are
+  `plotting.run_figures` away.
+
+  Raises:
+    FileExistsError: ``directory`` holds a finished run of a different config (finished
+      results are never replaced silently: remove the folder to recompute).
+    ValueError: a finished run's files fail their SHA256SUMS
+      (`trdr.runtime.rundir.check_finished`).
+  """
+  if os.path.exists(os.path.join(directory, FINISHED[mode])):
+    rundir.check_finished(directory, FINISHED[mode])
+    saved = files.read_json(os.path.join(directory, rundir.CONFIG_FILE))
+    if change := rundir.config_change(saved, config):
+      raise FileExistsError(f"{directory} holds a finished run of a different config "
+                            f"({change}); remove it or use another --workdir")
+    logging.info("Reusing the finished run %s", directory)
+    return
+  run(config, directory, mode)

@@ -5,7 +5,7 @@
   sweep       G = S DecoReco settings (σ, lr, λ_min, α) drawn from Haim et al.'s sweep
               ranges (`sample_settings`), each with its own Gaussian start
   membership  G = len(init.kinds) · len(init.seeds): every start kind under each seed, one
-              start per training image, with its label (`trdr.report.membership`)
+              start per training image, with its label (`trdr.studies.membership`)
 
 `STARTS[mode](config, attack_config, task, dtype)` builds them.
 """

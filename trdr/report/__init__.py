@@ -1,22 +1,23 @@
 """The reproduction report: every figure and Table 1 beside the paper's claim, with a verdict.
 
+`report/` holds the rules and the rendering; the studies that are experiments of their own
+(membership, knowledge, the θ0 readings, the victim recipe) are `trdr.studies`.
+
+  claims      the paper's claims, one record each (quote, source, rule in words, the
+              evidence it needs, its check, its images): the table the report iterates
+  verdicts    the rules: each claim's check on the runs' numbers and on the start
+              images' (the baseline), their thresholds (`RULES`) and the verdict they make
   artefacts   which runs each paper artefact needs, and how it is drawn from them
-  claims      the paper's sentences, quoted, and the thresholds of the rules that test them
-  verdicts    the rules: each artefact's checks on the runs' numbers and on the start
-              images' (the baseline), and the verdict they make
   evidence    the numbers behind the verdicts, read from the runs (and their repeats)
-  membership  membership ambiguity measured as an adversary faces it
   controls    the rules applied to control attacks (identity, worsening, oracle)
   markdown    report.md and membership.md
   figures     the report's own figures (the quiz, the trajectories, membership)
-  knowledge   privacy against what the adversary knows (the informed adversary, k unknown)
-  victim_recipe  DecoReco's victim recipe ablated: the KKT premise of θ* and the counts
 
 `run` regenerates Figs. 1–12, Table 1 and Table 1 under each reading of the paper's random
 θ0 (`artefacts.make`, into WORKDIR/paper_figures
 and WORKDIR/decoreco_figures; finished runs of an unchanged config are reused), reads the
-numbers behind every verdict (`evidence.collect`), applies the rules of `verdicts`, adds
-the membership experiment's verdict where it has run (`membership.read` of
+numbers behind every verdict (`evidence.collect`), applies every claim of `claims`, adds
+the membership experiment's verdicts where it has run (`trdr.studies.membership.read` of
 WORKDIR/membership/membership.json: `make membership`, an hour at ":cpu", is its own
 command) and writes WORKDIR/report.md, report.json and membership.{png,pdf}.
 """
@@ -29,8 +30,9 @@ import jax
 import ml_collections
 
 from trdr import plotting
-from trdr.report import artefacts, evidence, figures, markdown, membership, verdicts
-from trdr.report.claims import RULES
+from trdr.report import artefacts, claims, evidence, figures, markdown, membership_rules
+from trdr.report.verdicts import RULES
+from trdr.studies import membership
 from trdr.runtime import files, rundir
 
 
@@ -54,11 +56,12 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   os.makedirs(workdir, exist_ok=True)
   measured = membership.read(config.membership, os.path.join(workdir, "membership"))
   artefacts.make(config, workdir)
-  collected = evidence.collect(workdir)
-  results = verdicts.verdicts(collected)
-  # The repeats over seeds: each artefact's verdict per seed and mean ± std of its numbers.
-  repeats = [verdicts.verdicts(evidence.collect(d, repeats=True))
-             for d in evidence.make_seeds(config, workdir)]
+  # The repeats over seeds: each artefact's verdict per seed and mean ± std of its numbers;
+  # Figs. 7 and 9 also pool their runs with the repeats' (`claims`).
+  collected, seeds = evidence.collect_with_repeats(workdir,
+                                                   evidence.make_seeds(config, workdir))
+  results = claims.verdicts(collected)
+  repeats = [claims.verdicts(s) for s in seeds]
   for name, stats in evidence.over_seeds([results, *repeats],
                                          (0, *config.repeat_seeds)).items():
     results[name]["seeds"] = stats
@@ -66,9 +69,10 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   premises = {name: summary["kkt_premise"] for name, summary in collected["summaries"].items()
               if "kkt_premise" in summary}
   if measured is None:
-    results["membership"] = verdicts.membership_not_run()
+    for name in claims.MEMBERSHIP:
+      results[name] = claims.with_texts(name, membership_rules.membership_not_run())
   else:
-    results["membership"] = verdicts.verdict_membership(measured)
+    results |= claims.verdicts({"membership": measured})
     plotting.save_figure(figures.membership_figure(measured), workdir, "membership",
                          plotting.size_stamp(config.variant))
   paper_figures = os.path.join(workdir, "paper_figures")

@@ -29,13 +29,13 @@ import numpy as np
 from absl import logging
 
 from trdr import experiment, models, plotting
-from trdr.experiment import readings
 from trdr.attacks import init as inits
 from trdr.evaluation import realism
 from trdr.evaluation.evaluate import START
-from trdr.report import figures, verdicts
-from trdr.report.claims import RULES
+from trdr.report import claims, figures, verdicts
+from trdr.report.verdicts import RULES
 from trdr.runtime import files, rundir
+from trdr.studies import readings
 
 # run name -> (sub-directory of the work directory, experiment mode)
 RUNS = {
@@ -106,27 +106,6 @@ def finished(workdir: str, name: str) -> bool:
                                      experiment.FINISHED[RUNS[name][1]]))
 
 
-def run_or_reuse(mode: str, config: ml_collections.ConfigDict, directory: str) -> None:
-  """`experiment.run` of ``mode`` into ``directory``, unless it finished there with this
-  same config; an unfinished run of the same config is resumed. Only the artefacts are
-  drawn (`make`); a run's own figures are `plotting.run_figures` away.
-
-  Raises:
-    FileExistsError: ``directory`` holds a finished run of a different config (finished
-      results are never replaced silently: remove the folder to recompute).
-    ValueError: a finished run's files fail their SHA256SUMS (`trdr.runtime.rundir.check_finished`).
-  """
-  if os.path.exists(os.path.join(directory, experiment.FINISHED[mode])):
-    rundir.check_finished(directory, experiment.FINISHED[mode])
-    if change := rundir.config_change(files.read_json(os.path.join(directory, rundir.CONFIG_FILE)),
-                                      config):
-      raise FileExistsError(f"{directory} holds a finished run of a different config "
-                            f"({change}); remove it or use another --workdir")
-    logging.info("Reusing the finished run %s", directory)
-    return
-  experiment.run(config, directory, mode)
-
-
 # ------------------------------------------------------------------------- drawing
 
 
@@ -145,7 +124,8 @@ def _summary(runs, name):
 
 def run_arrays(directory: str, names, index=()) -> dict:
   """The results.npz arrays ``names`` of the run in ``directory`` and their start twins
-  (prefix `START`), at grid point ``index`` (``()``: every point), and phi_train where saved.
+  (prefix `START`), at grid point ``index`` (``()``: every point), and phi_train and
+  final_lambdas (DecoReco's multipliers; their twin NaN) where saved.
 
   Raises:
     ValueError: the run predates the evaluation of its start images.
@@ -157,8 +137,16 @@ def run_arrays(directory: str, names, index=()) -> dict:
     if missing:
       raise ValueError(f"{path} lacks {missing}: the run predates the evaluation of its "
                        "start images; delete its directory to recompute it")
-    return {k: saved[k][index] for k in keys} | (
-        {"phi_train": saved["phi_train"]} if "phi_train" in saved else {})
+    # phi_train (per training image) and DecoReco's final_lambdas have no start twin: the
+    # start images have no multipliers, so their twin is NaN (the baseline's quiz has no
+    # λ adversary).
+    out = {k: saved[k][index] for k in keys}
+    if "phi_train" in saved:
+      out["phi_train"] = saved["phi_train"]
+    if "final_lambdas" in saved:
+      lambdas = np.asarray(saved["final_lambdas"])[index]
+      out |= {"final_lambdas": lambdas, START + "final_lambdas": np.full(lambdas.shape, np.nan)}
+    return out
 
 
 def parameter_count(victim_config: ml_collections.ConfigDict, image_shape) -> int:
@@ -284,29 +272,6 @@ def _table1_row(records, summary, tols) -> dict:
       "lower_level": summary.get("lower_level")}
 
 
-def table1_readings(runs, config) -> dict:
-  """Table 1's distance l = ||θ* − θ(x)||² at its three starts under each reading of the
-  paper's random θ0 (`trdr.experiment.readings`), per activation over seeds:
-  table1_readings.json and .md. Each seed's re-solves are kept in
-  paper_figures/readings/<activation>_seed<s>/solves.json and reused while its config is
-  unchanged."""
-  r = config.paper.readings
-  folder = os.path.join(os.path.dirname(runs["affine"]), "readings")
-  table = {"activations": {}, "paper": PAPER_TABLE1["one_hidden"]}
-  for activation in r.activations:
-    per_seed = []
-    for seed in r.seeds:
-      c = r.victim.copy_and_resolve_references()
-      # seed s as in the report's repeats: the data draw, the victim's θ0, the U(0, 1) draws
-      c.victim.activation, c.victim.seed, c.seed, c.data.seed = activation, seed, seed, seed
-      directory = os.path.join(folder, f"{activation}_seed{seed}")
-      per_seed.append(_reuse_or_solve(c, directory))
-    table["activations"][activation] = per_seed
-  # l(x_GT) up to the distance Table 1's verdict calls small counts as 0 (x_GT a minimiser).
-  table["minimiser_tolerance"] = RULES["small_param_distance"]
-  return {"table1_readings.json": table, "table1_readings.md": _readings_markdown(table, r)}
-
-
 # The numbers of each pure start that `outer_step` sets side by side.
 _OUTER_STEP_FIELDS = ("upper_loss", "param_distance", "ssim_to_train", "ssim_to_partition",
                       "l2_to_train", START + "ssim_to_train", START + "ssim_to_partition")
@@ -346,7 +311,7 @@ def outer_step(runs, config) -> dict:
       if seed:
         adam_dir = run_dir(seed_workdir(workdir, seed), "affine")
         adam_config = seed_config(affine, seed)
-        run_or_reuse("landscape", adam_config, adam_dir)
+        experiment.run_or_reuse("landscape", adam_config, adam_dir)
       plain_dir = _plain_step_run(adam_config, adam_dir, float(chosen))
       table["seeds"][str(seed)] = {"adam": affine_verdicts(adam_dir),
                                    "plain": affine_verdicts(plain_dir)}
@@ -361,7 +326,7 @@ def _plain_step_run(affine: ml_collections.ConfigDict, adam_dir: str, lr: float)
   c.attack.optimizer, c.attack.lr, c.attack.lr_schedule = "sgd", float(lr), "constant"
   c.victim.checkpoint_dir = affine.victim.checkpoint_dir or os.path.join(adam_dir, "victim")
   directory = os.path.join(os.path.dirname(adam_dir), "outer_step", f"lr_{lr:g}")
-  run_or_reuse("landscape", c, directory)
+  experiment.run_or_reuse("landscape", c, directory)
   return directory
 
 
@@ -378,7 +343,8 @@ def affine_verdicts(directory: str) -> dict:
             "fig2": verdicts.verdict_fig2({"affine": records}),
             "fig3": verdicts.verdict_partition_init("fig3", records, images)}
   start = of(verdicts.baseline_evidence(records), verdicts.baseline_evidence(images))
-  return {k: verdicts.with_baseline(v, start[k]) for k, v in of(records, images).items()}
+  return {k: claims.with_texts(k, verdicts.with_baseline(v, start[k]))
+          for k, v in of(records, images).items()}
 
 
 def chosen_lr(final_loss: dict[str, float]) -> str | None:
@@ -440,72 +406,6 @@ def _outer_step_markdown(table: dict) -> str:
       lines.append(f"| {seed} | {name} | {v['verdict']} ({v['baseline']['verdict']}) | "
                    f"{p['verdict']} ({p['baseline']['verdict']}) | {cell} |")
   return "\n".join(lines) + "\n"
-
-
-def _reuse_or_solve(config, directory) -> dict:
-  path = os.path.join(directory, "solves.json")
-  if os.path.exists(path):
-    saved = files.read_json(path)
-    if not rundir.config_change(saved["config"], config):
-      return saved
-  out = readings.solves(config, directory) | {"config": files.to_jsonable(config)}
-  files.write_json(path, out)
-  return out
-
-
-def _readings_markdown(table: dict, r) -> str:
-  sets = readings.IMAGE_SETS
-  lines = ["Which θ0 the paper's lower level starts from decides whether the training images "
-           "minimise l(x) = ||θ* − θ(x)||² at all. Below, l at Table 1's three starts "
-           "before any attack (x_GT: the training images), with θ(x) re-solved under each "
-           "reading of \"initialising θ by drawing every weight independently from a "
-           "standard Uniform distribution\" (`trdr/experiment/readings.py`), on the "
-           f"one-hidden victim (width {r.victim.victim.width}, n = "
-           f"{2 * r.victim.data.n_per_class}), mean ± std over seeds {list(r.seeds)}; "
-           f"L-BFGS to ||∇θE|| < {r.victim.attack.lower_level.tol:g} or "
-           f"{r.victim.attack.lower_level.max_iter} iterations. \"x_GT minimises\": "
-           f"l(x_GT) ≤ {table['minimiser_tolerance']:g} and below l at both other starts, "
-           "in how many seeds. Reading (d) (warm start, the first solve from U(0, 1)) "
-           "equals (c) at fixed images.", "",
-           "| activation | reading | " + " | ".join(f"l({s})" for s in sets)
-           + " | l(x_GT) / P | max ||∇θE|| | victim's ||∇θE(θ*)|| | x_GT minimises |",
-           "|---|---|" + "---:|" * (len(sets) + 4)]
-  minimisers = {a: [readings.minimiser_readings(p["readings"], table["minimiser_tolerance"])
-                    for p in per_seed] for a, per_seed in table["activations"].items()}
-  for activation, per_seed in table["activations"].items():
-    for reading, (_, init, words) in readings.READINGS.items():
-      values = {s: np.array([p["readings"][reading][s]["distance"] for p in per_seed])
-                for s in sets}
-      grad = max(p["readings"][reading][s]["grad_norm"] for p in per_seed for s in sets)
-      victim_grad = max(p["victims"][init]["grad_norm"] for p in per_seed)
-      minimises = sum(reading in found for found in minimisers[activation])
-      cells = [f"{values[s].mean():.3e} ± {values[s].std():.1e}" for s in sets]
-      lines.append(f"| {activation} | ({reading}) {words} | " + " | ".join(cells)
-                   + f" | {values['ground_truth'].mean() / per_seed[0]['parameters']:.2e} | "
-                   f"{grad:.1e} | {victim_grad:.1e} | {minimises} of {len(per_seed)} |")
-  paper = table["paper"]
-  for activation, per_seed in table["activations"].items():
-    every = [r for r in readings.READINGS
-             if all(r in found for found in minimisers[activation])]
-    ordered = [r for r in readings.READINGS if all(
-        p["readings"][r]["noise"]["distance"] < p["readings"][r]["ground_truth"]["distance"]
-        < p["readings"][r]["partition"]["distance"] for p in per_seed)]
-    lines += ["", f"**{activation}**: x_GT minimises l in every seed under reading(s) "
-              f"{_readings_list(every)}; the order of the paper's Table 1 (random < ground "
-              f"truth < partition) holds at the starts in every seed under "
-              f"{_readings_list(ordered)}."]
-  lines += ["", "The paper's Table 1 (one-hidden, after the attack): random "
-            f"{paper['random']:.2e} < ground truth {paper['ground truth']:.2e} < partition "
-            f"{paper['partition']:.2e}. The numbers above are at the starts, before any "
-            "attack. Under a reading where x_GT minimises l, an attack started at x_GT that "
-            f"stays there ends at l = 0, below any other start; the paper's ground truth "
-            f"{paper['ground truth']:.2e}, above its random {paper['random']:.2e}, says its "
-            "attack left x_GT or its re-solve did not retrace θ*."]
-  return "\n".join(lines) + "\n"
-
-
-def _readings_list(names) -> str:
-  return ", ".join(f"({r})" for r in names) if names else "none"
 
 
 def _hp_text(summary: dict) -> str:
@@ -618,7 +518,10 @@ ARTEFACTS: dict[str, Artefact] = {
     **{name: Artefact("paper_figures", tuple(dict.fromkeys(p[0] for p in panels)),
                       _pure_figure(name, panels)) for name, panels in _PURE.items()},
     "table1": Artefact("paper_figures", ("affine", "one_hidden"), table1),
-    "table1_readings": Artefact("paper_figures", (), table1_readings),
+    "table1_readings": Artefact("paper_figures", (), lambda runs, config: (
+        readings.table1_readings(config.paper.readings, os.path.join(
+            os.path.dirname(runs["affine"]), "readings"), PAPER_TABLE1["one_hidden"],
+            RULES["small_param_distance"]))),
     "outer_step": Artefact("paper_figures", ("affine",), outer_step),
     "fig5": Artefact("decoreco_figures", ("sweep", "untuned"), _decoreco_grid(
         "fig5", "untuned", "Fig. 5: N(0, 1) initialisation, σ not tuned")),
@@ -660,7 +563,7 @@ def make(config: ml_collections.ConfigDict, workdir: str, artefacts=tuple(ARTEFA
   runs = {name: run_dir(workdir, name) for name in RUNS}
   for name in RUNS:  # in dependency order: the sweep first
     if name in needed:
-      run_or_reuse(RUNS[name][1], configs[name], runs[name])
+      experiment.run_or_reuse(RUNS[name][1], configs[name], runs[name])
   written = []
   for artefact in artefacts:
     folder = os.path.join(workdir, ARTEFACTS[artefact].folder)

@@ -14,7 +14,7 @@ Every other number of a run stays its own: the victim, the start images, the los
 and the attack's outputs (DecoReco's λ). The reconstructions' evaluation, ||θ* − θ(x)||²
 included, is computed again by the run's own evaluation phase (`trdr.experiment.reevaluate`),
 and Table 1 from the re-evaluated runs. Membership has its own runs and controls
-(`trdr.report.membership`: a positive and a negative control per attack).
+(`trdr.studies.membership`: a positive and a negative control per attack).
 """
 
 import os
@@ -24,7 +24,7 @@ import ml_collections
 import numpy as np
 
 from trdr import experiment
-from trdr.report import artefacts, evidence, verdicts
+from trdr.report import artefacts, claims, evidence, verdicts
 from trdr.runtime import files
 
 KINDS = ("identity", "worsening", "oracle")
@@ -90,10 +90,10 @@ def make(config: ml_collections.ConfigDict, workdir: str, kind: str, out: str,
 
 def verdicts_of(config: ml_collections.ConfigDict, workdir: str, kind: str,
                 scratch: str) -> dict:
-  """Every verdict of `trdr.report.verdicts.verdicts` for control ``kind`` on the runs of
+  """Every verdict of `trdr.report.claims.verdicts` for control ``kind`` on the runs of
   ``workdir``, each beside the runs' baseline; ``scratch``/``kind`` holds the re-evaluated
   runs (`make`; identity needs none)."""
   if kind == "identity":
-    return verdicts.verdicts(verdicts.baseline_evidence(evidence.collect(workdir)))
-  return verdicts.verdicts(evidence.collect(make(config, workdir, kind,
+    return claims.verdicts(verdicts.baseline_evidence(evidence.collect(workdir)))
+  return claims.verdicts(evidence.collect(make(config, workdir, kind,
                                                  os.path.join(scratch, kind))))

@@ -61,7 +61,7 @@ def make_seeds(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
       c = artefacts.seed_config(configs[name], seed)
       if "hparams_file" in c.attack and c.attack.hparams_file:
         c.attack.hparams_file = sweep
-      artefacts.run_or_reuse(artefacts.RUNS[name][1], c, runs[name])
+      experiment.run_or_reuse(artefacts.RUNS[name][1], c, runs[name])
     if {"affine", "one_hidden"} <= set(names):
       files.write_json(os.path.join(directory, "paper_figures", "table1.json"),
                        artefacts.table1(runs, config)["table1.json"])
@@ -115,11 +115,23 @@ def collect(workdir: str, repeats: bool = False) -> dict:
   return evidence
 
 
+def collect_with_repeats(workdir: str, seed_dirs) -> tuple[dict, list[dict]]:
+  """`collect` of the report's runs and of each seed's repeats (``seed_dirs``, in the
+  report's seed order), the main evidence carrying the repeats' per-image arrays as
+  "seeds" (the runs that Figs. 7 and 9 pool: `trdr.report.claims`).
+
+  Returns:
+    (the main evidence with "seeds": [each seed's "results"], [each seed's evidence]).
+  """
+  seeds = [collect(d, repeats=True) for d in seed_dirs]
+  return collect(workdir) | {"seeds": [s["results"] for s in seeds]}, seeds
+
+
 def over_seeds(per_seed: list[dict], seeds) -> dict:
   """Each artefact's verdict per seed and its measured numbers' mean and std over seeds.
 
   Args:
-    per_seed: `trdr.report.verdicts.verdicts` output per seed (the main runs' first).
+    per_seed: `trdr.report.claims.verdicts` output per seed (the main runs' first).
     seeds: the seeds, in the same order.
   Returns:
     artefact -> {"seeds", "verdicts", "mean", "std" (ddof 1; NaN for one seed), "lists"},

@@ -75,7 +75,7 @@ def membership_figure(measured: dict) -> plt.Figure:
   start at ``ROC_FLOOR``; a curve's points below it (FPR or TPR 0) are drawn at the floor.
 
   Args:
-    measured: `trdr.report.membership.measure` output ("roc": "attack/kind/score" -> [fpr, tpr]).
+    measured: `trdr.studies.membership.measure` output ("roc": "attack/kind/score" -> [fpr, tpr]).
   Returns:
     A Figure; a panel without an informative score says so.
   """
@@ -86,8 +86,10 @@ def membership_figure(measured: dict) -> plt.Figure:
   cols = max(len(k) for k in kinds.values())
   fig, axes = plt.subplots(len(rows), cols, figsize=(3.4 * cols, 3.0 * len(rows)),
                            squeeze=False, constrained_layout=True)
+  # The curves are the rule's label window's (the first): the AUCs beside them too.
+  window = measured.get("labels", {}).get("windows", [None])[0]
   auc = {(r["attack"], r["kind"], r["score"]): r.get("auc") for r in measured["rows"]
-         if r["stage"] == "reconstruction"}
+         if r["stage"] == "reconstruction" and r.get("window") == window}
   chance = np.geomspace(ROC_FLOOR, 1.0, 201)
   for i, attack in enumerate(rows):
     for j in range(cols):
@@ -100,8 +102,9 @@ def membership_figure(measured: dict) -> plt.Figure:
       scores = [s for a, k, s in keys if a == attack and k == kind]
       for score in scores:
         fpr, tpr = measured["roc"][f"{attack}/{kind}/{score}"]
+        value = auc.get((attack, kind, score))
         ax.plot(np.maximum(fpr, ROC_FLOOR), np.maximum(tpr, ROC_FLOOR), lw=1.2,
-                label=f"{score} ({auc[attack, kind, score]:.2f})")
+                label=f"{score} ({'too few' if value is None else f'{value:.2f}'})")
       if scores:
         ax.legend(fontsize=6, loc="lower right")
       else:

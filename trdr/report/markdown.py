@@ -4,18 +4,8 @@ baseline and verdict as Markdown, with the counts and membership tables.
 
 import numpy as np
 
-from trdr.report import verdicts
-
-ARTEFACTS = ("fig1", "fig2", "fig3", "fig4", "table1", "fig5", "fig6", "fig7", "fig8",
-             "fig9", "fig10", "fig11", "fig12")
-# Artefact -> image files (relative to the report's work dir).
-IMAGES = {
-    **{f"fig{i}": [f"paper_figures/fig{i}.png"] for i in range(1, 5)},
-    **{f"fig{i}": [f"decoreco_figures/fig{i}.png"] for i in range(5, 13)},
-    "table1": [],
-}
-IMAGES["fig7"].append("decoreco_figures/fig7_ssim_vs_output.png")
-IMAGES["fig9"].append("decoreco_figures/trajectories.png")
+from trdr.report import membership_rules
+from trdr.report.claims import CLAIMS
 
 
 def _fmt(value) -> str:
@@ -97,8 +87,13 @@ def tpr_cell(row: dict, fpr: str) -> str:
   return _fmt(row["tpr_at_fpr"][fpr])
 
 
+def _top(row: dict) -> str:
+  """A row's members among its top k (`trdr.evaluation.roc.precision_at_top`), "k: m/s"."""
+  return ", ".join(f"{k}: {m}/{s}" for k, s, m in row.get("top", ())) or "—"
+
+
 def membership_markdown(measured: dict) -> list[str]:
-  """The membership tables (`trdr.report.membership.measure`): AUC per attack × start kind × score
+  """The membership tables (`trdr.studies.membership.measure`): AUC per attack × start kind × score
   with its CI over victims, the AUC per victim and TPR at low FPR, on the reconstructions and
   on their start images; natural-looking counts and member fractions."""
   fprs = [f"{f:g}" for f in measured["fprs"]]
@@ -122,11 +117,13 @@ def membership_markdown(measured: dict) -> list[str]:
            f"oriented before running (higher = member); fewer than {measured['min_per_class']}"
            " members or non-members: no AUC. TPR at an FPR needs at least 1 / FPR "
            "non-members (with fewer it is the TPR at FPR 0): \"—, N too small\" where the "
-           "row has fewer.", "",
+           "row has fewer. Top k: the members among the images that score at least the "
+           "k-th largest (members / selected; the rule \"with certainty\" reads them).", "",
            "| attack | start | stage | score | window | members | non-members | excluded | AUC | "
            "per victim: mean [CI] | AUC per victim | bootstrap over victims | over images | "
-           + " | ".join(f"TPR at {f} FPR" for f in fprs) + " |",
-           "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|" + "---:|" * len(fprs)]
+           + " | ".join(f"TPR at {f} FPR" for f in fprs) + " | top k |",
+           "|---|---|---|---|---:|---:|---:|---:|---:|---|---|---|---|" + "---:|" * len(fprs)
+           + "---|"]
   for r in measured["rows"]:
     if not r["informative"]:
       cells = ["too few", "—", "—", "—", "—", *("—" for _ in fprs)]
@@ -136,21 +133,23 @@ def membership_markdown(measured: dict) -> list[str]:
                *(tpr_cell(r, f) for f in fprs)]
     lines.append(f"| {r['attack']} | {r['kind']} | {r['stage']} | {r['score']} | "
                  f"{r.get('window', '—')} | {r['members']} | {r['non_members']} | "
-                 f"{r.get('excluded', '—')} | " + " | ".join(cells) + " |")
+                 f"{r.get('excluded', '—')} | " + " | ".join(cells) + f" | {_top(r)} |")
   controls = measured.get("controls", [])
   if controls:
     lines += ["", "Controls on the mixed starts, after the attack: positive (label: the start "
               "was a training image; an experiment that cannot tell these apart cannot "
-              "detect membership) and negative (the partition starts split at random into "
-              "two halves; telling them apart is a false alarm).", "",
+              "detect membership), negative (the partition starts split at random into "
+              "two halves; telling them apart is a false alarm) and oracle (an attack that "
+              "returns training images only: the training-image starts themselves, every "
+              "one a member; the rule \"with certainty\" must tell).", "",
               "| attack | control | score | members | non-members | AUC | per victim: mean "
-              "[CI] | p (AUC) |",
-              "|---|---|---|---:|---:|---:|---|---:|"]
+              "[CI] | p (AUC) | top k |",
+              "|---|---|---|---:|---:|---:|---|---:|---|"]
     for r in controls:
       cells = (f"{_fmt(r['auc'])} | {_fmt(r['victim_mean'])} {_interval(r['ci'])} | "
                f"{_fmt(r['p_auc'])}" if r["informative"] else "too few | — | —")
       lines.append(f"| {r['attack']} | {r['control']} | {r['score']} | {r['members']} | "
-                   f"{r['non_members']} | {cells} |")
+                   f"{r['non_members']} | {cells} | {_top(r)} |")
   for attack, c in measured.get("label_calibration", {}).items():
     lines += ["", f"Labels on genuine non-members ({attack}'s {c['images']} partition images "
               f"scored as reconstructions): {c['labelled_non_member']:.0%} labelled non-member, "
@@ -170,19 +169,30 @@ def membership_markdown(measured: dict) -> list[str]:
 
 
 def _control_sentence(attack: str, answers: dict) -> str:
-  """One attack's controls (`verdicts.membership_controls`) in words."""
+  """One attack's controls (`membership_rules.membership_controls`) in words."""
   said = {"positive": {True: "detects membership", False: "detects nothing",
                        None: "has too few images"},
           "negative": {True: "raises a false alarm", False: "raises no alarm",
-                       None: "has too few images"}}
+                       None: "has too few images"},
+          "oracle": {True: "is told with certainty", False: "is not told with certainty",
+                     None: "has too few images"}}
   return (f"{attack}: the positive control {said['positive'][answers.get('positive')]}, the "
-          f"negative control {said['negative'][answers.get('negative')]}.")
+          f"negative control {said['negative'][answers.get('negative')]}, the oracle "
+          f"(training images only) {said['oracle'][answers.get('oracle')]}.")
 
 
-def membership_page(measured: dict, verdict: dict, generated: dict | None = None) -> str:
+def membership_page(measured: dict, results: dict, generated: dict | None = None) -> str:
   """membership.md of experiments/membership.py: where it comes from (``generated``,
-  `trdr.report.provenance`: size, UTC time, machine, JAX); the answer first (the verdict,
-  one sentence per attack and start kind, the controls); then the claim, rule and tables."""
+  `trdr.report.provenance`: size, UTC time, machine, JAX); the answers first (per claim of
+  `trdr.report.claims.MEMBERSHIP`, its verdict and one sentence per attack and start
+  kind; the controls); then each claim's rule and the tables.
+
+  Args:
+    measured: `trdr.studies.membership.measure` output.
+    results: {claim: its verdict} (`trdr.report.claims.verdicts` of {"membership":
+      measured}).
+    generated: `trdr.report.provenance`.
+  """
   g = generated or {}
   victims = measured.get("victims", [])
   header = (f"Generated by `make membership` (`experiments/membership.py`; written "
@@ -190,19 +200,26 @@ def membership_page(measured: dict, verdict: dict, generated: dict | None = None
             f"{g.get('jax', '?')}) from membership.json; do not edit by hand. Size "
             f"`{g.get('size', '?')}`, {len(victims)} victims per attack (data draws "
             f"{', '.join(map(str, victims))}).")
-  baseline = verdict.get("baseline", {}).get("verdict")
-  answer = ["## The answer", "",
-            f"**Verdict: {verdict['verdict']}**"
-            + (f" (baseline, the same rule on the start images: {baseline})" if baseline else "")
-            + f". The paper ({verdict['source']}): {verdict['claim']}", "",
-            *(f"- {sentence}" for sentence in verdict.get("sentences", ())), "",
-            *(f"- {_control_sentence(attack, answers)}"
-              for attack, answers in verdicts.membership_controls(measured).items()), "",
-            "The rule, every score and the controls' numbers: the section below."]
-  section = {k: v for k, v in verdict.items() if k != "sentences"}   # said above
+  answer = ["## The answers", ""]
+  for verdict in results.values():
+    baseline = verdict.get("baseline", {}).get("verdict")
+    answer += [f"### {CLAIMS[verdict['artefact']].title}", "",
+               f"**Verdict: {verdict['verdict']}**"
+               + (f" (baseline, the same rule on the start images: {baseline})"
+                  if baseline else "")
+               + f". The paper ({verdict['source']}): {verdict['claim']}", "",
+               *(f"- {sentence}" for sentence in verdict.get("sentences", ())), ""]
+  answer += [*(f"- {_control_sentence(attack, answers)}"
+               for attack, answers in membership_rules.membership_controls(measured).items()),
+             "", "The rules, every score and the controls' numbers: the sections below."]
+  sections = []
+  for name, verdict in results.items():
+    section = {key: v for key, v in verdict.items() if key != "sentences"}   # said above
+    shown = list(CLAIMS[name].images)   # the figure and the tables: with the first claim
+    sections += _section(CLAIMS[name].title, section, shown,
+                         membership_markdown(measured) if shown else [])
   return "\n".join(["# trdr membership ambiguity", "", header, "", *answer, "",
-                    *_section("Membership ambiguity", section, ["membership.png"],
-                              membership_markdown(measured))]) + "\n"
+                    *sections]) + "\n"
 
 
 def premise_markdown(premises: dict) -> list[str]:
@@ -235,7 +252,7 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
     results: artefact -> verdict dict (`verdicts`, plus "membership").
     table1_md: Table 1 as Markdown (`trdr.report.artefacts.table1`, table1.md, and
       `trdr.report.artefacts.table1_readings` after it).
-    measured: `trdr.report.membership.measure` output; None where the membership
+    measured: `trdr.studies.membership.measure` output; None where the membership
       experiment has not run (its section then says so, with no figure or tables).
     variant: the config variant ("", "cpu" or "smoke"), named in the header.
     count_rows: `counts` output (the counts table; none: no table).
@@ -274,13 +291,13 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
   if count_rows:
     lines += ["## Counts on both scales", "", *counts_markdown(count_rows)]
   lines += premise_markdown(premises or {})
-  for name in ARTEFACTS:
-    title = "Table 1" if name == "table1" else f"Fig. {name[3:]}"
-    extra = [table1_md.strip()] if name == "table1" else []
-    lines += _section(title, results[name], IMAGES[name], extra)
-  images, tables = ([], []) if measured is None else (["membership.png"],
-                                                        membership_markdown(measured))
-  lines += _section("Membership ambiguity", results["membership"], images, tables)
+  # What a claim's section shows besides its rule: Table 1's tables; the membership
+  # experiment's figure and tables where it has run.
+  extra = {"table1": [table1_md.strip()],
+           "membership": [] if measured is None else membership_markdown(measured)}
+  for name, claim in CLAIMS.items():
+    shown = [] if "membership" in claim.needs and measured is None else list(claim.images)
+    lines += _section(claim.title, results[name], shown, extra.get(name, []))
   return "\n".join(lines) + "\n"
 
 
@@ -305,7 +322,7 @@ def verdicts_page(report: dict, source: str) -> str:
            "and why: [paper.md](paper.md).", "",
            "| artefact | the paper | verdict | baseline (start images) | per seed |",
            "|---|---|---|---|---|"]
-  for name in (*ARTEFACTS, "membership"):
+  for name in CLAIMS:
     v = results[name]
     verdict = v["verdict"] + (f" ({v['reason']})" if "reason" in v else "")
     seeds = ", ".join(v["seeds"]["verdicts"]) if "seeds" in v else "—"

@@ -1,22 +1,23 @@
-"""Verdicts: each paper artefact's claim, quoted, the rule that tests it, and a pure
-function that applies the rule to the runs' numbers — and to the start images' numbers.
+"""The rules: pure functions that apply each of the paper's claims to the runs' numbers —
+and to the start images' numbers — and the thresholds they use (`RULES`).
 
-`trdr.report.claims.CLAIMS` holds, per artefact, the paper's sentence (quoted), where it stands
-and the rule in words; `trdr.report.claims.RULES` the thresholds. The verdict functions
-(`verdict_fig1` … `verdict_membership`) are pure: plain records, summaries and arrays in,
-a verdict dict out:
+Each claim of the paper that the report tests is one record of `trdr.report.claims.CLAIMS`
+(its quotation, source, rule in words, the evidence it needs, its images) whose check is
+a function here (`verdict_fig1` … `verdict_membership`). The checks are pure: plain
+records, summaries and arrays in, an outcome dict out (`verdict_of`):
 
-  {"artefact": str, "claim": str, "source": str, "rule": str,
-   "measured": {name: number}, "checks": {name: bool}, "verdict": one of `VERDICTS`}
+  {"artefact": str, "measured": {name: number}, "checks": {name: bool},
+   "verdict": one of `VERDICTS`}
 
-A verdict is "reproduced" when every check passes, "partly" when some do and "not
-reproduced" when none does, unless the function says otherwise; "not tested" where no
-rule of trdr tests the paper's sentence yet (the reason is in the rule).
+to which `trdr.report.claims.verdicts` adds the claim, source and rule. A verdict is
+"reproduced" when every check passes, "partly" when some do and "not reproduced" when
+none does, unless the function says otherwise; "not tested" where no rule of trdr tests
+the paper's sentence yet (the reason is in the rule).
 
 **Baseline.** Every run also evaluates its start images x0 as if they were the
-reconstructions (`trdr.evaluation.evaluate.START`). `verdicts` applies every rule to those
-numbers too (`baseline_evidence`: an attack that returns its start) and adds the result as
-"baseline" (`with_baseline`). A check the reconstructions fail and the start images pass
+reconstructions (`trdr.evaluation.evaluate.START`). Every rule is applied to those
+numbers too (`baseline_evidence`: an attack that returns its start) and the result added
+as "baseline" (`with_baseline`). A check the reconstructions fail and the start images pass
 means the attack lost what its start had: the verdict is then "not reproduced", or
 "partly" when another check passes that the start images fail, with that reason. A check
 that the start images pass as well says nothing about the attack: when every check the
@@ -37,7 +38,43 @@ import scipy.stats
 from trdr.attacks import init as inits
 from trdr.evaluation import realism
 from trdr.evaluation.evaluate import START, own_start_fraction
-from trdr.report.claims import RULES, claim
+
+# Thresholds of the verdict rules. SSIM is dm-pix's (11 × 11 window); L2 is the Euclidean
+# distance over all pixel values in [0, 1] (3072 for CIFAR-10).
+RULES = {
+    "no_reconstruction_max_ssim": 0.3,  # mean SSIM to the nearest training image below
+    "recovered_min_ssim": 0.9,          # "recovers the training data": mean SSIM above
+    "recovered_max_l2": 1.0,            # and mean L2 below
+    "small_param_distance": 1e-2,       # "small" ||θ*−θ||²: the paper's largest is 6.4e-3
+    "ssim_level": 0.4,                  # a training image counts as reconstructed
+    "fig5_max_untuned": 3,              # "at most the first three reconstructions"
+    "fig6_top": realism.QUIZ_TOP,       # "four … among the top 10"
+    # Figs. 6, 7 and 8 scale the ranks 10 and 50 from the published runs' 1,000 candidates
+    # to a run's m (`realism.scaled_ranks`); Fig. 7's quiz is asked this many times.
+    "paper_candidates": realism.PAPER_CANDIDATES,
+    "quiz_draws": 1000,
+    "majority": 0.5,                    # "the majority of the resulting images"
+    "partition_side_max_lambda": 0.5,   # Fig. 11: "for λ < 0.5"
+    # "Cannot tell" (an AUC at chance) needs its 95 % interval inside 0.5 ± this margin;
+    # an interval that contains 0.5 but is wider is "underpowered" (fixed before running).
+    "equivalence_margin": 0.1,
+    # Membership, two claims (`trdr.report.membership_rules`), each at this confidence,
+    # Bonferroni-divided over the tests of a group (an adversary tries every score).
+    "membership_confidence": 0.95,
+    # (ii) better than chance (Sec. 4.4): victims are the unit. A score tells when the
+    # t-test of its victims' AUCs against 0.5 rejects; it cannot tell when their 95 % t
+    # interval lies inside 0.5 ± equivalence_margin. The smallest |AUC − 0.5| the test
+    # detects with this power is reported beside it.
+    "membership_power": 0.8,
+    # (i) with certainty (Sec. 5): an adversary who names the images a threshold selects
+    # (the top k, k ≥ certainty_min_selected) as members is right with precision ≥
+    # certainty_precision: the Clopper–Pearson lower bound of that precision at some k.
+    # It cannot tell with certainty when the upper bound at every such k lies below it.
+    "certainty_precision": 0.95,
+    "certainty_min_selected": 10,
+    # TPR at this FPR is reported beside both (Carlini et al. 2022's convention).
+    "membership_fpr": 0.01,
+}
 
 VICTIMS = ("affine", "one_hidden")
 ATTACKS = ("bilevel", "decoreco")
@@ -53,14 +90,13 @@ def _all_any(checks: dict) -> str:
   return REPRODUCED if all(passed) else PARTLY if any(passed) else NOT_REPRODUCED
 
 
-def verdict_of(name: str, measured: dict, checks: dict, verdict: str | None = None,
-               rules: dict | None = None) -> dict:
-  """Artefact ``name``'s verdict dict (`trdr.report.verdicts`): its claim, source and rule, the
-  ``measured`` numbers, the ``checks`` {name: bool} and ``verdict`` (default: reproduced
-  when every check passes, partly when some do, not reproduced when none does)."""
-  quote, source, rule = claim(name, rules or RULES)
-  return {"artefact": name, "claim": quote, "source": source, "rule": rule,
-          "measured": measured, "checks": checks, "verdict": verdict or _all_any(checks)}
+def verdict_of(name: str, measured: dict, checks: dict, verdict: str | None = None) -> dict:
+  """Artefact ``name``'s outcome (`trdr.report.verdicts`): the ``measured`` numbers, the
+  ``checks`` {name: bool} and ``verdict`` (default: reproduced when every check passes,
+  partly when some do, not reproduced when none does). The claim's quotation, source and
+  rule in words are added by `trdr.report.claims.verdicts`."""
+  return {"artefact": name, "measured": measured, "checks": checks,
+          "verdict": verdict or _all_any(checks)}
 
 
 def with_baseline(verdict: dict, baseline: dict) -> dict:
@@ -149,7 +185,7 @@ def verdict_fig1(pure: dict, rules: dict = RULES) -> dict:
     checks[f"{v}: SSIM to train < {limit}"] = bool(r["ssim_to_train"] < limit)
     checks[f"{v}: SSIM to noise > to train"] = bool(r["ssim_to_noise"] > r["ssim_to_train"])
     checks[f"{v}: ||θ*−θ||² < {small:g}"] = bool(r["param_distance"] < small)
-  return verdict_of("fig1", measured, checks, rules=rules)
+  return verdict_of("fig1", measured, checks)
 
 
 def verdict_fig2(pure: dict, rules: dict = RULES) -> dict:
@@ -164,7 +200,7 @@ def verdict_fig2(pure: dict, rules: dict = RULES) -> dict:
         r["ssim_to_train"] > rules["recovered_min_ssim"]
         and r["l2_to_train"] < rules["recovered_max_l2"])
     checks[f"{v}: ||θ*−θ||² < {small:g}"] = bool(r["param_distance"] < small)
-  return verdict_of("fig2", measured, checks, rules=rules)
+  return verdict_of("fig2", measured, checks)
 
 
 def verdict_partition_init(name: str, records: list[dict], images: dict,
@@ -178,7 +214,7 @@ def verdict_partition_init(name: str, records: list[dict], images: dict,
               "SSIM to partition": r["ssim_to_partition"], "||θ*−θ||²": r["param_distance"]}
   checks = {f"own start nearest for > {rules['majority']:g}": fraction > rules["majority"],
             f"||θ*−θ||² < {small:g}": bool(r["param_distance"] < small)}
-  return verdict_of(name, measured, checks, rules=rules)
+  return verdict_of(name, measured, checks)
 
 
 def verdict_table1(table: dict, rules: dict = RULES) -> dict:
@@ -189,7 +225,7 @@ def verdict_table1(table: dict, rules: dict = RULES) -> dict:
     for column, value in row["measured"].items():
       measured[f"{v} {column}"] = value
       checks[f"{v} {column} < {small:g}"] = bool(value < small)
-  return verdict_of("table1", measured, checks, rules=rules)
+  return verdict_of("table1", measured, checks)
 
 
 
@@ -252,7 +288,7 @@ def verdict_fig10(comparable: dict, rules: dict = RULES) -> dict:
                 delta["bilevel"] < delta["decoreco"]),
             "bilevel's rise towards noise beyond its starts' > DecoReco's": bool(
                 beyond["bilevel"] > beyond["decoreco"])}
-  return verdict_of("fig10", measured, checks, rules=rules)
+  return verdict_of("fig10", measured, checks)
 
 
 def verdict_fig11(comparable: dict, rules: dict = RULES) -> dict:
@@ -274,7 +310,7 @@ def verdict_fig11(comparable: dict, rules: dict = RULES) -> dict:
         points and all(r["l2_to_partition"] < r["l2_to_train"] for r in points))
   checks[f"bilevel's Δ L2 to partition for λ1 < {limit:g} < DecoReco's"] = bool(
       moved["bilevel"] < moved["decoreco"])
-  return verdict_of("fig11", measured, checks, rules=rules)
+  return verdict_of("fig11", measured, checks)
 
 
 def verdict_fig12(comparable: dict, rules: dict = RULES) -> dict:
@@ -297,202 +333,7 @@ def verdict_fig12(comparable: dict, rules: dict = RULES) -> dict:
         all(d < 0 for r, d in zip(line, deltas) if r["lambda2"] < 1.0))
   checks["bilevel's mean Δ L2 to train along λ1 = 1 < DecoReco's"] = bool(
       mean_delta["bilevel"] < mean_delta["decoreco"])
-  return verdict_of("fig12", measured, checks, rules=rules)
-
-
-CAN_TELL, CANNOT_TELL = "can tell", "cannot tell"
-
-
-def membership_answer(row: dict, rules: dict = RULES, scores: int = 1) -> str:
-  """What one membership score answers (`CLAIMS["membership"]`'s rule): "can tell",
-  "cannot tell" or "underpowered".
-
-  "Can tell": the AUC's or the low-FPR TPR's p-value against a score that knows nothing
-  (`trdr.evaluation.roc.summary`: Mann–Whitney, Fisher) is below α = 1 − confidence,
-  Bonferroni-divided over the 2 · ``scores`` tests of its group (an adversary tries every
-  score, so a group of random scores must not "tell" more often than α). "Cannot tell":
-  the AUC's CI inside 0.5 ± the equivalence margin (an equivalence test: the CI need not
-  contain 0.5, a difference is the p-value's to find), at least 10 / FPR
-  non-members (with fewer the threshold's FPR is not resolved: "TPR at 1 % FPR" over 50
-  non-members is the TPR at FPR 0), and the TPR's Clopper–Pearson upper bound over the
-  members at most ``membership_max_tpr``. Anything else: "underpowered". A row measured
-  over clusters (victims: ``row["clusters"]``, `trdr.evaluation.roc.summary`) has its CI
-  over victims, and with fewer than two victims no CI that could say "cannot tell".
-
-  Args:
-    row: `trdr.evaluation.roc.summary` of the score (members, non_members, auc, ci, p_auc,
-      tpr_at_fpr, p_tpr).
-    scores: the number of scores tested in its group.
-  """
-  fpr = f"{rules['membership_fpr']:g}"
-  alpha = (1.0 - rules["membership_confidence"]) / (2 * scores)
-  if row["p_auc"] < alpha or row["p_tpr"][fpr] < alpha:
-    return CAN_TELL
-  members = row["members"]
-  high = scipy.stats.binomtest(int(round(row["tpr_at_fpr"][fpr] * members)),
-                               members).proportion_ci(rules["membership_confidence"]).high
-  resolved = row["non_members"] >= 10 / rules["membership_fpr"]
-  low_auc, high_auc, margin = *row["ci"], rules["equivalence_margin"]
-  # Not tested as a difference; a NaN interval (fewer than two victims) is never inside.
-  inside = 0.5 - margin <= low_auc and high_auc <= 0.5 + margin
-  return CANNOT_TELL if (inside and resolved and high <= rules["membership_max_tpr"]
-                         ) else UNDERPOWERED
-
-
-def _rule_groups(measured: dict, stage: str) -> dict:
-  """{(attack, start kind): rows on ``stage``} under the rule's labels, those of the first
-  window (`configs/membership.py`'s label_windows); rows under another window are
-  reported, not judged."""
-  window = measured.get("labels", {}).get("windows", [None])[0]
-  groups = {}
-  for row in measured["rows"]:
-    if row["stage"] == stage and row.get("window") == window:
-      groups.setdefault((row["attack"], row["kind"]), []).append(row)
-  return groups
-
-
-def _membership_checks(measured: dict, stage: str, rules: dict) -> tuple[dict, dict, list]:
-  """Per (attack, start kind) on ``stage``: the most separating informative score, each
-  score's answer (`membership_answer`), and the check "cannot tell" (no score tells,
-  every score cannot tell); a group with no score that tells but one underpowered gets
-  no check and is listed as underpowered."""
-  fpr = f"{rules['membership_fpr']:g}"
-  numbers, checks, underpowered = {}, {}, []
-  groups = {}
-  for (attack, kind), rows in _rule_groups(measured, stage).items():
-    if informative := [r for r in rows if r["informative"]]:
-      groups[f"{attack}, {kind}"] = informative
-  for name, rows in groups.items():
-    answers = [membership_answer(r, rules, scores=len(rows)) for r in rows]
-    best = max(rows, key=lambda r: r["auc"])
-    numbers[f"{name}: max AUC ({best['score']})"] = best["auc"]
-    numbers[f"{name}: its TPR at {fpr} FPR"] = best["tpr_at_fpr"][fpr]
-    numbers[f"{name}: answers"] = {
-        r["score"]: f"{a} (AUC {r['auc']:.3f}"
-                    + (f", per victim {r['victim_mean']:.3f} over {r['clusters']} victims"
-                       if "clusters" in r else "")
-                    + f" [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}], half-width "
-                    f"{(r['ci'][1] - r['ci'][0]) / 2:.3f}; {r['members']} members, "
-                    f"{r['non_members']} non-members)" for r, a in zip(rows, answers)}
-    if CAN_TELL in answers:
-      checks[f"{name}: cannot tell"] = False
-    elif all(a == CANNOT_TELL for a in answers):
-      checks[f"{name}: cannot tell"] = True
-    else:
-      underpowered.append(name)
-  return numbers, checks, underpowered
-
-
-def _in_words(row: dict, answer: str, rules: dict) -> str:
-  """One score's row (`trdr.evaluation.roc.summary` fields) as the clause of a sentence."""
-  fpr = f"{rules['membership_fpr']:g}"
-  low, high = row["ci"]
-  over = (f"per victim {row['victim_mean']:.3f} [{low:.3f}, {high:.3f}] over "
-          f"{row['clusters']} victims" if "clusters" in row else f"[{low:.3f}, {high:.3f}]")
-  text = (f"{row['score']}: AUC {row['auc']:.3f}, {over}; {row['members']} members, "
-          f"{row['non_members']} non-members")
-  if answer == CAN_TELL:
-    text += f"; p {min(row['p_auc'], row['p_tpr'][fpr]):.1e}"
-  return text
-
-
-def membership_sentences(measured: dict, rules: dict = RULES) -> list[str]:
-  """One plain sentence per attack × start kind: what an adversary's best score answers
-  on the natural-looking reconstructions (`membership_answer`, the rule's label window),
-  with the deciding number, and the same on their start images (the baseline).
-
-  "Can tell": the score with the smallest p-value. "Cannot tell": the score farthest from
-  chance. "Underpowered": what stands in the way, the widest interval's half-width against
-  the equivalence margin and the non-members against the 10 / FPR that TPR at that FPR
-  needs. A group without enough natural-looking members or non-members says so."""
-  fpr = rules["membership_fpr"]
-  after, start = _rule_groups(measured, "reconstruction"), _rule_groups(measured, "start")
-
-  def clause(rows: list[dict]) -> str:
-    if not any(r["informative"] for r in rows):
-      most = max(rows, key=lambda r: min(r["members"], r["non_members"]), default=None)
-      return ("too few natural-looking members or non-members to measure" + (
-          f" ({most['members']} members, {most['non_members']} non-members; "
-          f"{measured.get('min_per_class', '?')} of each needed)" if most else ""))
-    rows = [r for r in rows if r["informative"]]
-    answers = [membership_answer(r, rules, scores=len(rows)) for r in rows]
-    if CAN_TELL in answers:
-      told = [r for r, a in zip(rows, answers) if a == CAN_TELL]
-      best = min(told, key=lambda r: min(r["p_auc"], r["p_tpr"][f"{fpr:g}"]))
-      return f"an adversary can tell ({_in_words(best, CAN_TELL, rules)})"
-    if all(a == CANNOT_TELL for a in answers):
-      far = max(rows, key=lambda r: abs(r["auc"] - 0.5))
-      return ("an adversary cannot tell (the score farthest from chance: "
-              f"{_in_words(far, CANNOT_TELL, rules)})")
-    wide = max(rows, key=lambda r: r["ci"][1] - r["ci"][0])
-    return (f"underpowered: no score tells, but the widest interval's half-width is "
-            f"{(wide['ci'][1] - wide['ci'][0]) / 2:.3f} against the margin "
-            f"{rules['equivalence_margin']:g}, with {max(r['non_members'] for r in rows)} "
-            f"non-members where TPR at {fpr:.0%} FPR needs {10 / fpr:.0f} "
-            f"({_in_words(wide, UNDERPOWERED, rules)})")
-
-  return [f"{attack}, {kind} starts: after the attack, {clause(after.get((attack, kind), []))}"
-          f"; on the start images, {clause(start.get((attack, kind), []))}."
-          for attack, kind in dict.fromkeys([*after, *start])]
-
-
-def membership_controls(measured: dict, rules: dict = RULES) -> dict:
-  """Per attack, what its controls (`trdr.report.membership.measure`'s "controls") say:
-  {"positive": True when a score tells training-image starts from partition-image starts
-  after the attack (the experiment can detect membership), False when none does, None when
-  no score had enough images; "negative": True when a score tells two random halves of
-  non-members apart (a false alarm), False, or None}."""
-  out = {}
-  for row in measured.get("controls", []):
-    out.setdefault(row["attack"], {}).setdefault(row["control"], []).append(row)
-  answers = {}
-  for attack, controls in out.items():
-    answers[attack] = {}
-    for control in ("positive", "negative"):
-      rows = [r for r in controls.get(control, []) if r["informative"]]
-      answers[attack][control] = (None if not rows else any(
-          membership_answer(r, rules, scores=len(rows)) == CAN_TELL for r in rows))
-  return answers
-
-
-def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
-  """The membership verdict from `trdr.report.membership.measure` output, beside its
-  baseline (the same rule on the start images), `with_baseline`: a failed check (some
-  score tells) decides; without one, an underpowered group makes it "underpowered". An
-  attack whose positive control detects nothing (`membership_controls`) cannot support
-  "cannot tell": its passing checks count as underpowered."""
-  results = []
-  controls = membership_controls(measured, rules)
-  for stage in ("reconstruction", "start"):
-    numbers, checks, underpowered = _membership_checks(measured, stage, rules)
-    for attack, c in controls.items():
-      numbers[f"{attack}: positive control detects (training vs partition starts)"] = c[
-          "positive"]
-      numbers[f"{attack}: negative control false alarm (random halves of non-members)"] = c[
-          "negative"]
-      if c["positive"] is not True:
-        for name in [k for k, ok in checks.items() if ok and k.startswith(f"{attack}, ")]:
-          del checks[name]
-          underpowered.append(f"{name.removesuffix(': cannot tell')} (positive control "
-                              "detects nothing)")
-    verdict = None
-    if not checks and not underpowered:
-      verdict = UNINFORMATIVE
-    elif underpowered and all(checks.values()):
-      verdict = UNDERPOWERED
-    if underpowered:
-      numbers["underpowered (no score tells; not every score can say it cannot)"] = underpowered
-    results.append(verdict_of("membership", numbers, checks, verdict, rules))
-  return {**with_baseline(*results), "sentences": membership_sentences(measured, rules)}
-
-
-def membership_not_run(rules: dict = RULES) -> dict:
-  """The membership verdict of a report whose work directory holds no membership.json:
-  "not tested", with the reason (the experiment is `make membership`'s, not the report's)."""
-  return {**verdict_of("membership", {}, {}, NOT_TESTED, rules),
-          "reason": "not run: `make membership` (experiments/membership.py, about an hour at "
-                    ":cpu) has not written membership/membership.json in this work "
-                    "directory; `make figures` after it includes its verdict"}
+  return verdict_of("fig12", measured, checks)
 
 
 # ------------------------------------------------ DecoReco: Sec. 4.4, Figs. 5–9
@@ -521,7 +362,7 @@ def verdict_fig5(untuned: dict, tuned: dict, rules: dict = RULES,
     natural = int(np.sum(nearest >= level))
     measured["untuned: resembling natural images"] = natural
     checks[f"untuned natural ≤ {most}"] = natural <= most
-  return verdict_of("fig5", measured, checks, rules=rules)
+  return verdict_of("fig5", measured, checks)
 
 
 def quiz_frame(train_ssim, train_index, rules) -> tuple[int, int, dict, bool]:
@@ -567,13 +408,13 @@ def verdict_fig6(train_ssim, train_index, public_ssim, rules: dict = RULES) -> d
   is the quiz's construction (not tested when no reconstruction ranks that low)."""
   q, measured, top_rank = _quiz(train_ssim, train_index, public_ssim, rules)
   if q is None:
-    return verdict_of("fig6", measured, {}, NOT_TESTED, rules)
+    return verdict_of("fig6", measured, {}, NOT_TESTED)
   ssim = np.delete(np.asarray(train_ssim)[q.index], q.odd)
   ranked = np.delete(q.rank, q.odd)
   four, level = rules["fig6_top"], rules["ssim_level"]
   checks = {f"{four} distinct training images in the top {top_rank}, each SSIM ≥ {level}":
             bool(ssim.size == four and np.all(ranked <= top_rank) and np.all(ssim >= level))}
-  return verdict_of("fig6", measured, checks, rules=rules)
+  return verdict_of("fig6", measured, checks)
 
 
 def spearman(x, y) -> float:
@@ -587,35 +428,65 @@ def spearman(x, y) -> float:
   return float(scipy.stats.spearmanr(x, y).statistic)
 
 
-def verdict_fig7(train_ssim, train_index, public_ssim, best_ssim_per_train, phi_train,
-                 rules: dict = RULES) -> dict:
+# Fig. 7's adversaries: name -> (the results key of its score, in words). Each names the
+# lowest-scoring of the five as the low-ranked one.
+QUIZ_ADVERSARIES = {
+    "realism": ("public_ssim", "the least realistic-looking (SSIM to the nearest public "
+                               "image)"),
+    "λ_i": ("final_lambdas", "the smallest KKT multiplier λ_i (DecoReco's own membership "
+                             "score, the strongest of the membership experiment)"),
+}
+
+
+def verdict_fig7(tuned: dict, rules: dict = RULES, seeds=()) -> dict:
   """Fig. 7 from the tuned run: "Only when looking at the reconstructions in combination
   with the training images, one is able to distinguish the four high ranked images from
   the low-ranked": an adversary without the training set, shown four reconstructions from
-  the scaled top 10 and one below the scaled top 50 (`realism.repeated_quiz`, many draws),
-  who names the least realistic-looking (SSIM to the nearest public image) as the
-  low-ranked one, succeeds at the chance rate 1/5: the success rate's 95 % interval inside
-  1/5 ± the equivalence margin; "underpowered" when it contains 1/5 but is wider. Measured
-  beside: the arrays SSIM to the nearest training / public image float[m], the nearest
-  training image's index int[m]; as context, Haim et al.'s SSIM-vs-|Φ| finding (best SSIM
-  per training image float[n], the victim's output Φ(x_i) float[n])."""
-  best = np.asarray(best_ssim_per_train, np.float64)
-  rho = spearman(best, np.abs(np.asarray(phi_train, np.float64)))
-  top_rank, low_rank, measured, testable = quiz_frame(train_ssim, train_index, rules)
+  the scaled top 10 and one below the scaled top 50 (`realism.pooled_quiz`, many draws),
+  names the lowest-scoring of the five as the low-ranked one, under each score of
+  `QUIZ_ADVERSARIES` it has (realism; DecoReco's λ_i where the run saved them), and
+  succeeds at the chance rate 1/5: each success rate's 95 % interval inside 1/5 ± the
+  equivalence margin; "underpowered" when one contains 1/5 but is wider and none tells.
+  The quiz pools the tuned run's pools with those of its repeats on other seeds
+  (``seeds``: at m = 200 one run's top pool is four fixed images, which no interval over
+  its pools can decide).
+
+  Args:
+    tuned: the tuned run's arrays: train_ssim float[m] (SSIM to the nearest training
+      image), train_index int[m], public_ssim float[m], final_lambdas float[m] (optional;
+      NaN: no λ adversary, as for the start images), best_ssim_per_train float[n],
+      phi_train float[n] (Haim et al.'s SSIM-vs-|Φ| finding, measured beside).
+    seeds: the same arrays of the tuned run's repeats.
+  """
+  best = np.asarray(tuned["best_ssim_per_train"], np.float64)
+  rho = spearman(best, np.abs(np.asarray(tuned["phi_train"], np.float64)))
+  top_rank, low_rank, measured, testable = quiz_frame(tuned["train_ssim"],
+                                                      tuned["train_index"], rules)
   measured["ρ(best SSIM, |Φ|) (Haim et al.)"] = rho
   if not testable:
-    return verdict_of("fig7", measured, {}, NOT_TESTED, rules)
-  t = realism.repeated_quiz(train_ssim, train_index, public_ssim, top_rank=top_rank,
-                            low_rank=low_rank, top=rules["fig6_top"],
-                            draws=rules["quiz_draws"])
-  answer = equivalence(t["low"], t["high"], rules, null=t["chance"])
-  measured |= {"adversary's success rate (least realistic = low-ranked)": t["success"],
-               "95% interval": [t["low"], t["high"]], "chance": t["chance"],
-               "pools: top, low-ranked": [t["n_top"], t["n_low"]], "draws": t["draws"]}
+    return verdict_of("fig7", measured, {}, NOT_TESTED)
+  runs = [tuned] + [s for s in seeds if quiz_frame(s["train_ssim"], s["train_index"], rules)[3]]
+  measured["runs pooled"] = len(runs)
+  checks, answers = {}, []
   margin = rules["equivalence_margin"]
-  checks = {f"success rate's interval inside {t['chance']:g} ± {margin:g}": answer == "chance"}
-  return verdict_of("fig7", measured, checks, UNDERPOWERED if answer == "underpowered" else None,
-                    rules=rules)
+  for name, (key, _) in QUIZ_ADVERSARIES.items():
+    if any(key not in r or not np.all(np.isfinite(np.asarray(r[key], np.float64)))
+           for r in runs):
+      continue
+    pools = [realism.quiz_pools(r["train_ssim"], r["train_index"], r[key], top_rank=top_rank,
+                                low_rank=low_rank, top=rules["fig6_top"]) for r in runs]
+    t = realism.pooled_quiz(pools, top=rules["fig6_top"], draws=rules["quiz_draws"])
+    answer = equivalence(t["low"], t["high"], rules, null=t["chance"])
+    answers.append(answer)
+    measured |= {f"{name} adversary's success rate": t["success"],
+                 f"{name}: 95% interval": [t["low"], t["high"]],
+                 f"{name}: pools, top and low-ranked": [t["n_top"], t["n_low"]]}
+    if answer != "underpowered":
+      checks[f"{name}: success rate's interval inside {t['chance']:g} ± {margin:g}"] = (
+          answer == "chance")
+  measured |= {"chance": 1 / (rules["fig6_top"] + 1), "draws": rules["quiz_draws"]}
+  underpowered = "underpowered" in answers and "tells" not in answers
+  return verdict_of("fig7", measured, checks, UNDERPOWERED if underpowered else None)
 
 
 def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
@@ -630,7 +501,7 @@ def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
               "the paper's top 10 and top 50, scaled to these candidates": [top_rank, low_rank],
               f"reconstructions with SSIM ≥ {level}": int(np.sum(ssim >= level))}
   if ssim.size <= low_rank:
-    return verdict_of("fig8", measured, {}, NOT_TESTED, rules)
+    return verdict_of("fig8", measured, {}, NOT_TESTED)
   t = realism.top_vs_low(ssim, public_ssim, top_rank=top_rank, low_rank=low_rank)
   answer = equivalence(t["low"], t["high"], rules)
   measured.update({"realism AUC, top vs low-ranked": t["auc"],
@@ -641,20 +512,32 @@ def verdict_fig8(train_ssim, public_ssim, rules: dict = RULES) -> dict:
   margin = rules["equivalence_margin"]
   checks = {f"the scaled top {top_rank} each SSIM ≥ {level}": bool(np.all(top >= level)),
             f"the realism AUC's interval inside 0.5 ± {margin:g}": answer == "chance"}
-  return verdict_of("fig8", measured, checks, UNDERPOWERED if answer == "underpowered" else None,
-                    rules=rules)
+  return verdict_of("fig8", measured, checks,
+                    UNDERPOWERED if answer == "underpowered" else None)
 
 
-def verdict_fig9(results: dict, rules: dict = RULES) -> dict:
+def _pooled(runs: list[dict]) -> dict:
+  """Several runs' arrays (the same keys) concatenated: each run's reconstructions and
+  training images in turn."""
+  return {k: np.concatenate([np.ravel(np.asarray(r[k])) for r in runs]) for k in runs[0]
+          if all(k in r for r in runs)}
+
+
+def verdict_fig9(results: dict, rules: dict = RULES, seeds=()) -> dict:
   """Fig. 9 from the partition run's results (per reconstruction: train_l2, partition_l2,
   train_ssim, partition_ssim, partition_index, start_partition_index, float/int[m]; per
-  training image best_ssim_per_train and best_buddy_ssim_per_train float[n])."""
+  training image best_ssim_per_train and best_buddy_ssim_per_train float[n]), pooled
+  with its repeats on other seeds (``seeds``, the same arrays: each reconstruction
+  compared with its own run's sets, the training images recovered summed), so that the
+  majority can be decided (one :cpu run's 100 reconstructions leave ± 0.08)."""
+  if seeds:
+    results = _pooled([results, *seeds])
   fraction = own_start_fraction(results)
   level = rules["ssim_level"]
   buddies = np.nan_to_num(np.asarray(results["best_buddy_ssim_per_train"], np.float64),
                           nan=-np.inf)
   count = int(np.sum(buddies >= level))
-  measured = {"own start nearest (fraction)": fraction,
+  measured = {"runs pooled": 1 + len(seeds), "own start nearest (fraction)": fraction,
               "training images recovered (best buddies)": count,
               "training images with a reconstruction ≥ level": int(np.sum(
                   np.asarray(results["best_ssim_per_train"]) >= level)),
@@ -672,43 +555,4 @@ def verdict_fig9(results: dict, rules: dict = RULES) -> dict:
   checks = {f"own start nearest for > {majority:g} (95% lower bound)": bool(low > majority),
             "≥ 1 training image recovered (best buddies)": count >= 1}
   underpowered = low <= majority <= high
-  return verdict_of("fig9", measured, checks, UNDERPOWERED if underpowered else None,
-                    rules=rules)
-
-
-def _verdicts_of(evidence: dict, rules: dict) -> dict:
-  """Every verdict whose runs are in ``evidence`` (a seed's repeats hold only some)."""
-  pure, images = evidence.get("pure", {}), evidence.get("partition_images", {})
-  s, res = evidence.get("summaries", {}), evidence.get("results", {})
-  tuned, same = res.get("tuned"), evidence.get("comparable")
-  out = {}
-  if set(VICTIMS) <= set(pure):
-    out.update(fig1=verdict_fig1(pure, rules), fig2=verdict_fig2(pure, rules),
-               fig3=verdict_partition_init("fig3", pure["affine"], images["affine"], rules),
-               fig4=verdict_partition_init("fig4", pure["one_hidden"], images["one_hidden"],
-                                           rules))
-  if "table1" in evidence:
-    out["table1"] = verdict_table1(evidence["table1"], rules)
-  if {"untuned", "tuned"} <= set(s):
-    out["fig5"] = verdict_fig5(s["untuned"], s["tuned"], rules, res.get("untuned"))
-  if tuned is not None:
-    quiz = (tuned["train_ssim"], tuned["train_index"], tuned["public_ssim"])
-    out.update(fig6=verdict_fig6(*quiz, rules),
-               fig7=verdict_fig7(*quiz, tuned["best_ssim_per_train"], tuned["phi_train"],
-                                 rules),
-               fig8=verdict_fig8(tuned["train_ssim"], tuned["public_ssim"], rules))
-  if "partition" in res:
-    out["fig9"] = verdict_fig9(res["partition"], rules)
-  if same is not None:
-    out.update(fig10=verdict_fig10(same, rules), fig11=verdict_fig11(same, rules),
-               fig12=verdict_fig12(same, rules))
-  return out
-
-
-def verdicts(evidence: dict, rules: dict = RULES) -> dict:
-  """Every figure's and Table 1's verdict from `trdr.report.evidence.collect` output (or the part of
-  it a seed's repeats give), keyed by artefact, each beside its baseline (`with_baseline`:
-  the same rule on the start images)."""
-  measured = _verdicts_of(evidence, rules)
-  baseline = _verdicts_of(baseline_evidence(evidence), rules)
-  return {name: with_baseline(v, baseline[name]) for name, v in measured.items()}
+  return verdict_of("fig9", measured, checks, UNDERPOWERED if underpowered else None)

@@ -36,7 +36,7 @@ INFORMED = "informed"
 # The bilevel attack (eqs. 2 and 7 of Runkel et al., `trdr.attacks.bilevel`) as the
 # paper's adversary (k = n) under two lower-level starts: the victim's own θ0, known to the
 # adversary (Loo et al., ICLR 2024; SimuDy, ICLR 2025; reading (b) of
-# `trdr.experiment.readings`), and a fresh U(0, 1) draw at every solve, θ0 unknown (the
+# `trdr.studies.readings`), and a fresh U(0, 1) draw at every solve, θ0 unknown (the
 # paper's sentence, reading (a)).
 BILEVEL = {"bilevel, θ0 known": "victim_theta0", "bilevel, θ0 unknown": "uniform"}
 

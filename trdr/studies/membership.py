@@ -53,7 +53,6 @@ from trdr.attacks import bilevel
 from trdr.attacks import init as inits
 from trdr.configs import membership as membership_config
 from trdr.evaluation import evaluate, metrics, roc, ssim
-from trdr.report import artefacts
 from trdr.runtime import files, rundir, sharding
 
 MEASURED_FILE = "membership.json"
@@ -433,23 +432,31 @@ def _fractions(stage: dict, kind_mask, thresholds, start_member) -> list[dict]:
 
 
 def _control_rows(per: dict, config, attack: str) -> list[dict]:
-  """The two controls of one attack, on its natural-looking reconstructions from the mixed
-  starts (`init.start_membership`: each start a training image or a partition image, at
-  random and recorded). Positive: label = the start's membership, through the same attack
-  and scores; an experiment that cannot tell these apart cannot detect membership at all.
-  Negative: the reconstructions from partition starts (all non-members) split at random
-  (a fixed seed) into two halves, one labelled "member"; any score that tells them apart
-  is a false alarm of the rule."""
+  """The three controls of one attack, on its mixed starts (`init.start_membership`: each
+  start a training image or a partition image, at random and recorded). Positive: its
+  natural-looking reconstructions labelled by the start's membership, through the same
+  attack and scores; an experiment that cannot tell these apart cannot detect membership
+  at all. Negative: the reconstructions from partition starts (all non-members) split at
+  random (a fixed seed) into two halves, one labelled "member"; any score that tells them
+  apart is a false alarm of the rule. Oracle: an attack that returns training images
+  only, a total breach (the mixed starts that are training images, natural-looking, with
+  their start-stage scores: every image a member, so no AUC, and the rule "with
+  certainty" must say the adversary can tell)."""
   s, start = per["reconstruction"], per["start_member"]
   natural = (per["kind"] == "mixed") & (s["natural_ssim"] >= config.natural_threshold)
   halves = np.random.default_rng(0).random(start.size) < 0.5
+  oracle = (per["kind"] == "mixed") & (start == 1) & (
+      per["start"]["natural_ssim"] >= config.natural_threshold)
   rows = []
-  for control, keep, label in (("positive", natural & (start >= 0), start == 1),
-                               ("negative", natural & (start == 0), halves)):
-    for score, values in s["scores"].items():
+  for control, keep, label, stage in (
+      ("positive", natural & (start >= 0), start == 1, s),
+      ("negative", natural & (start == 0), halves, s),
+      ("oracle", oracle, np.ones(start.size, bool), per["start"])):
+    for score, values in stage["scores"].items():
       use = keep & np.isfinite(values)
       row = {"attack": attack, "control": control, "score": score,
-             "members": int(np.sum(label[use])), "non_members": int(np.sum(~label[use]))}
+             "members": int(np.sum(label[use])), "non_members": int(np.sum(~label[use])),
+             "top": roc.precision_at_top(values[use], label[use], config.precision_sizes)}
       row["informative"] = min(row["members"], row["non_members"]) >= config.min_per_class
       if row["informative"]:
         row.update(_summary(values[use], label[use], per["victim"][use], config))
@@ -470,14 +477,15 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
   Args:
     images: attack name -> `per_image` output.
     config: configs/membership.py (natural_threshold, natural_thresholds, fprs,
-      confidence, n_resamples, min_per_class).
+      confidence, n_resamples, min_per_class, precision_sizes).
   Returns:
-    {"rows": [{"attack", "kind", "stage", "score", "informative", and when informative
-      the `roc.summary` fields over the victims as clusters (ci over victims, ci_images,
+    {"rows": [{"attack", "kind", "stage", "score", "informative", "top" (the
+      members among the top k: `roc.precision_at_top` at ``precision_sizes``), and when
+      informative the `roc.summary` fields over the victims as clusters (ci over victims, ci_images,
       ci_bootstrap, clusters, cluster_ids, per_cluster) and victim_mean, victim_std; one
       row per label window of ``config.label_windows`` that `per_image` computed}], "controls":
-      [{"attack", "control" (positive | negative), "score", "informative", the same}]
-      (`_control_rows`), "fractions": [{"attack",
+      [{"attack", "control" (positive | negative | oracle), "score", "informative", the
+      same}] (`_control_rows`), "fractions": [{"attack",
       "kind", "stage", "rows": [...]}], "roc": {"attack/kind/score": [fpr, tpr]} (the
       reconstructions' curves), "natural_threshold", "fprs", "confidence", "min_per_class"}.
     AUCs count natural-looking images with a finite score only; fewer than min_per_class
@@ -501,7 +509,8 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
             label = s["member" + suffix][keep]
             row = {"attack": attack, "kind": kind, "stage": stage, "score": score,
                    "window": window, "members": int(label.sum()),
-                   "non_members": int((~label).sum()), "excluded": int(np.sum(scored & ~keep))}
+                   "non_members": int((~label).sum()), "excluded": int(np.sum(scored & ~keep)),
+                   "top": roc.precision_at_top(values[keep], label, config.precision_sizes)}
             row["informative"] = (min(row["members"], row["non_members"])
                                   >= config.min_per_class)
             if row["informative"]:
@@ -559,7 +568,7 @@ def per_image_or_reuse(path: str, run_dir: str, chunk_size: int = 500, loo_per_s
   back instead of computed while the run's results, these settings and the shadow victims
   are unchanged: a rerun of a membership experiment (after a crash, or to write its tables
   again) does not re-solve its leave-one-out scores. Like a finished run
-  (`trdr.report.artefacts.run_or_reuse`), the file is keyed by its inputs, not by trdr's
+  (`trdr.experiment.run_or_reuse`), the file is keyed by its inputs, not by trdr's
   code: delete it to score again with changed code. A file of other inputs, or one that
   cannot be read, is computed again (with a log line) and replaced once that succeeds.
 
@@ -596,7 +605,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   Args:
     config: configs/membership.py.
     workdir: output directory; one sub-directory per attack and victim (`run_dir`;
-      `trdr.report.artefacts.run_or_reuse`: finished runs of the same config are reused,
+      `trdr.experiment.run_or_reuse`: finished runs of the same config are reused,
       unfinished ones resumed).
   Returns:
     `measure` output, with "victims" (the data draws) and "label_calibration".
@@ -618,7 +627,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       one = membership_config.victim_config(attack, v)
       directory = run_dir(workdir, name, v)
       seconds = [time.perf_counter()]
-      artefacts.run_or_reuse("membership", one, directory)
+      experiment.run_or_reuse("membership", one, directory)
       seconds.append(time.perf_counter())
       shadows = shadow_victims(one, config.shadows, shadow_dir(workdir, name, v))
       seconds.append(time.perf_counter())

@@ -1,0 +1,459 @@
+"""The membership rules: Runkel et al.'s two sentences on membership, each tested as written.
+
+  (i)  with certainty, Sec. 5 (the conclusion): "even when reconstructing natural images
+       that could be part of the training dataset, an adversary yet cannot identify
+       whether it is a valid or invalid training data sample with certainty"
+       (`certainty`, `verdict_membership`);
+  (ii) better than chance, Sec. 4.4 (and Fig. 8's discussion): "without having access to
+       the training data, an adversary cannot identify whether a reconstructed natural
+       image is part of the training dataset" (`chance_answer`,
+       `verdict_membership_chance`).
+
+Both read what `trdr.studies.membership.measure` measured: per attack × start kind ×
+stage × score, the natural-looking images labelled member or non-member, under the first
+label window (the rule's; the others are reported).
+
+**(i) with certainty** asks whether an adversary can name members and be right: naming
+the images a threshold on the score selects (the top k, k ≥ ``certainty_min_selected``),
+its precision's Clopper–Pearson lower bound reaches ``certainty_precision`` at some k
+("can tell with certainty"; the bound at level 1 − confidence, Bonferroni-divided over
+the k's and the group's scores, for the k is chosen after seeing the scores), or the
+upper bound at every k lies below it ("cannot tell with certainty": an intersection of
+one-sided tests, each at the full level). Needing no non-member, it sees a total breach
+(an oracle that returns training images only). The members needed to show certainty at
+all — k images named without one non-member — are reported as the row's power.
+
+**(ii) better than chance** takes the victims as the unit of replication (the images of
+one victim are not independent): a score tells when the t-test of the victims' own AUCs
+against 0.5 rejects at 1 − confidence, Bonferroni-divided over the group's scores; it
+cannot tell when their t interval lies inside 0.5 ± ``equivalence_margin`` (an
+equivalence test); otherwise it is underpowered. The pooled AUC over all images, its
+p-value and the bootstrap intervals describe; they do not decide. Each row states the
+smallest |AUC − 0.5| its test detects with ``membership_power``.
+
+**Each reconstruction against its own start.** A "can tell" counts against the paper only
+where the attack adds it: for (ii) the paired per-victim difference AUC(reconstruction) −
+AUC(start images) of the same score (oriented to the reconstruction's side of 0.5; a
+start stage without enough members tells nothing: 0.5) has its t interval above 0; for
+(i) the start images of the same score are not themselves named with certainty. A
+"can tell" that the start already gives is reported as such ("the start already tells")
+and is neither a pass nor a failure.
+
+**Controls** (`trdr.studies.membership`'s, on the mixed starts): positive (training vs
+partition starts after the attack: (ii) must tell, else the attack's "cannot tell" is
+underpowered), negative (random halves of non-members: a score that tells is a false
+alarm, reported), oracle (training images only: (i) must say "can tell with certainty",
+else the attack's "cannot tell with certainty" is underpowered).
+"""
+
+import math
+
+import numpy as np
+import scipy.stats
+
+from trdr.evaluation import roc
+from trdr.report.verdicts import (NOT_REPRODUCED, NOT_TESTED, PARTLY, REPRODUCED, RULES,
+                                  UNDERPOWERED, UNINFORMATIVE, equivalence, verdict_of)
+
+CAN_TELL, CANNOT_TELL, TOO_FEW = "can tell", "cannot tell", "too few"
+# A group whose "can tell" its start images already give (the attack adds nothing).
+START_TELLS = "the start already tells"
+STAGES = ("reconstruction", "start")
+
+
+def base_score(score: str) -> str:
+  """The start stage's score a reconstruction score is paired with: "best_of_X" (the
+  larger of X at the start and at the reconstruction) with X."""
+  return score.removeprefix("best_of_")
+
+
+# ------------------------------------------------------ (ii) better than chance
+
+
+def victims_test(row: dict, rules: dict = RULES, tests: int = 1) -> dict:
+  """The test over victims of one score's row (`roc.summary` with the victims as
+  clusters): {"victims": k, "p": the two-sided one-sample t-test of the victims' AUCs
+  against 0.5, "detectable": the smallest |AUC − 0.5| it detects with
+  ``rules["membership_power"]`` at level (1 − confidence) / ``tests``, from the victims'
+  spread}; p and detectable NaN with fewer than two victims (an equal AUC on every
+  victim: p 0 away from 0.5, 1 at it; detectable 0)."""
+  values = np.asarray([v for v in row.get("per_cluster", ()) if v is not None], np.float64)
+  values = values[np.isfinite(values)]
+  k = len(values)
+  if k < 2:
+    return {"victims": k, "p": float("nan"), "detectable": float("nan")}
+  sd = float(np.std(values, ddof=1))
+  if sd == 0.0:
+    return {"victims": k, "p": float(values[0] == 0.5), "detectable": 0.0}
+  alpha = (1.0 - rules["membership_confidence"]) / tests
+  t = scipy.stats.t
+  detectable = (t.ppf(1 - alpha / 2, k - 1) + t.ppf(rules["membership_power"], k - 1)) * (
+      sd / math.sqrt(k))
+  return {"victims": k, "p": float(scipy.stats.ttest_1samp(values, 0.5).pvalue),
+          "detectable": float(detectable)}
+
+
+def chance_answer(row: dict, rules: dict = RULES, tests: int = 1) -> str:
+  """What one score answers to (ii): "can tell" (the victims' t-test rejects at (1 −
+  confidence) / ``tests``), "cannot tell" (the victims' t interval, ``row["ci"]``,
+  inside 0.5 ± the equivalence margin), "underpowered" (neither), or "too few" (fewer
+  than min_per_class members or non-members: no AUC)."""
+  if not row.get("informative"):
+    return TOO_FEW
+  alpha = (1.0 - rules["membership_confidence"]) / tests
+  if victims_test(row, rules, tests)["p"] < alpha:
+    return CAN_TELL
+  low, high = row["ci"]
+  if not (np.isfinite(low) and np.isfinite(high)):
+    return UNDERPOWERED
+  # An interval that excludes 0.5 without the test rejecting cannot occur at equal levels;
+  # `equivalence` says "tells" for it, which the test has already not found: underpowered.
+  return CANNOT_TELL if equivalence(low, high, rules) == "chance" else UNDERPOWERED
+
+
+def paired_difference(row: dict, start: dict | None, rules: dict = RULES) -> dict:
+  """What the attack adds to what its start images give, for one score: per victim
+  AUC(reconstruction) − AUC(start images) of the paired start score, oriented to the
+  reconstruction's side of 0.5 (positive: the reconstructions tell more); a start row
+  without an AUC (too few members) counts as 0.5 on every victim. Returns {"difference":
+  the mean over victims, "ci": its t interval, "victims": k, "adds": the interval above 0}
+  (NaN, and "adds" False, with fewer than two victims)."""
+  recon = dict(zip(row.get("cluster_ids", ()), row.get("per_cluster", ())))
+  if start is not None and start.get("informative"):
+    base = dict(zip(start["cluster_ids"], start["per_cluster"]))
+  else:
+    base = dict.fromkeys(recon, 0.5)
+  sign = 1.0 if row["auc"] >= 0.5 else -1.0
+  diff = [sign * (recon[c] - base[c]) for c in recon
+          if c in base and recon[c] is not None and base[c] is not None
+          and np.isfinite(recon[c]) and np.isfinite(base[c])]
+  low, high = roc.mean_ci(diff, rules["membership_confidence"]) if len(diff) > 1 else (
+      float("nan"), float("nan"))
+  return {"difference": float(np.mean(diff)) if diff else float("nan"), "ci": [low, high],
+          "victims": len(diff), "adds": bool(np.isfinite(low) and low > 0)}
+
+
+# ------------------------------------------------------------ (i) with certainty
+
+
+def certainty(row: dict, min_members: int, rules: dict = RULES, scores: int = 1) -> dict:
+  """What one score answers to (i), from its row's ``top`` (`roc.precision_at_top`: the
+  members among the images that score at least the k-th largest).
+
+  Args:
+    row: a row of `trdr.studies.membership.measure` (members, top).
+    min_members: fewer members: "too few" (no member to name: the question has no
+      subject).
+    scores: the scores tested in the group (the Bonferroni division, with the k's).
+  Returns:
+    {"answer": "can tell" (with certainty) | "cannot tell" | "underpowered" | "too
+    few", "k", "selected", "named members": the threshold with the largest lower bound,
+    "precision", "lower", its Clopper–Pearson lower bound, "upper": the largest upper
+    bound over the k's, "needed": the members that, named without one non-member, would
+    reach the certainty level (the smallest sample that can say "can tell")}.
+  """
+  c, k_min = rules["certainty_precision"], rules["certainty_min_selected"]
+  level = 1.0 - rules["membership_confidence"]
+  points = [p for p in row.get("top", ()) if p[1] >= k_min]
+  out = {"answer": TOO_FEW, "k": None, "selected": None, "named members": None,
+         "precision": float("nan"), "lower": float("nan"), "upper": float("nan"),
+         "needed": None}
+  if row["members"] < min_members or not points:
+    return out
+  alpha = level / (scores * len(points))
+  beta = scipy.stats.beta
+  lower = [float(beta.ppf(alpha, m, s - m + 1)) if m > 0 else 0.0 for _, s, m in points]
+  upper = [float(beta.ppf(1 - level, m + 1, s - m)) if m < s else 1.0 for _, s, m in points]
+  best = int(np.argmax(lower))
+  k, selected, named = points[best]
+  answer = (CAN_TELL if lower[best] >= c else CANNOT_TELL if max(upper) < c
+            else UNDERPOWERED)
+  return {"answer": answer, "k": int(k), "selected": int(selected), "named members": int(named),
+          "precision": named / selected, "lower": lower[best], "upper": max(upper),
+          "needed": int(math.ceil(math.log(alpha) / math.log(c)))}
+
+
+# --------------------------------------------------------------- groups and verdicts
+
+
+def _groups(measured: dict, stage: str) -> dict:
+  """{(attack, start kind): rows on ``stage``} under the rule's label window (the first of
+  configs/membership.py's label_windows); rows under another window are reported, not
+  judged."""
+  window = measured.get("labels", {}).get("windows", [None])[0]
+  groups = {}
+  for row in measured["rows"]:
+    if row["stage"] == stage and row.get("window") == window:
+      groups.setdefault((row["attack"], row["kind"]), []).append(row)
+  return groups
+
+
+def _fpr(rules: dict) -> str:
+  return f"{rules['membership_fpr']:g}"
+
+
+def _victims_text(row: dict) -> str:
+  low, high = row["ci"]
+  return (f"AUC per victim {row['victim_mean']:.3f} [{low:.3f}, {high:.3f}] over "
+          f"{row['clusters']} victims" if "clusters" in row
+          else f"AUC {row['auc']:.3f} [{low:.3f}, {high:.3f}]")
+
+
+def _chance_group(rows: list[dict], starts: dict, rules: dict) -> dict:
+  """One attack × start kind under (ii): each informative score's answer and what the
+  attack adds (`paired_difference`), and the group's status: "can tell" (a score tells
+  and the attack adds it), "cannot tell" (every score), the start already tells (every
+  "can tell" is the start's; no score underpowered), "underpowered" or "too few"."""
+  informative = [r for r in rows if r.get("informative")]
+  if not informative:
+    return {"status": TOO_FEW, "rows": rows, "scores": {}}
+  scores, detectable = {}, []
+  statuses = []
+  for r in informative:
+    answer = chance_answer(r, rules, tests=len(informative))
+    test = victims_test(r, rules, tests=len(informative))
+    detectable.append(test["detectable"])
+    entry = {"answer": answer, "auc": r["auc"], "ci": r["ci"], "p victims": test["p"],
+             "victims": test["victims"], "detectable |AUC − 0.5|": test["detectable"],
+             f"TPR at {_fpr(rules)} FPR": r["tpr_at_fpr"][_fpr(rules)]}
+    if answer == CAN_TELL:
+      paired = paired_difference(r, starts.get(base_score(r["score"])), rules)
+      entry["paired difference (reconstruction − start)"] = paired
+      answer = CAN_TELL if paired["adds"] else START_TELLS
+    entry["status"] = answer
+    scores[r["score"]] = entry
+    statuses.append(answer)
+  if CAN_TELL in statuses:
+    status = CAN_TELL
+  elif all(s == CANNOT_TELL for s in statuses):
+    status = CANNOT_TELL
+  elif UNDERPOWERED in statuses:
+    status = UNDERPOWERED
+  else:
+    status = START_TELLS
+  finite = [d for d in detectable if np.isfinite(d)]
+  return {"status": status, "rows": informative, "scores": scores,
+          "detectable": max(finite) if finite else float("nan")}
+
+
+def _certainty_group(rows: list[dict], starts: dict, min_members: int, rules: dict) -> dict:
+  """One attack × start kind under (i): each score's `certainty` and the group's status,
+  as `_chance_group` (a "can tell with certainty" that the start images of the same
+  score also give: the start already tells)."""
+  scored = [r for r in rows if r["members"] >= min_members and r.get("top")]
+  if not scored:
+    return {"status": TOO_FEW, "rows": rows, "scores": {}}
+  scores, statuses = {}, []
+  for r in scored:
+    entry = certainty(r, min_members, rules, scores=len(scored))
+    entry[f"TPR at {_fpr(rules)} FPR"] = (r["tpr_at_fpr"][_fpr(rules)]
+                                          if r.get("informative") else None)
+    status = entry["answer"]
+    if status == CAN_TELL:
+      start = starts.get(base_score(r["score"]))
+      given = start is not None and certainty(start, min_members, rules,
+                                              scores=len(scored))["answer"] == CAN_TELL
+      status = START_TELLS if given else CAN_TELL
+    entry["status"] = status
+    scores[r["score"]] = entry
+    statuses.append(status)
+  if CAN_TELL in statuses:
+    status = CAN_TELL
+  elif all(s in (CANNOT_TELL, TOO_FEW) for s in statuses) and CANNOT_TELL in statuses:
+    status = CANNOT_TELL
+  elif UNDERPOWERED in statuses:
+    status = UNDERPOWERED
+  elif START_TELLS in statuses:
+    status = START_TELLS
+  else:
+    status = TOO_FEW
+  needed = [e["needed"] for e in scores.values() if e["needed"] is not None]
+  return {"status": status, "rows": scored, "scores": scores,
+          "needed": max(needed) if needed else None,
+          "members": max(r["members"] for r in scored)}
+
+
+def _starts(measured: dict, attack: str, kind: str) -> dict:
+  """{score: the start stage's row} of one attack × start kind (the rule's window)."""
+  return {r["score"]: r for r in _groups(measured, "start").get((attack, kind), [])}
+
+
+def judge(measured: dict, claim: str, stage: str = "reconstruction",
+          rules: dict = RULES) -> dict:
+  """Every attack × start kind of ``stage`` under ``claim`` ("certainty": (i), "chance":
+  (ii)): {(attack, kind): the group (`_certainty_group` / `_chance_group`)}. On the start
+  stage nothing is paired (the start images are the baseline)."""
+  min_members = int(measured.get("min_per_class", 10))
+  out = {}
+  for (attack, kind), rows in _groups(measured, stage).items():
+    starts = _starts(measured, attack, kind) if stage == "reconstruction" else {}
+    out[(attack, kind)] = (_certainty_group(rows, starts, min_members, rules)
+                           if claim == "certainty" else _chance_group(rows, starts, rules))
+  return out
+
+
+def membership_controls(measured: dict, rules: dict = RULES) -> dict:
+  """Per attack, what its controls (`trdr.studies.membership.measure`'s "controls") say:
+  {"positive": True when a score tells training-image from partition-image starts after
+  the attack under (ii) (the experiment can detect membership), False when none does,
+  None when no score had enough images; "negative": True when a score tells two random
+  halves of non-members apart (a false alarm), False, or None; "oracle": True when (i)
+  names an attack that returns training images only as telling with certainty, False, or
+  None (no oracle rows: a membership.json written before the oracle control)}."""
+  rows = {}
+  for row in measured.get("controls", []):
+    rows.setdefault(row["attack"], {}).setdefault(row["control"], []).append(row)
+  min_members = int(measured.get("min_per_class", 10))
+  answers = {}
+  for attack, controls in rows.items():
+    answers[attack] = {}
+    for control in ("positive", "negative"):
+      told = [r for r in controls.get(control, []) if r["informative"]]
+      answers[attack][control] = (None if not told else any(
+          chance_answer(r, rules, tests=len(told)) == CAN_TELL for r in told))
+    oracle = [r for r in controls.get("oracle", []) if r["members"] >= min_members]
+    answers[attack]["oracle"] = (None if not oracle else any(
+        certainty(r, min_members, rules, scores=len(oracle))["answer"] == CAN_TELL
+        for r in oracle))
+  return answers
+
+
+_CHECK = {"certainty": "cannot tell with certainty", "chance": "cannot tell"}
+_GATE = {"certainty": ("oracle", "the oracle control is not told with certainty"),
+         "chance": ("positive", "the positive control detects nothing")}
+
+
+def _outcome(measured: dict, claim: str, stage: str, rules: dict) -> tuple[dict, dict]:
+  """(the outcome dict of ``claim`` on ``stage``, its groups)."""
+  groups = judge(measured, claim, stage, rules)
+  controls = membership_controls(measured, rules)
+  gate, why = _GATE[claim]
+  numbers, checks, underpowered, start_tells = {}, {}, [], []
+  for (attack, kind), g in groups.items():
+    name = f"{attack}, {kind}"
+    numbers[f"{name}: answers"] = {s: _entry_text(e, claim, rules) for s, e in g["scores"].items()}
+    if claim == "chance" and "detectable" in g:
+      numbers[f"{name}: detectable |AUC − 0.5|"] = g["detectable"]
+    if claim == "certainty" and g.get("needed") is not None:
+      numbers[f"{name}: members needed to show certainty, members"] = [g["needed"],
+                                                                       g["members"]]
+    status = g["status"]
+    if status == CANNOT_TELL and controls.get(attack, {}).get(gate) is not True:
+      underpowered.append(f"{name} ({why})")
+    elif status == CAN_TELL:
+      checks[f"{name}: {_CHECK[claim]}"] = False
+    elif status == CANNOT_TELL:
+      checks[f"{name}: {_CHECK[claim]}"] = True
+    elif status == UNDERPOWERED:
+      underpowered.append(name)
+    elif status == START_TELLS:
+      start_tells.append(name)
+  for attack, c in controls.items():
+    numbers[f"{attack}: controls (positive detects, negative false alarm, oracle certain)"] = [
+        c["positive"], c["negative"], c["oracle"]]
+  if underpowered:
+    numbers["underpowered (no score tells; not every score can say it cannot)"] = underpowered
+  if start_tells:
+    numbers["the start already tells (the attack adds nothing; not counted)"] = start_tells
+  verdict = None
+  if False in checks.values():
+    verdict = PARTLY if True in checks.values() else NOT_REPRODUCED
+  elif underpowered:
+    verdict = UNDERPOWERED
+  elif not checks:
+    verdict = UNINFORMATIVE
+  return verdict_of("membership" if claim == "certainty" else "membership_chance",
+                    numbers, checks, verdict or REPRODUCED), groups
+
+
+def _entry_text(e: dict, claim: str, rules: dict) -> str:
+  fpr = f"TPR at {_fpr(rules)} FPR"
+  tpr = "" if e.get(fpr) is None else f"; {fpr} {e[fpr]:.3f}"
+  if claim == "certainty":
+    if e["answer"] == TOO_FEW:
+      return TOO_FEW
+    return (f"{e['status']} (top {e['k']}: {e['named members']} of {e['selected']} members, "
+            f"precision {e['precision']:.3f} ≥ {e['lower']:.3f}; largest upper bound "
+            f"{e['upper']:.3f}; certainty needs ≥ {e['needed']} members named without a "
+            f"non-member{tpr})")
+  text = (f"{e['status']} (AUC {e['auc']:.3f}, per victim [{e['ci'][0]:.3f}, "
+          f"{e['ci'][1]:.3f}], p over {e['victims']} victims {e['p victims']:.1e}; "
+          f"detects |AUC − 0.5| ≥ {e['detectable |AUC − 0.5|']:.3f}{tpr}")
+  paired = e.get("paired difference (reconstruction − start)")
+  if paired:
+    text += (f"; reconstruction − start {paired['difference']:+.3f} "
+             f"[{paired['ci'][0]:+.3f}, {paired['ci'][1]:+.3f}]")
+  return text + ")"
+
+
+def _verdict(measured: dict, claim: str, rules: dict) -> dict:
+  after, groups = _outcome(measured, claim, "reconstruction", rules)
+  start, _ = _outcome(measured, claim, "start", rules)
+  out = {**after, "baseline": {k: start[k] for k in ("measured", "checks", "verdict")}}
+  tells = after["measured"].get("the start already tells (the attack adds nothing; not "
+                                "counted)")
+  if tells:
+    out["reason"] = ("what the start images already tell is not counted against the paper: "
+                     + "; ".join(tells))
+  return {**out, "sentences": sentences(groups, claim, rules)}
+
+
+def verdict_membership(measured: dict, rules: dict = RULES) -> dict:
+  """(i), Sec. 5: can an adversary name members with certainty? Per attack × start kind
+  one check, "cannot tell with certainty" (`certainty` of every score; one that tells
+  fails it, unless the start images of that score already tell); the same rule on the
+  start images as the baseline. A failed check: not reproduced (partly when another
+  passes); none failed but one underpowered: underpowered; all pass: reproduced; none:
+  uninformative."""
+  return _verdict(measured, "certainty", rules)
+
+
+def verdict_membership_chance(measured: dict, rules: dict = RULES) -> dict:
+  """(ii), Sec. 4.4: can an adversary tell members better than chance? As
+  `verdict_membership`, with `chance_answer` per score (victims the unit) and the paired
+  difference from the start images deciding whether a "can tell" is the attack's."""
+  return _verdict(measured, "chance", rules)
+
+
+def membership_not_run() -> dict:
+  """The membership outcome of a report whose work directory holds no membership.json:
+  "not tested", with the reason (the experiment is `make membership`'s, not the report's)."""
+  return {**verdict_of("membership", {}, {}, NOT_TESTED),
+          "reason": "not run: `make membership` (experiments/membership.py, about an hour at "
+                    ":cpu) has not written membership/membership.json in this work "
+                    "directory; `make figures` after it includes its verdict"}
+
+
+def sentences(groups: dict, claim: str, rules: dict = RULES) -> list[str]:
+  """One plain sentence per attack × start kind: the group's answer under ``claim`` with
+  the deciding number."""
+  out = []
+  for (attack, kind), g in groups.items():
+    status = g["status"]
+    if status == TOO_FEW:
+      most = max(g["rows"], key=lambda r: min(r["members"], r["non_members"]), default=None)
+      text = "too few natural-looking members" + ("" if claim == "certainty" else
+                                                    " or non-members") + " to measure" + (
+          f" ({most['members']} members, {most['non_members']} non-members)" if most else "")
+    else:
+      deciding = _deciding(g, status)
+      text = {CAN_TELL: "an adversary can tell", CANNOT_TELL: "an adversary cannot tell",
+              UNDERPOWERED: "underpowered", START_TELLS: "the start images already tell "
+              "as much (the attack adds nothing)"}[status]
+      if claim == "certainty" and status in (CAN_TELL, CANNOT_TELL):
+        text += " with certainty"
+      if claim == "chance" and status in (CAN_TELL, CANNOT_TELL):
+        text += " better than chance" if status == CAN_TELL else " (at chance)"
+      text += f" ({deciding[0]}: {_entry_text(deciding[1], claim, rules)})"
+    out.append(f"{attack}, {kind} starts: {text}.")
+  return out
+
+
+def _deciding(group: dict, status: str) -> tuple[str, dict]:
+  """The score that decides ``status``: the one with that status (under (ii) the smallest
+  victims' p, under (i) the largest lower bound), else the one farthest from deciding."""
+  items = list(group["scores"].items())
+  same = [(s, e) for s, e in items if e["status"] == status] or items
+  if "p victims" in same[0][1]:
+    return min(same, key=lambda se: (np.nan_to_num(se[1]["p victims"], nan=2.0)))
+  return max(same, key=lambda se: np.nan_to_num(se[1]["lower"], nan=-1.0))
