@@ -77,6 +77,49 @@ def test_bad_input_is_one_line_naming_the_file(subprocess_env, tmp_path):
   assert not (tmp_path / "out").exists()  # nothing written by a refused command
 
 
+@pytest.mark.slow  # a Python process per command
+def test_flag_typos_and_a_file_as_workdir_are_one_error_line(subprocess_env, tmp_path):
+  """A mistyped override or an unknown flag: one `error:` line with ml_collections' or
+  absl's words and status 2 (not absl's "FATAL" and 1); --workdir naming a file: one line
+  naming the flag and why."""
+  config = f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke"
+  a_file = tmp_path / "results"
+  a_file.write_text("not a directory")
+  started = {
+      "typo": _start("landscape", config, "--config.attak.steps=10", env=subprocess_env,
+                     cwd=tmp_path),
+      "unknown": _start("landscape", config, "--stepz=10", env=subprocess_env, cwd=tmp_path),
+      "file": _start("landscape", config, f"--workdir={a_file}", env=subprocess_env,
+                     cwd=tmp_path)}
+  assert 'Did you mean "attack"' in _error_line(started["typo"])
+  assert "stepz" in _error_line(started["unknown"])
+  line = _error_line(started["file"])
+  assert f"--workdir={a_file}" in line and "is a file, not a directory" in line
+
+
+@pytest.mark.slow  # a Python process, stopped mid-run
+def test_ctrl_c_ends_with_one_line_saying_where_the_command_resumes(subprocess_env, tmp_path):
+  """SIGINT once the attack has written a checkpoint: exit 130 and one line naming the step
+  the same command resumes from, no traceback (that the resumed run equals an uninterrupted
+  one: tests/test_landscape.py's killed runs)."""
+  import signal   # noqa: PLC0415
+  import time   # noqa: PLC0415
+  workdir = tmp_path / "run"
+  args = (f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
+          f"--workdir={workdir}", "--config.attack.steps=100000", "--config.attack.log_every=10")
+  process = _start("landscape", *args, env=subprocess_env, cwd=tmp_path)
+  deadline = time.time() + 300
+  while not (workdir / "checkpoint.msgpack").exists() and process.poll() is None:
+    assert time.time() < deadline, "no checkpoint within 300 s"
+    time.sleep(0.2)
+  process.send_signal(signal.SIGINT)
+  _, stderr = process.communicate(timeout=300)
+  assert process.returncode == 130, stderr[-2000:]
+  assert "Traceback" not in stderr, stderr[-2000:]
+  last = stderr.strip().splitlines()[-1]
+  assert last.startswith("interrupted after step ") and "resumes from step" in last, last
+
+
 def test_a_finished_run_ends_with_its_headline_and_files(smoke_report_dir):
   """The last lines of a landscape run: one row per pure start with its numbers, as
   landscape.json has them to 3 significant digits, then the files written."""

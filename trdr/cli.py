@@ -88,6 +88,10 @@ def run(main) -> None:
       if cache is not None:
         logging.info(cache.line())
       return out
+    except KeyboardInterrupt:
+      if _DEBUG.value:
+        raise
+      _fail(_interrupted(_RESOLVED.get("workdir")), status=130)
     except _INPUT_ERRORS as e:
       if _DEBUG.value:
         raise
@@ -95,6 +99,22 @@ def run(main) -> None:
             f"{config_flags.get_config_filename(flags.FLAGS['config'])}; --debug shows "
             "the traceback)", status=2)
   app.run(with_devices, flags_parser=parse_flags)
+
+
+def _interrupted(workdir: str | None) -> str:
+  """The one line of a command stopped by Ctrl-C: where the same command resumes (the
+  attack's last checkpoint, from metrics.jsonl, written after it; finished runs are
+  reused)."""
+  from trdr.runtime import rundir  # noqa: PLC0415  (see the imports above)
+
+  if not workdir or not os.path.isdir(workdir):
+    return "interrupted before any work was saved; the same command starts again"
+  steps = [r["step"] for r in rundir.read_metrics(workdir) if "step" in r]
+  if steps and os.path.exists(os.path.join(workdir, rundir.CHECKPOINT_FILE)):
+    return (f"interrupted after step {steps[-1]}; the same command resumes from step "
+            f"{steps[-1]} (the checkpoint in {workdir})")
+  return (f"interrupted; the same command resumes in {workdir} (finished runs and "
+          "checkpoints there are reused)")
 
 
 def _cpu_key() -> str:
@@ -177,20 +197,19 @@ def _check_config_file() -> None:
 
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing; a --config.x.y=... that names no field or gives a value of the
-  wrong type exits with one line (the flag and ml_collections' suggestion, e.g. 'Did you
-  mean "steps"'), not a traceback, and so does a --config file that does not exist (with
-  the configs that do)."""
+  wrong type exits with one ``error:`` line (the flag and ml_collections' suggestion, e.g.
+  'Did you mean "steps"') and status 2, not a traceback, and so does a --config file that
+  does not exist (with the configs that do)."""
   try:
-    rest = app.parse_flags_with_usage(argv)
+    rest = flags.FLAGS(argv)   # absl's parse_flags_with_usage would print "FATAL", exit 1
     _check_config_file()
     return rest
-  except (AttributeError, KeyError, TypeError, ValueError) as e:
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
     text = str(e.args[0] if e.args else e)
     if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"":  # a repr's quotes
       text = text[1:-1]
     text = " ".join(text.replace("\\n", " ").replace("\\'", "'").split())
-    sys.stderr.write(f"FATAL Flags parsing error: {text}\n")
-    sys.exit(1)
+    _fail(f"error: {text} (a command-line flag)", status=2)
 
 
 def default_workdir(config_arg: str, suffix: str = "") -> str:
@@ -201,15 +220,23 @@ def default_workdir(config_arg: str, suffix: str = "") -> str:
   return os.path.join("runs", (f"{name}_{variant}" if variant else name) + suffix)
 
 
+# The work directory this process's command resolved (`_workdir`): the Ctrl-C line names it.
+_RESOLVED: dict[str, str] = {}
+
+
 def _workdir(value: str) -> str:
   """--workdir with ``~`` and environment variables expanded, made absolute.
 
   Raises:
-    ValueError: none given (paper.py and report.py need one).
+    ValueError: none given (paper.py and report.py need one), or it names a file.
   """
   if not value:
     raise ValueError("--workdir is required")
-  return os.path.abspath(os.path.expandvars(os.path.expanduser(value)))
+  path = os.path.abspath(os.path.expandvars(os.path.expanduser(value)))
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"--workdir={value}: {path} is a file, not a directory")
+  _RESOLVED["workdir"] = path
+  return path
 
 
 def experiment_main(mode: str):
