@@ -299,6 +299,8 @@ def headline(workdir: str, mode: str, exported: str | None = None) -> str:
                    + ", ".join(f"t = {t}: {c}" for t, c in
                                ((k.removeprefix("ssim_ge_"), v)
                                 for k, v in summary["reconstructed"].items())))
+    if warning := summary.get("kkt_premise", {}).get("warning"):
+      lines.append(f"Warning: {warning}")
   elif mode == "sweep":
     best = files.read_json(os.path.join(workdir, experiment.BEST_FILE))
     lines.append("Best setting: " + ", ".join(

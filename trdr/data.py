@@ -312,6 +312,84 @@ def parse_classes(classes: Any) -> tuple[tuple[int, ...], ...]:
   return tuple(groups)
 
 
+def read_training_set(path: str, groups: int) -> dict[str, np.ndarray]:
+  """A user's exact training set: the images and labels θ* was trained on, as they are.
+
+  The .npz holds "images", uint8 (N, H, W) or (N, H, W, C) in 0..255 or floating point
+  in [0, 1] (pixels); "labels", integer (N,): with two class groups −1/+1 or 0/1 (0 and
+  −1: the first group), with C > 2 groups 0 … C−1; and optionally "mean", floating point
+  (H, W, C) in pixel units: the per-pixel mean the user subtracted from every input
+  before training (then trdr subtracts exactly it). The order is kept.
+
+  Args:
+    path: the .npz file.
+    groups: the class groups of the task (`parse_classes`).
+  Returns:
+    {"images": float32 (N, H, W, C) in [0, 1], "labels": float32 (N,) in the task's
+    convention (±1, or 0 … C−1), "mean": float32 (H, W, C) or None}.
+  Raises:
+    ValueError: a missing key or file, a non-.npz, wrong dtype, shape, range or label
+      values, or a group without images (one line naming the file and what is wrong).
+  """
+  origin = f"data.training_set ({path})"
+  try:
+    with open(os.path.expanduser(path), "rb") as fh, np.load(fh, allow_pickle=False) as f:
+      arrays = {k: f[k] for k in ("images", "labels", "mean") if k in f.files}
+      found = sorted(f.files)
+  except (OSError, EOFError, ValueError, AttributeError, TypeError,
+          zipfile.BadZipFile) as e:
+    raise ValueError(f"{origin}: cannot read the file as .npz: {e}") from e
+  if "images" not in arrays or "labels" not in arrays:
+    raise ValueError(f"{origin}: needs the keys images and labels (mean optional); the file "
+                     f"has {found}")
+  images, labels = arrays["images"], arrays["labels"]
+  if images.ndim == 3:
+    images = images[..., None]
+  if images.ndim != 4 or not len(images) or images.shape[-1] > 4:
+    raise ValueError(f"{origin}: images must have shape (N, H, W) or (N, H, W, C), C ≤ 4 "
+                     f"(channels last), got {images.shape}")
+  if images.dtype == np.uint8:
+    images = images.astype(np.float32) / np.float32(255.0)
+  elif np.issubdtype(images.dtype, np.floating):
+    low, high = float(images.min()), float(images.max())
+    if low < 0.0 or high > 1.0 or not np.isfinite([low, high]).all():
+      raise ValueError(f"{origin}: floating-point images must be pixels in [0, 1], got "
+                       f"values in [{low:g}, {high:g}] (pass the images before the mean "
+                       "subtraction, and the mean as the key mean)")
+    images = images.astype(np.float32)
+  else:
+    raise ValueError(f"{origin}: images must be uint8 (0..255) or floating point in "
+                     f"[0, 1], got {images.dtype}")
+  if labels.shape != (len(images),) or not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"{origin}: labels must be an integer array of shape ({len(images)},), "
+                     f"got {labels.dtype} {labels.shape}")
+  values = set(np.unique(labels).tolist())
+  if groups == 2:
+    if not values <= {-1, 1} and not values <= {0, 1}:
+      raise ValueError(f"{origin}: a binary task's labels are −1/+1 or 0/1, got "
+                       f"{sorted(values)}")
+    labels = np.where(labels == 1, 1.0, -1.0).astype(np.float32)
+    present = {-1.0, 1.0} & set(labels.tolist())
+  else:
+    if not values <= set(range(groups)):
+      raise ValueError(f"{origin}: a {groups}-class task's labels are 0 … {groups - 1}, got "
+                       f"{sorted(values)}")
+    labels = labels.astype(np.float32)
+    present = set(labels.tolist())
+  if len(present) < groups:
+    raise ValueError(f"{origin}: every class group needs training images; the labels hold "
+                     f"{len(present)} of {groups}")
+  mean = arrays.get("mean")
+  if mean is not None:
+    mean = np.asarray(mean, np.float32)
+    if mean.ndim == 2:
+      mean = mean[..., None]
+    if mean.shape != images.shape[1:]:
+      raise ValueError(f"{origin}: mean must have the images' shape {images.shape[1:]}, got "
+                       f"{mean.shape}")
+  return {"images": images, "labels": labels, "mean": mean}
+
+
 def make_task(data_config: Any, exclude: Any = ()) -> Task:
   """Builds the victim's task from a data config (see `default_data_config`): two class
   groups (labels ±1) or C > 2 (labels 0 … C−1).
@@ -320,6 +398,14 @@ def make_task(data_config: Any, exclude: Any = ()) -> Task:
   `np.random.default_rng(seed)` (one generator, first group first); the first
   `n_per_class` go to the training set, the next `n_per_class` to the distinct
   partition. Indices in ``exclude`` are removed from a group before it is permuted.
+
+  With ``training_set`` (a path: `read_training_set`), the training set is the user's,
+  exactly: its images in its order, its labels, and its mean subtraction where the file
+  states one (else ``subtract_mean`` subtracts the given images' mean). The source then
+  gives the partition (per group as many images as the training set has, drawn as
+  above without a training draw, so it may hold a training image if the user's came
+  from that source) and the test split; ``n_per_class`` is not used and train_index is
+  −1 (no index in the source).
 
   Args:
     data_config: an `ml_collections.ConfigDict` (or any object with these
@@ -333,12 +419,16 @@ def make_task(data_config: Any, exclude: Any = ()) -> Task:
     A `Task`.
 
   Raises:
-    ValueError: as `load_source`; malformed or overlapping `classes`; a class id
-      absent from the train split; a group with fewer than 2 * n_per_class train
-      images (outside ``exclude``); n_per_class < 1; an index of ``exclude`` outside
-      the train split.
+    ValueError: as `load_source` and `read_training_set`; malformed or overlapping
+      `classes`; a class id absent from the train split; a group with fewer than
+      2 * n_per_class train images (outside ``exclude``); n_per_class < 1; an index of
+      ``exclude`` outside the train split; a training set whose image shape differs from
+      the source's.
   """
   groups = parse_classes(data_config.classes)
+  given = getattr(data_config, "training_set", None)
+  if given:
+    given = read_training_set(given, len(groups))
   n = data_config.n_per_class
   if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
     raise ValueError(f"n_per_class must be a positive integer, got {n!r}")
@@ -358,41 +448,58 @@ def make_task(data_config: Any, exclude: Any = ()) -> Task:
     raise ValueError(f"exclude must hold indices of the train split (0 … "
                      f"{len(train_labels) - 1}); got {excluded.dtype} values in "
                      f"[{excluded.min()}, {excluded.max()}]")
+  # Labels: ±1 for two groups (first −1), else the group's index 0 … C−1 (as float32).
+  values = np.array([-1.0, 1.0] if len(groups) == 2 else range(len(groups)), np.float32)
+  # Per group: the training images drawn (none where the training set is given) and the
+  # partition's.
+  counts = ([n] * len(groups) if not given else
+            [int(np.sum(given["labels"] == v)) for v in values])
+  drawn = [0 if given else c for c in counts]
   rng = np.random.default_rng(data_config.seed)
   train_index, partition_index = [], []
-  for group in groups:
+  for group, k, count in zip(groups, drawn, counts):
     idx = np.flatnonzero(np.isin(train_labels, group))
     if excluded.size:
       idx = idx[~np.isin(idx, excluded)]
-    if len(idx) < 2 * n:
+    if len(idx) < k + count:
       outside = f" outside the {excluded.size} excluded" if excluded.size else ""
+      need = ("the given training set's count (the partition)" if given else
+              "2 × n_per_class (training set + distinct partition)")
       raise ValueError(f"class group {group} has {len(idx)} images in the train "
-                       f"split{outside}; 2 × n_per_class = {2 * n} are needed (training "
-                       "set + distinct partition)")
+                       f"split{outside}; {need} = {k + count} are needed")
     perm = rng.permutation(idx)
-    train_index.append(perm[:n])
-    partition_index.append(perm[n:2 * n])
+    train_index.append(perm[:k])
+    partition_index.append(perm[k:k + count])
   train_index = np.concatenate(train_index).astype(np.int64)
   partition_index = np.concatenate(partition_index).astype(np.int64)
-  # Labels: ±1 for two groups (first −1), else the group's index 0 … C−1 (as float32).
-  values = np.array([-1.0, 1.0] if len(groups) == 2 else range(len(groups)), np.float32)
-  pm = np.repeat(values, n)
+  pm = np.repeat(values, counts)
   test_keep = np.flatnonzero(np.isin(test_labels, sum(groups, ())))
 
   scale = lambda images: images.astype(np.float32) / np.float32(255.0)
   train = scale(data["train_images"][train_index])
+  train_labels_out = pm
+  if given:
+    if given["images"].shape[1:] != data["train_images"].shape[1:]:
+      raise ValueError(f"data.training_set ({data_config.training_set}): its images are "
+                       f"{given['images'].shape[1:]} (H, W, C), the source "
+                       f"{data_config.source!r} gives {data['train_images'].shape[1:]}")
+    train, train_labels_out = given["images"], given["labels"]
+    train_index = np.full(len(train), -1, np.int64)
   partition = scale(data["train_images"][partition_index])
   test = scale(data["test_images"][test_keep])
   mean = None
-  if data_config.subtract_mean:
+  if given and given["mean"] is not None:
+    mean = given["mean"]
+  elif data_config.subtract_mean:
     mean = train.mean(axis=0, dtype=np.float64).astype(np.float32)
+  if mean is not None:
     train, partition, test = train - mean, partition - mean, test - mean
   logging.info("%d-class task from %s: classes %s, %d train, %d partition, %d test "
                "images of shape %s", len(groups), data_config.source, " vs ".join(
                    map(str, groups)), len(train), len(partition), len(test), train.shape[1:])
   group_of = {c: g for g, group in enumerate(groups) for c in group}
   test_pm = values[[group_of[int(c)] for c in test_labels[test_keep]]]
-  return Task(train_images=train, train_labels=pm, partition_images=partition,
+  return Task(train_images=train, train_labels=train_labels_out, partition_images=partition,
                     partition_labels=pm.copy(), test_images=test, test_labels=test_pm,
                     mean=mean, train_index=train_index, partition_index=partition_index)
 
@@ -402,7 +509,8 @@ def default_data_config() -> ml_collections.ConfigDict:
 
   Fields: source "cifar10_sample"; path None and name None (string placeholders,
   so `--config.data.path=...` works on a locked config); classes
-  ((0, 1, 8, 9), (2, 3, 4, 5, 6, 7)); n_per_class 250; seed 0; subtract_mean False.
+  ((0, 1, 8, 9), (2, 3, 4, 5, 6, 7)); n_per_class 250; seed 0; subtract_mean False;
+  training_set None (a path: the user's exact training set, `read_training_set`).
   """
   return ml_collections.ConfigDict({
       "source": "cifar10_sample",
@@ -412,4 +520,5 @@ def default_data_config() -> ml_collections.ConfigDict:
       "n_per_class": 250,
       "seed": 0,
       "subtract_mean": False,
+      "training_set": config_dict.placeholder(str),
   })

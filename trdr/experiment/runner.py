@@ -524,7 +524,9 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
     return Finished(workdir, shard)
   summary = {"victim": target.metadata["report"], "attack": attack.name,
              "attack_seconds": seconds,
-             **({"kkt_premise": premise.to_json()} if premise is not None else {}),
+             **({"kkt_premise": premise.to_json() | (
+                 {"warning": w} if (w := premise_warning(premise)) else {})}
+                if premise is not None else {}),
              # This process's wall time per phase (a resumed run: since its resume).
              "phase_seconds": {"victim": victim_seconds, "attack": seconds}}
   if attack.hyperparameters is not None:
@@ -546,16 +548,23 @@ def kkt_premise(target: victim.Victim, attack_config: ml_collections.ConfigDict,
                 jnp.asarray(task.train_labels, dtype), form=form,
                 weight_decay=float(target.config.get("weight_decay", 0.0)))
   logging.info("%s", fit.line())
-  first = fit.relative[fit.first_layer]
-  if first > PREMISE_WARNING:
-    logging.warning(
-        "DecoReco's premise does not hold for this θ*: %.0f%% of the first layer (%s) is "
-        "not explained by the %d training images' gradients with λ ≥ 0 (above %.0f%%), so "
-        "few reconstructions are expected whatever the model reveals; a victim trained as "
-        "Haim et al.'s (docs/victim_recipe.md) or the training set it was trained on "
-        "(data.*) may change that", 100 * first, fit.first_layer, fit.n,
-        100 * PREMISE_WARNING)
+  if (warning := premise_warning(fit)) is not None:
+    logging.warning("%s", warning)
   return fit
+
+
+def premise_warning(fit: kkt.KKTFit) -> str | None:
+  """The sentence that a run's log, summary.json ("kkt_premise" "warning") and headline
+  carry when DecoReco's premise fails for θ* (more than `PREMISE_WARNING` of the first
+  layer unexplained), else None."""
+  first = fit.relative[fit.first_layer]
+  if first <= PREMISE_WARNING:
+    return None
+  return (f"DecoReco's premise does not hold: this θ* is far from a KKT point (first layer "
+          f"{first:.2f} unexplained by its {fit.n} training images' gradients with λ ≥ 0, "
+          f"above {PREMISE_WARNING:g}): a count of 0 does not mean the training set is "
+          "private; check that data.* gives the exact training set (data.training_set) and "
+          "see docs/victim_recipe.md for the training that reaches the premise")
 
 
 def _partition_starts(run: Prepared) -> np.ndarray:

@@ -211,6 +211,7 @@ def shadow_victims(config: ml_collections.ConfigDict, count: int, directory: str
                      "recipe that trained it")
   task = data.make_task(config.data)
   taken = np.concatenate([task.train_index, task.partition_index])
+  taken = taken[taken >= 0]   # a given training set (data.training_set) has no indices
   shadows = []
   for k in range(count):
     one = config.copy_and_resolve_references()

@@ -181,9 +181,13 @@ def metadata(config: ml_collections.ConfigDict, task) -> dict:
   # "init" only where it is not the default, so that victims saved before the key existed
   # (all trained from the default θ0) are reused.
   init = {} if _init(v) == "default" else {"init": _init(v)}
+  # data.training_set only where set, for the same reason (the task's digest below holds
+  # the images either way).
+  data = {k: x for k, x in files.to_jsonable(config.data).items()
+          if not (k == "training_set" and x is None)}
   return files.to_jsonable({
       "arch": v.arch, **model_fields, **training, "seed": v.seed, **init,
-      "float64": config.float64, "data": config.data,
+      "float64": config.float64, "data": data,
       "image_shape": list(task.train_images.shape[1:]), "data_sha256": files.array_digest(
           task.train_images, task.train_labels, task.test_images, task.test_labels)})
 
