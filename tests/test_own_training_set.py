@@ -159,3 +159,18 @@ def test_a_victim_far_from_the_kkt_point_is_warned_about(tmp_path):
   assert premise["relative"][premise["first_layer"]] > 0.5
   assert "a count of 0 does not mean the training set is private" in premise["warning"]
   assert "warning" not in summaries["adopted"]["kkt_premise"]
+
+
+def test_the_stall_warning_reads_the_median_over_its_window():
+  """`loop.stalled`: the median loss moving by < 1 % over the last 5 logged chunks (the
+  review's DecoReco: 668 → 659 over 5,000 iterations, 10 chunks) warns, naming the steps;
+  a loss still falling by more, too few chunks, or a median of 0 does not."""
+  from trdr.experiment import loop   # noqa: PLC0415
+  record = lambda step, m: {"step": step, "loss_median": m}
+  flat = [record(500 * k, 668 - 0.9 * k) for k in range(1, 11)]
+  warning = loop.stalled(flat, "loss")
+  assert warning and "from step 2500 to 5000" in warning and "0.68%" in warning   # 4.5 / 663.5
+  falling = [record(500 * k, 668 * 0.9 ** k) for k in range(1, 11)]
+  assert loop.stalled(falling, "loss") is None
+  assert loop.stalled(flat[:5], "loss") is None
+  assert loop.stalled([record(k, 0.0) for k in range(8)], "loss") is None

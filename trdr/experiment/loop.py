@@ -159,6 +159,36 @@ def _record(history: dict, done: int, n: int, seconds: float) -> dict:
   return record
 
 
+# The stall warning (`stalled`): the median objective over the grid moved by less than this
+# fraction of itself over this many logged chunks.
+STALL_WINDOW = 5
+STALL_RELATIVE = 0.01
+
+
+def stalled(records: list[dict], objective: str, window: int = STALL_WINDOW,
+            relative: float = STALL_RELATIVE) -> str | None:
+  """A warning when the attack's loss has stopped moving: the median of ``objective`` over
+  the grid (metrics.jsonl's records) changed by less than ``relative`` of itself over the
+  last ``window`` records; None otherwise (or with fewer records, or no finite median).
+  A run that converged stops moving too: the warning says what it measured, and what a
+  small count then means (a stall far from the data, the review's DecoReco on a θ* whose
+  premise fails, is where it matters)."""
+  if len(records) <= window:
+    return None
+  then = records[-1 - window][f"{objective}_median"]
+  now = records[-1][f"{objective}_median"]
+  if then is None or now is None or then == 0:
+    return None
+  change = abs(now - then) / abs(then)
+  if change >= relative:
+    return None
+  return (f"the attack's {objective} has stopped moving: its median over the grid changed "
+          f"by {change:.2%} (< {relative:.0%}) from step {records[-1 - window]['step']} to "
+          f"{records[-1]['step']} ({then:.4g} -> {now:.4g}); converged or stalled, what it "
+          "returns from here is what it will return (for DecoReco, the log's KKT premise "
+          "says whether θ* lets it find the training set at all)")
+
+
 def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_size: int,
         workdir: str, resume: bool, trace=None, stop_on_divergence: bool = False,
         checkpoint_every: int = 0
@@ -252,7 +282,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   # processes each write is awaited at once: `_restore` keeps one previous checkpoint,
   # enough only while no process is more than one checkpoint ahead of another.
   writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
-  pending, objective = None, next(iter(history))
+  pending, objective, warned = None, next(iter(history)), False
   try:
     while done < steps:
       n = min(log_every, steps - done)
@@ -294,6 +324,9 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
                    ", about %.0f s left)", done, steps, objective, records[-1][f"{objective}_min"],
                    records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
                    records[-1]["diverged"], seconds, seconds * (steps - done))
+      if not warned and done < steps and (warning := stalled(records, objective)):
+        logging.warning("%s", warning)   # once per run
+        warned = True
   except BaseException:
     _settle(pending)  # logged, not raised: the run's own error is the one to see
     raise
