@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
-from trdr import data, report
+from trdr import assets, data, report
 from trdr.attacks import init as inits
 from trdr.configs import membership as membership_config
 from trdr.evaluation import roc, ssim
@@ -732,7 +732,7 @@ def test_the_membership_command_runs_on_a_users_grey_28x28_npz(tmp_path, subproc
   runs to the end and writes membership.md with both claims; a group without members or
   non-members reads "too few", never a traceback (the review found one at the ROC
   figure's AUC label)."""
-  with np.load(os.path.join(REPO, "trdr", "assets", "cifar10_sample.npz")) as sample:
+  with np.load(assets.sample_path()) as sample:
     grey = {k: np.round(sample[k][:, 2:30, 2:30].mean(-1)).astype(np.uint8)
             for k in ("train_images", "test_images")}
     labels = {k: sample[k] for k in ("train_labels", "test_labels")}

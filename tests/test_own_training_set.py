@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from trdr import data
+from trdr import assets, data
 from trdr.configs import decoreco_cifar
 from trdr.evaluation import evaluate
 
@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _sample():
-  with np.load(os.path.join(REPO, "trdr", "assets", "cifar10_sample.npz")) as f:
+  with np.load(assets.sample_path()) as f:
     return {k: f[k] for k in f.files}
 
 

@@ -6,6 +6,7 @@ Reconstruction: Privacy due to Uncertainty?" (arXiv 2412.08544).
 The packages and modules are the pipeline, in the order data flows through it:
 
   runtime     files, the run directory, sharding, distributed: knows nothing of the rest
+  assets      the shipped CIFAR-10 sample (`assets.sample_path()`)
   data        loaders (the shipped CIFAR-10 sample, .npz, CIFAR-10 python, tfds) -> task
   models      the Flax victims (MODELS): affine (eq. 8), one-hidden (eq. 9), Haim's MLP
   configs     every experiment config, `get_config(variant)`

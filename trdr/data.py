@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import ast
-import importlib.resources
 import itertools
 import os
 import pickle
@@ -34,6 +33,8 @@ import ml_collections
 import numpy as np
 from absl import logging
 from ml_collections import config_dict
+
+from trdr import assets
 
 CIFAR10_VEHICLES_VS_ANIMALS = ((0, 1, 8, 9), (2, 3, 4, 5, 6, 7))
 MNIST_EVEN_VS_ODD = ((0, 2, 4, 6, 8), (1, 3, 5, 7, 9))
@@ -103,12 +104,11 @@ def _read_npz(path: str, origin: str) -> dict[str, np.ndarray]:
 
 def _load_cifar10_sample(path: Optional[str], name: Optional[str]) -> dict:
   del path, name  # The shipped file has a fixed location.
-  resource = importlib.resources.files("trdr") / "assets" / "cifar10_sample.npz"
-  with importlib.resources.as_file(resource) as file:
-    if not os.path.exists(file):
-      raise ValueError(f"the shipped data set {file} is missing; reinstall trdr or "
-                       "rebuild it with experiments/make_sample.py")
-    return _read_npz(str(file), f"cifar10_sample ({file})")
+  try:
+    file = assets.sample_path()
+  except FileNotFoundError as e:
+    raise ValueError(str(e)) from e
+  return _read_npz(file, f"cifar10_sample ({file})")
 
 
 def _load_npz(path: Optional[str], name: Optional[str]) -> dict:
@@ -463,10 +463,11 @@ def make_task(data_config: Any, exclude: Any = ()) -> Task:
       idx = idx[~np.isin(idx, excluded)]
     if len(idx) < k + count:
       outside = f" outside the {excluded.size} excluded" if excluded.size else ""
-      need = ("the given training set's count (the partition)" if given else
-              "2 × n_per_class (training set + distinct partition)")
+      need = (f"{count}, as many as the given training set has, are needed (the "
+              "partition)" if given else f"2 × n_per_class = {k + count} are needed "
+              "(training set + distinct partition)")
       raise ValueError(f"class group {group} has {len(idx)} images in the train "
-                       f"split{outside}; {need} = {k + count} are needed")
+                       f"split{outside}; {need}")
     perm = rng.permutation(idx)
     train_index.append(perm[:k])
     partition_index.append(perm[k:k + count])

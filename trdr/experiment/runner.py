@@ -361,7 +361,6 @@ def _write_landscape(run: Prepared, attacked: Attacked, workdir: str) -> Finishe
                       ll.tol, 100 * converged, ll.max_iter)
   files.write_json(os.path.join(workdir, SUMMARY_FILE), summary)
   rundir.finish(workdir, LANDSCAPE_FILE, grid_records)
-  logging.info("Victim: %s", victim.report_line(attacked.target.metadata["report"]))
   logging.info("Wrote %s", os.path.join(workdir, LANDSCAPE_FILE))
   return Finished(workdir, summary, grid_records)
 
@@ -495,6 +494,10 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
   target = pretrained.keep(run.loaded, workdir) if run.loaded else victim.load_or_train(
       config, task, config.victim.checkpoint_dir or os.path.join(workdir, "victim"))
   victim_seconds = time.time() - began
+  # Every mode, trained or loaded θ*: its accuracy (and a loaded file's name) before the
+  # attack, beside the premise below.
+  logging.info("Victim: %s%s", victim.report_line(target.metadata["report"]),
+               f"; θ* loaded from {config.victim.load}" if run.loaded else "")
   # DecoReco's premise, once: process 0 writes the summary that holds it.
   premise = (kkt_premise(target, a, task, run.dtype)
              if a.name == "decoreco" and distributed.is_main() else None)
