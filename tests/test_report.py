@@ -680,3 +680,18 @@ def test_rescoring_under_the_runs_own_display_gives_its_records(smoke_report):
       for prefix in ("", evaluate.START):
         assert float(evaluation[f"{prefix}{s}_l2"][g].mean()) == r[f"{prefix}l2_to_{s}"]
         assert float(evaluation[f"{prefix}{s}_ssim"][g].mean()) == r[f"{prefix}ssim_to_{s}"]
+
+
+def test_make_fign_prints_the_artefact_s_verdict(smoke_report_dir, tmp_path):
+  """`make fig3` (experiments/paper.py --artefacts=fig3) ends with Fig. 3's verdict, its
+  baseline and rule, from the runs it needs alone: the same verdict as the report's."""
+  from trdr import report
+  from trdr.runtime import files
+  shutil.copytree(os.path.join(smoke_report_dir, "paper_figures"), tmp_path / "paper_figures")
+  saved = files.read_json(os.path.join(smoke_report_dir, "report.json"))["verdicts"]
+  (line,) = report.verdict_lines(str(tmp_path), ("fig3",))
+  assert line.startswith(f"fig3: {saved['fig3']['verdict']}")
+  assert f"baseline (the start images): {saved['fig3']['baseline']['verdict']}" in line
+  assert "rule: partition start" in line
+  lines = report.verdict_lines(str(tmp_path), ("fig1", "fig5"))   # Fig. 5's runs are absent
+  assert [x.split(":")[0] for x in lines] == ["fig1"]

@@ -316,12 +316,17 @@ def headline(workdir: str, mode: str, exported: str | None = None) -> str:
 
 
 def paper_main(argv):
-  """``main`` of experiments/paper.py (--workdir required): the requested artefacts."""
+  """``main`` of experiments/paper.py (--workdir required): the requested artefacts, then
+  the verdict of each that is a claim, with its baseline and rule (`report.verdict_lines`)."""
   del argv
+  from trdr import report
   from trdr.report import artefacts
-  for path in artefacts.make(_CONFIG.value, _workdir(_WORKDIR.value),
-                             _ARTEFACTS.value or tuple(artefacts.ARTEFACTS)):
+  workdir = _workdir(_WORKDIR.value)
+  names = _ARTEFACTS.value or tuple(artefacts.ARTEFACTS)
+  for path in artefacts.make(_CONFIG.value, workdir, names):
     print(path)
+  for line in report.verdict_lines(workdir, names):
+    print(line)
 
 
 def report_main(argv):

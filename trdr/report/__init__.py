@@ -100,6 +100,17 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   return results
 
 
+def verdict_lines(workdir: str, names) -> list[str]:
+  """The verdicts of artefacts ``names`` from the finished runs under ``workdir`` alone
+  (`evidence.collect` of what has finished: `make figN` before the other figures' runs),
+  one line each with its baseline and rule; an artefact whose runs have not all finished
+  is left out. The report (`run`) pools Figs. 7 and 9 with the seeds' repeats as well."""
+  found = claims.verdicts(evidence.collect(workdir, repeats=True))
+  return [f"{name}: {v['verdict']}" + (f" ({v['reason']})" if "reason" in v else "")
+          + f"; baseline (the start images): {v['baseline']['verdict']}; rule: {v['rule']}"
+          for name, v in found.items() if name in names]
+
+
 def _disk(workdir: str) -> dict:
   """What the report's runs hold on disk: {"bytes": all of ``workdir`` (before report.md
   and report.json), "runs": {run directory relative to ``workdir``: bytes}}."""

@@ -83,7 +83,7 @@ def collect(workdir: str, repeats: bool = False) -> dict:
      "results": {run: {key: array}} for the untuned / tuned / partition DecoReco runs,
      "landscapes": {"bilevel": records, "decoreco": records} (each attack's own scale),
      "comparable": the same on one scale (`comparable_records`)}; with ``repeats`` only
-    the parts the seed's runs give (no landscapes).
+    the parts the finished runs give (a seed's, or `make figN`'s before the others ran).
   Raises:
     ValueError: a run predates the start images' evaluation (delete it to recompute).
   """
@@ -107,7 +107,7 @@ def collect(workdir: str, repeats: bool = False) -> dict:
   table = os.path.join(workdir, "paper_figures", "table1.json")
   if os.path.exists(table) or not repeats:
     evidence["table1"] = files.read_json(table)
-  if not repeats:
+  if not repeats or all(artefacts.finished(workdir, f"landscape_{a}") for a in ATTACKS):
     evidence["landscapes"] = {a: files.read_json(run(f"landscape_{a}", "landscape.json"))
                               for a in ATTACKS}
     evidence["comparable"] = {a: comparable_records(artefacts.run_dir(workdir, f"landscape_{a}"))
