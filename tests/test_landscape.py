@@ -563,3 +563,26 @@ def test_float64_switch_runs_the_whole_path_in_float64(x64, tmp_path):
   assert _point(records, 1.0, 1.0)["l2_to_train"] < 1e-2  # no step at x_true (see above)
   part = _point(records, 0.0, 1.0)
   assert part["l2_to_partition"] < part["l2_to_train"]
+
+
+def test_the_checkpoint_holds_only_what_a_resume_needs(tmp_path, caplog):
+  """A :smoke landscape kept with its checkpoint: the file holds the attack state of the
+  grid (images, the outer optimiser's state, θ(x), the step), the loss history, the
+  metrics and the trace, nothing else; its size is those arrays' bytes plus msgpack's
+  framing and the checksum (a few bytes per array: bounded here by 1 % + 64 KiB), and the
+  log states it at every checkpoint."""
+  import logging   # noqa: PLC0415
+  from trdr.attacks import bilevel   # noqa: PLC0415
+  from trdr.runtime import rundir   # noqa: PLC0415
+  config = smoke_config()
+  config.attack.steps, config.attack.log_every = 10, 10
+  with caplog.at_level(logging.INFO):
+    experiment.run(config, str(tmp_path), "landscape", keep_checkpoint=True)
+  saved = rundir.load_checkpoint(str(tmp_path))
+  assert set(saved) <= {"state", "history", "metrics", "trace"}
+  assert set(saved["state"]) == set(bilevel.AttackState._fields)
+  leaves = [x for x in jax.tree.leaves(saved) if isinstance(x, np.ndarray)]
+  arrays = sum(x.nbytes for x in leaves)
+  size = os.path.getsize(tmp_path / rundir.CHECKPOINT_FILE)
+  assert arrays <= size <= 1.01 * arrays + 65536, (size, arrays)
+  assert "Checkpoint of step 10:" in caplog.text

@@ -368,6 +368,12 @@ def _save(workdir: str, tree: dict, lines: list[dict]) -> None:
       os.replace(latest, os.path.join(workdir, PREVIOUS_FILE))
   rundir.save_checkpoint(workdir, tree)
   rundir.append_metrics(workdir, lines)
+  arrays = sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree) if hasattr(x, "shape"))
+  logging.info("Checkpoint of step %s: %.1f MB, of which %.1f MB the arrays a resume needs "
+               "(the starts' attack state: images, the optimiser's state, θ(x); the loss "
+               "history; the trace)", lines[-1]["step"] if lines else "?",
+               os.path.getsize(os.path.join(workdir, rundir.CHECKPOINT_FILE)) / 1e6,
+               arrays / 1e6)
 
 
 def _restore(workdir: str, resume: bool, size: int, rows: slice) -> dict | None:
