@@ -179,10 +179,12 @@ class AttackState(NamedTuple):
 
 
 class StepMetrics(NamedTuple):
-  """Per outer step: upper loss l (float[]), and the lower level's convergence."""
+  """Per outer step: upper loss l (float[]), the lower level's convergence, and whether
+  the outer stopping rule held the images (int32[] 0 or 1: the step was not taken)."""
   upper_loss: jax.Array
   grad_norm: jax.Array
   num_iter: jax.Array
+  stopped: jax.Array
 
 
 # Where each lower-level solve starts (the readings of Runkel et al.'s "initialising θ by
@@ -200,10 +202,15 @@ LOWER_LEVEL_METHODS = ("lbfgs", "newton_cg")
 
 
 LR_SCHEDULES = ("constant", "cosine")
+OPTIMIZERS = ("adam", "sgd", "sgd_linesearch")
 
 
-def make_optimizer(attack_config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-  """Outer optimiser: ``"sgd"`` is eq. 7's x ← x − η∇x l; ``"adam"`` is optax Adam.
+def make_optimizer(attack_config: ml_collections.ConfigDict
+                   ) -> optax.GradientTransformationExtraArgs:
+  """Outer optimiser: ``"sgd"`` is eq. 7's x ← x − η∇x l; ``"sgd_linesearch"`` the same
+  direction with optax's backtracking (Armijo) line search on l, the step at most η, so
+  that l never increases; ``"adam"`` is optax Adam. Each takes the line search's extra
+  arguments (value, grad, value_fn), which the others ignore.
 
   The step size η is ``attack_config.lr``, constant or decayed by a cosine to 1% of it
   over ``attack_config.steps`` outer steps (``lr_schedule``).
@@ -216,10 +223,13 @@ def make_optimizer(attack_config: ml_collections.ConfigDict) -> optax.GradientTr
   else:
     raise ValueError(f"unknown lr_schedule {schedule!r}; known: {list(LR_SCHEDULES)}")
   if name == "sgd":
-    return optax.sgd(lr)
+    return optax.with_extra_args_support(optax.sgd(lr))
+  if name == "sgd_linesearch":
+    return optax.chain(optax.sgd(lr), optax.scale_by_backtracking_linesearch(
+        max_backtracking_steps=15, max_learning_rate=1.0))
   if name == "adam":
-    return optax.adam(lr)
-  raise ValueError(f"unknown outer optimizer {name!r}; known: ['adam', 'sgd']")
+    return optax.with_extra_args_support(optax.adam(lr))
+  raise ValueError(f"unknown outer optimizer {name!r}; known: {list(OPTIMIZERS)}")
 
 
 def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
@@ -232,7 +242,10 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
       E that θ* minimises).
     attack_config: lower_level.{start, max_iter, tol, memory_size, method, cg_iters},
       hypergradient.{solve, cg_tol, cg_maxiter, damping, neumann_alpha, neumann_steps},
-      optimizer, lr, lr_schedule, steps, project (configs/bilevel_affine.py).
+      optimizer, lr, lr_schedule, steps, project, and the outer stopping rule
+      stop_loss and stop_grad_norm (configs/bilevel_affine.py: a step is not taken while
+      l ≤ stop_loss or ‖∇x l‖ ≤ stop_grad_norm; 0 turns each off; a stationary point stays
+      where it is under Adam too, whose normalised step does not shrink there).
     labels: float[n] in {−1, +1}, the known labels of the unknown images.
     key: PRNG key for the U(0, 1) lower-level starts: folded with the step number
       (``"uniform"``), or used as it is (``"uniform_once"``, and the first solve of
@@ -297,15 +310,32 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
       return target.initial_params(state.images.shape[-3:])
     return models.uniform_params(jax.random.fold_in(attack_key, state.step), theta_star)
 
+  stop_loss = float(attack_config.get("stop_loss", 0.0))
+  stop_grad_norm = float(attack_config.get("stop_grad_norm", 0.0))
+
   def step(state):
+    start = start_point(state)
     (loss, (theta, info)), grad = jax.value_and_grad(upper_loss, has_aux=True)(
-        state.images, start_point(state))
-    updates, opt_state = optimizer.update(grad, state.opt_state, state.images)
+        state.images, start)
+    updates, opt_state = optimizer.update(
+        grad, state.opt_state, state.images, value=loss, grad=grad,
+        value_fn=lambda x: upper_loss(x, start)[0])
     images = optax.apply_updates(state.images, updates)
     if attack_config.project:
       images = jnp.clip(images, box[0], box[1])
+    # The outer stopping rule: at a point where l or its gradient is small enough the
+    # images (and the optimiser's state) stay; the step count and θ(x) move on.
+    stopped = jnp.asarray(False)
+    if stop_loss > 0:
+      stopped |= loss <= stop_loss
+    if stop_grad_norm > 0:
+      stopped |= optax.tree.norm(grad) <= stop_grad_norm
+    images = jnp.where(stopped, state.images, images)
+    opt_state = jax.tree.map(lambda new, old: jnp.where(stopped, old, new), opt_state,
+                             state.opt_state)
     new_state = AttackState(images, opt_state, theta, state.step + 1)
-    return new_state, StepMetrics(loss, info.grad_norm, info.num_iter)
+    return new_state, StepMetrics(loss, info.grad_norm, info.num_iter,
+                                  stopped.astype(jnp.int32))
 
   return Attack(name="bilevel", init=init, step=step, images=lambda s: s.images,
                 batches_well=False, display="pixels", energy=energy_fn)

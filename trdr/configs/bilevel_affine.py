@@ -61,10 +61,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Steps between checkpoints (0: after every chunk). The checkpoint of the 21 distinct
   # grid points is ~390 MB, a second or two to write; a kill loses ≤ 100 steps.
   config.attack.checkpoint_every = 100
-  config.attack.optimizer = "adam"  # "sgd" is eq. 7's plain step x ← x − η∇x l
+  # "sgd" is eq. 7's plain step x ← x − η∇x l; "sgd_linesearch" with a backtracking line
+  # search on l (step ≤ η; l never increases)
+  config.attack.optimizer = "adam"
   config.attack.lr = 1e-2
   config.attack.lr_schedule = "cosine"  # "constant" | "cosine" (to 1% over the steps)
   config.attack.project = True      # onto the pixel box [0, 1]
+  # The outer stopping rule: no step while l ≤ stop_loss or ‖∇x l‖ ≤ stop_grad_norm (0:
+  # off); the run's metrics record which steps were held (stopped).
+  config.attack.stop_loss = 0.0
+  config.attack.stop_grad_norm = 0.0
   # Grid points per vmapped batch on each device (the grid is sharded over all local
   # devices); 0: a device's whole share on GPU/TPU, 1 on CPU (faster there).
   config.attack.grid_batch_size = 0

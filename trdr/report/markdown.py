@@ -203,8 +203,7 @@ def membership_page(measured: dict, results: dict, generated: dict | None = None
   answer = ["## The answers", ""]
   for verdict in results.values():
     baseline = verdict.get("baseline", {}).get("verdict")
-    answer += [f"### {CLAIMS[verdict['artefact']].title}", "",
-               f"**Verdict: {verdict['verdict']}**"
+    answer += [f"{CLAIMS[verdict['artefact']].title}. **Verdict: {verdict['verdict']}**"
                + (f" (baseline, the same rule on the start images: {baseline})"
                   if baseline else "")
                + f". The paper ({verdict['source']}): {verdict['claim']}", "",
