@@ -2,7 +2,6 @@
 images θ* was trained on, in their order, with the user's labels and mean subtraction; the
 evaluation scores against exactly those images; bad files are one error naming them."""
 
-import os
 
 import numpy as np
 import pytest
@@ -11,7 +10,8 @@ from trdr import assets, data
 from trdr.configs import decoreco_cifar
 from trdr.evaluation import evaluate
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import torch_reference  # tests/torch_reference.py
+
 
 
 def _sample():
@@ -87,28 +87,6 @@ def test_a_bad_training_set_is_one_error_naming_the_file(tmp_path, mistake, word
   assert words in str(raised.value) and str(path) in str(raised.value)
 
 
-def _haim_mlp(torch, sizes):
-  """Haim et al.'s MLP as their reference code builds it (``layers`` of nn.Linear, a bias
-  on the first only, ReLU between, x.view(N, −1) of NCHW images), every layer at PyTorch's
-  default initialisation: what a user who trains their own model has."""
-
-  class Net(torch.nn.Module):
-    def __init__(self):
-      super().__init__()
-      self.layers = torch.nn.ModuleList(
-          torch.nn.Linear(a, b, bias=k == 0) for k, (a, b) in enumerate(zip(sizes[:-1],
-                                                                           sizes[1:])))
-
-    def forward(self, x):
-      h = x.reshape(x.shape[0], -1)
-      for k, layer in enumerate(self.layers):
-        h = layer(h)
-        if k < len(self.layers) - 1:
-          h = torch.relu(h)
-      return h[:, 0]
-  return Net()
-
-
 @pytest.mark.slow  # two DecoReco runs at :smoke
 def test_a_victim_far_from_the_kkt_point_is_warned_about(tmp_path):
   """Acceptance 1 of the own-model path: a Haim-layout MLP trained in PyTorch with its
@@ -129,8 +107,8 @@ def test_a_victim_far_from_the_kkt_point_is_warned_about(tmp_path):
   config.eval.uniform_start_tols = ()
   task = data.make_task(config.data)
   torch.manual_seed(0)
-  net = _haim_mlp(torch, (int(np.prod(task.train_images.shape[1:])),
-                        *config.victim.widths, 1))
+  net = torch_reference.haim_mlp((int(np.prod(task.train_images.shape[1:])),
+                                  *config.victim.widths, 1))
   x = torch.from_numpy(np.ascontiguousarray(task.train_images.transpose(0, 3, 1, 2)))
   targets = torch.from_numpy((task.train_labels + 1) / 2)
   optimizer = torch.optim.SGD(net.parameters(), lr=0.05)

@@ -18,6 +18,8 @@ from trdr.configs import bilevel_affine, decoreco_cifar
 from trdr.runtime import files, rundir
 from trdr.victim import pretrained
 
+import torch_reference  # tests/torch_reference.py
+
 # PyTorch (the optional extra trdr[torch]) is imported by the tests that use it, not at
 # collection: its import costs every xdist worker seconds, also when those tests are not run.
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
@@ -193,28 +195,10 @@ def test_a_pth_file_without_torch_names_the_extra(tmp_path, monkeypatch):
 
 
 def _reference_mlp(widths=(16, 8)):
-  """Haim et al.'s MLP as their reference code builds it: ``self.layers`` of nn.Linear,
-  a bias on the first layer only, ReLU between, inputs x.view(N, -1) of NCHW images."""
+  """Haim et al.'s MLP as their reference code builds it (`torch_reference.haim_mlp`),
+  float64, on D inputs."""
   import torch
-
-  class ReferenceMLP(torch.nn.Module):
-
-    def __init__(self):
-      super().__init__()
-      sizes = (D, *widths, 1)
-      self.layers = torch.nn.ModuleList(
-          torch.nn.Linear(a, b, bias=k == 0, dtype=torch.float64)
-          for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
-
-    def forward(self, x):
-      h = x.view(x.shape[0], -1)
-      for k, layer in enumerate(self.layers):
-        h = layer(h)
-        if k < len(self.layers) - 1:
-          h = torch.relu(h)
-      return h[:, 0]
-
-  return ReferenceMLP()
+  return torch_reference.haim_mlp((D, *widths, 1), torch.float64)
 
 
 @pytest.mark.slow  # trains in PyTorch; the layout: test_reference_state_dict_gives_the_same_phi_...

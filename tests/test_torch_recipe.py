@@ -24,6 +24,8 @@ from trdr.configs import decoreco_cifar  # noqa: E402
 from trdr.runtime import files  # noqa: E402
 from trdr.victim import cache, objective, pretrained, training  # noqa: E402
 
+import torch_reference  # noqa: E402  (tests/torch_reference.py)
+
 FLOW_TIME = 100.0   # 200 epochs at the :smoke lr 0.5: train loss ≈ 2e-4, accuracy 1
 U = np.finfo(np.float64).eps / 2   # unit roundoff of float64, 2⁻⁵³
 NAMES = ("dense_0", "dense_1", "output")   # trdr's names of the reference's layers.0, 1, 2
@@ -43,25 +45,6 @@ def _config():
   return config
 
 
-class _ReferenceMLP(torch.nn.Module):
-  """Haim et al.'s MLP as their reference code builds it: ``self.layers`` of nn.Linear,
-  a bias on the first layer only, ReLU between, inputs x.view(N, −1) of NCHW images."""
-
-  def __init__(self, sizes):
-    super().__init__()
-    self.layers = torch.nn.ModuleList(
-        torch.nn.Linear(a, b, bias=k == 0, dtype=torch.float64)
-        for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])))
-
-  def forward(self, x):
-    h = x.view(x.shape[0], -1)
-    for k, layer in enumerate(self.layers):
-      h = layer(h)
-      if k < len(self.layers) - 1:
-        h = torch.relu(h)
-    return h[:, 0]
-
-
 def _train_in_torch(theta0, task, config):
   """θ0 (trdr's Flax layout) copied into the reference net and trained there by plain
   full-batch GD (SGD without momentum) on BCE-with-logits with targets (y + 1)/2, which is
@@ -76,7 +59,7 @@ def _train_in_torch(theta0, task, config):
   """
   h, w, c = task.train_images.shape[1:]
   d = h * w * c
-  net = _ReferenceMLP((d, *config.victim.widths, 1))
+  net = torch_reference.haim_mlp((d, *config.victim.widths, 1), torch.float64)
   with torch.no_grad():
     for k, (name, layer) in enumerate(zip(NAMES, net.layers, strict=True)):
       kernel = np.array(theta0[name]["kernel"], np.float64)
