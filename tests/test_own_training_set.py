@@ -2,7 +2,6 @@
 images θ* was trained on, in their order, with the user's labels and mean subtraction; the
 evaluation scores against exactly those images; bad files are one error naming them."""
 
-
 import numpy as np
 import pytest
 
@@ -11,7 +10,6 @@ from trdr.configs import decoreco_cifar
 from trdr.evaluation import evaluate
 
 import torch_reference  # tests/torch_reference.py
-
 
 
 def _sample():
