@@ -1,7 +1,7 @@
 """Victim classifiers Φ(x; θ) as Flax Linen modules, and a registry keyed by name.
 
 Every model maps images float[N, H, W, C] to one logit per image, float[N] (the Haim MLP
-with num_outputs C > 1 to float[N, C]); the binary label convention is y ∈ {−1, +1}
+and the CNN with num_outputs C > 1 to float[N, C]); the binary label convention is y ∈ {−1, +1}
 (see `trdr.data`). Parameters θ are the module's ``params`` collection, a pytree of arrays.
 """
 
@@ -159,6 +159,91 @@ class HaimMLP(nn.Module):
     return out[:, 0] if self.num_outputs == 1 else out
 
 
+def _pytorch_conv(fan_in: int) -> dict:
+  """PyTorch's ``nn.Conv2d`` default, as its ``nn.Linear``'s (`_pytorch_linear`) with
+  fan_in = in_channels · kh · kw: kernel and bias U(±1/√fan_in)."""
+  return _pytorch_linear(fan_in)
+
+
+class ConvNet(nn.Module):
+  """A small convolutional victim: the networks Buzaglo et al. (2023) reconstruct from.
+
+  Φ(x; θ) = W_out · flatten(P(σ(conv_L(… P(σ(conv_0(x))) …)))), each conv 3 × 3, stride
+  1, padding 1 (the spatial size kept, as PyTorch's ``padding=1``), σ the activation, P a
+  2 × 2 average pooling when ``pool`` (linear, so a ReLU net without biases after the first
+  layer stays positively homogeneous, the property the KKT attack relies on), the head
+  over the NHWC-flattened features. Layers are named ``conv_0``, ``conv_1``, …, and
+  ``output``; only the first has a bias unless ``all_biases``. The first layer's kernel and
+  bias are drawn N(0, 1)·``first_scale`` (as Haim et al. scale their MLP's), the later
+  ones by ``later_init`` (`LATER_INITS`; "pytorch": PyTorch's ``nn.Conv2d`` / ``nn.Linear``
+  default U(±1/√fan_in), fan_in = 9 · in_channels for a conv). Parameters take the images'
+  dtype.
+
+  θ = {"conv_0": {"kernel": float[3, 3, C_in, c_0], "bias": float[c_0]},
+       "conv_k": {"kernel": float[3, 3, c_{k−1}, c_k]} (+ "bias" if all_biases),
+       "output": {"kernel": float[F, C]} (+ "bias" if all_biases)}, F = H'·W'·c_last.
+
+  Attributes:
+    channels: output channels of each conv, each > 0.
+    pool: a 2 × 2 average pooling (stride 2) after each conv's activation.
+    activation: a name in `ACTIVATIONS`, or a callable (DecoReco swaps in its own).
+    all_biases: every layer a bias, not only the first.
+    num_outputs: C ≥ 1; C = 1: float[N] (a binary logit), else float[N, C].
+    first_scale: standard deviation of the first layer's initial kernel and bias.
+    later_init: the later layers' initialisation, a name in `LATER_INITS`.
+  """
+  channels: tuple[int, ...] = (16, 32)
+  pool: bool = True
+  activation: str | Callable[[jax.Array], jax.Array] = "relu"
+  all_biases: bool = False
+  num_outputs: int = 1
+  first_scale: float = 1e-4
+  later_init: str = "pytorch"
+
+  @nn.compact
+  def __call__(self, images: jax.Array) -> jax.Array:
+    """Args: images float[N, H, W, C] (H and W divisible by 2^len(channels) with pool).
+    Returns: logits float[N] (C = 1) or float[N, C].
+
+    Raises:
+      ValueError: unknown activation or later_init, no or non-positive channels,
+        num_outputs < 1, or a pooled size that is not whole.
+    """
+    if isinstance(self.activation, str):
+      if self.activation not in ACTIVATIONS:
+        raise ValueError(
+            f"unknown activation {self.activation!r}; known: {sorted(ACTIVATIONS)}")
+      act = ACTIVATIONS[self.activation]
+    else:
+      act = self.activation
+    if not self.channels or any(c <= 0 for c in self.channels):
+      raise ValueError(f"channels must be a non-empty tuple of positive ints, got "
+                       f"{self.channels}")
+    if self.num_outputs < 1:
+      raise ValueError(f"num_outputs must be >= 1, got {self.num_outputs}")
+    if self.later_init not in LATER_INITS:
+      raise ValueError(f"unknown later_init {self.later_init!r}; known: {list(LATER_INITS)}")
+    factor = 2 ** len(self.channels) if self.pool else 1
+    if images.shape[1] % factor or images.shape[2] % factor:
+      raise ValueError(f"images of {images.shape[1]} × {images.shape[2]} pixels do not pool "
+                       f"{len(self.channels)} times by 2 (set victim.pool False or use "
+                       "fewer channels)")
+    first_init = nn.initializers.normal(stddev=self.first_scale)
+    later = LATER_INITS[self.later_init]
+    h = images
+    for k, c in enumerate(self.channels):
+      inits = (dict(kernel_init=first_init, bias_init=first_init) if k == 0
+               else later(9 * h.shape[-1]))
+      h = act(nn.Conv(c, (3, 3), padding=1, use_bias=k == 0 or self.all_biases,
+                      name=f"conv_{k}", param_dtype=images.dtype, **inits)(h))
+      if self.pool:
+        h = nn.avg_pool(h, (2, 2), strides=(2, 2))
+    h = h.reshape((h.shape[0], -1))
+    out = nn.Dense(self.num_outputs, use_bias=self.all_biases, name="output",
+                   param_dtype=images.dtype, **later(h.shape[-1]))(h)
+    return out[:, 0] if self.num_outputs == 1 else out
+
+
 MODELS: dict[str, Callable[[ml_collections.ConfigDict], nn.Module]] = {
     "affine": lambda cfg: Affine(),
     # victim_config.width, victim_config.activation
@@ -169,6 +254,10 @@ MODELS: dict[str, Callable[[ml_collections.ConfigDict], nn.Module]] = {
         widths=tuple(cfg.widths), activation=cfg.activation, all_biases=cfg.all_biases,
         num_outputs=cfg.num_outputs,
         later_init=cfg.get("later_init", ABSENT_FIELDS["later_init"])),
+    # victim_config.channels, .pool, .activation, .all_biases, .num_outputs, .later_init
+    "cnn": lambda cfg: ConvNet(
+        channels=tuple(cfg.channels), pool=cfg.pool, activation=cfg.activation,
+        all_biases=cfg.all_biases, num_outputs=cfg.num_outputs, later_init=cfg.later_init),
 }
 
 # What a victim config that lacks a field (a run's config.json written before the field
@@ -180,6 +269,7 @@ MODEL_FIELDS: dict[str, tuple[str, ...]] = {
     "affine": (),
     "one_hidden": ("width", "activation"),
     "haim_mlp": ("widths", "activation", "all_biases", "num_outputs", "later_init"),
+    "cnn": ("channels", "pool", "activation", "all_biases", "num_outputs", "later_init"),
 }
 
 
@@ -192,7 +282,8 @@ def check_labels(victim_config: ml_collections.ConfigDict, labels) -> None:
     ValueError: they do not fit, naming the victim's outputs and the labels found.
   """
   labels = np.unique(np.asarray(labels))
-  outputs = victim_config.num_outputs if victim_config.arch == "haim_mlp" else 1
+  outputs = (victim_config.num_outputs if victim_config.arch in ("haim_mlp", "cnn")
+             else 1)
   binary = set(labels.tolist()) <= {-1.0, 1.0}
   lbfgs = victim_config.training == "lbfgs"
   if (outputs == 1 or lbfgs or victim_config.loss in ("bce", "mse")) and not binary:

@@ -1,0 +1,31 @@
+r"""DecoReco (Haim et al. 2022; Buzaglo et al. 2023) on a convolutional victim, binary CIFAR-10.
+
+Command:
+  python experiments/reconstruct.py --config=configs/decoreco_cnn.py:cpu
+
+Everything as configs/decoreco_cifar.py (task, training recipe, attack, sweep, sizes) but
+the victim: `trdr.models.ConvNet`, 3 × 3 convolutions (padding 1) with ReLU, each followed
+by 2 × 2 average pooling, then a linear head; a bias on the first layer only (the network
+stays positively homogeneous after it, as DecoReco's KKT premise wants); the first layer
+N(0, 1e-8), the later layers at PyTorch's nn.Conv2d / nn.Linear default (`later_init`),
+as Haim et al. initialise their MLP. The attack's KKT term is computed by autodiff over the
+CNN (the fused `kkt_mlp` path is the MLP's), and every run fits the premise as for the MLP
+(`trdr.victim.kkt`).
+
+Variants: "" channels (32, 64); "cpu" (16, 32); "smoke" (4, 8), seconds, for tests.
+Expected runtime: ":smoke" about 20 s; ":cpu" a few minutes more than the MLP's on 2 cores.
+"""
+
+import ml_collections
+
+from trdr.configs import decoreco_cifar
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  config = decoreco_cifar.get_config(arg)
+  variant = arg or ""
+  config.victim.arch = "cnn"
+  del config.victim["widths"]   # the MLP's
+  config.victim.channels = {"": (32, 64), "cpu": (16, 32), "smoke": (4, 8)}[variant]
+  config.victim.pool = True
+  return config
