@@ -72,3 +72,103 @@ def test_decoreco_runs_on_the_cnn_with_its_premise_fitted(tmp_path):
   assert set(premise["relative"]) == {"conv_0/bias", "conv_0/kernel", "conv_1/kernel",
                                       "output/kernel"}
   assert premise["first_layer"].startswith("conv_0") and premise["n"] == 10
+
+
+def _victim(seed=0, channels=(4, 8), shape=(16, 16, 3)):
+  from trdr.victim import cache   # noqa: PLC0415
+  import ml_collections   # noqa: PLC0415
+  config = ml_collections.ConfigDict(dict(arch="cnn", channels=channels, pool=True,
+                                          activation="relu", all_biases=False,
+                                          num_outputs=1, later_init="pytorch"))
+  model = models.build_model(config)
+  with jax.enable_x64(True):
+    theta = models.init_params(model, jax.random.key(seed), shape, jnp.float64)
+  return cache.Victim(model, theta, config, {"config": {"image_shape": list(shape)}})
+
+
+@pytest.mark.parametrize("ext", [".npz", ".pth"])
+def test_a_cnn_theta_star_written_and_read_back_is_bitwise_the_same(tmp_path, ext):
+  """`pretrained.export` of a CNN θ* (Flax names in .npz; a PyTorch state_dict, OIHW convs
+  and the head over NCHW-flattened features, in .pth) and `layers` / `architecture` /
+  `params` read it back to the same arrays and the same architecture."""
+  import ml_collections   # noqa: PLC0415
+  from trdr.victim import pretrained   # noqa: PLC0415
+  if ext == ".pth":
+    pytest.importorskip("torch")
+  target = _victim()
+  path = pretrained.export(target, str(tmp_path / f"theta{ext}"))
+  found = pretrained.layers(pretrained.read(path), (16, 16, 3))
+  arch = pretrained.architecture(found, ml_collections.ConfigDict(
+      {"arch": "haim_mlp", "widths": (1000, 1000), "activation": "relu"}))
+  assert arch.arch == "cnn" and tuple(arch.channels) == (4, 8) and arch.pool
+  assert "widths" not in arch
+  with jax.enable_x64(True):
+    back = pretrained.params(found, arch, jnp.float64)
+  assert jax.tree.structure(back) == jax.tree.structure(target.params)
+  for a, b in zip(jax.tree.leaves(target.params), jax.tree.leaves(back)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_pytorch_cnn_gives_pytorch_s_phi():
+  """A PyTorch CNN of trdr's shape (Conv2d 3×3 padding 1, ReLU, avg_pool2d 2, Linear on
+  x.flatten(1)) read through its state_dict: trdr's Φ equals PyTorch's to float64
+  rounding. Both evaluate the same sums in another order; each output's forward error is
+  at most γ_m times the same network evaluated on |θ| and |x| (every term positive: the
+  sum of the absolute terms), m ≤ 1,000 the longest chain of additions (27 + 36 terms of
+  the convs, 4 + 4 of the poolings, 128 of the head), γ_m = m·u/(1 − m·u), u = 2⁻⁵³,
+  twice (one error each side)."""
+  torch = pytest.importorskip("torch")
+  import io   # noqa: PLC0415
+  from trdr.victim import pretrained   # noqa: PLC0415
+  import ml_collections   # noqa: PLC0415
+
+  class Net(torch.nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.layers = torch.nn.ModuleList([
+          torch.nn.Conv2d(3, 4, 3, padding=1, dtype=torch.float64),
+          torch.nn.Conv2d(4, 8, 3, padding=1, bias=False, dtype=torch.float64),
+          torch.nn.Linear(8 * 4 * 4, 1, bias=False, dtype=torch.float64)])
+
+    def forward(self, x):
+      h = torch.nn.functional.avg_pool2d(torch.relu(self.layers[0](x)), 2)
+      h = torch.nn.functional.avg_pool2d(torch.relu(self.layers[1](h)), 2)
+      return self.layers[2](h.flatten(1))[:, 0]
+
+  torch.manual_seed(0)
+  net = Net()
+  buffer = io.BytesIO()   # saved and read as a user's .pth is
+  torch.save(net.state_dict(), buffer)
+  buffer.seek(0)
+  arrays = {k: v.numpy() for k, v in torch.load(buffer).items()}
+  found = pretrained.layers(arrays, (16, 16, 3))
+  arch = pretrained.architecture(found, ml_collections.ConfigDict({"arch": "cnn",
+                                                                    "activation": "relu"}))
+  x = np.random.default_rng(0).random((3, 16, 16, 3))
+  model = models.build_model(arch)
+  with jax.enable_x64(True):
+    theta = pretrained.params(found, arch, jnp.float64)
+    ours = np.asarray(model.apply({"params": theta}, jnp.asarray(x)))
+    absolute = np.asarray(model.apply({"params": jax.tree.map(jnp.abs, theta)},
+                                      jnp.asarray(x)))
+  theirs = net(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).detach().numpy()
+  u = np.finfo(np.float64).eps / 2
+  gamma = 1000 * u / (1 - 1000 * u)
+  assert np.all(np.abs(ours - theirs) <= 2 * gamma * absolute), (ours - theirs, absolute)
+
+
+@pytest.mark.parametrize("arrays, words", [
+    ({"c.weight": np.zeros((4, 3, 3, 3)), "bn.weight": np.ones(4), "bn.bias": np.zeros(4),
+      "bn.running_mean": np.zeros(4), "bn.running_var": np.ones(4),
+      "fc.weight": np.zeros((1, 1024))}, "layer 'bn' is a BatchNorm layer"),
+    ({"c.weight": np.zeros((4, 3, 5, 5)), "fc.weight": np.zeros((1, 1024))},
+     "is a 5 × 5 convolution"),
+    ({"a.weight": np.zeros((4, 768)), "b.weight": np.zeros((4, 4, 3, 3))},
+     "a convolution after a linear layer"),
+    ({"c.weight": np.zeros((4, 3, 3, 3)), "fc.weight": np.zeros((1, 100))},
+     "the convolutions give 1024 features without pooling and 256 with")])
+def test_an_unsupported_layer_is_one_error_naming_it(arrays, words):
+  from trdr.victim import pretrained   # noqa: PLC0415
+  with pytest.raises(ValueError, match="trdr") as raised:
+    pretrained.layers(arrays, (16, 16, 3))
+  assert words in str(raised.value)

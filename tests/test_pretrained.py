@@ -151,7 +151,7 @@ def _bad_files(tmp_path):
                             "dense_2/kernel": np.ones((4, 4)), "output/kernel": np.ones((4, 1))},
                            r"missing keys \['dense_1/kernel'\]"),
       "extra_key": ({**good, "layers.0.running_mean": np.zeros(16)},
-                    r"unexpected keys \['layers.0.running_mean'\]"),
+                    r"layer 'layers.0' is a BatchNorm layer \(layers.0.running_mean\)"),
       "wrong_shape": ({**good, "layers.0.weight": good["layers.0.weight"][:, :3000]},
                       r"layers.0.weight has 3000 inputs .*expected the images' 3072 = "
                       r"32×32×3 pixels"),

@@ -8,11 +8,16 @@ Two layouts of named arrays are understood (`read` returns either):
 * **PyTorch** (the Haim et al. 2022 / Buzaglo et al. 2023 reference code): ``<stem>.weight``
   float[out, in] and optional ``<stem>.bias`` float[out] per linear layer, layers in the
   natural order of their stems (``layers.0``, ``layers.1``, …), the first layer's inputs
-  the image flattened channels first (NCHW: index c·H·W + h·W + w). A ``{"state_dict": …}``
-  wrapper and a ``module.`` prefix (DataParallel) are removed.
-* **trdr / Flax**: ``<layer>/kernel`` float[in, out] and ``<layer>/bias`` float[out] with
-  trdr's layer names (affine: ``dense``; one-hidden: ``hidden``, ``output``; Haim et al.'s
-  MLP: ``dense_0``, …, ``dense_{L-2}``, ``output``), inputs flattened channels last (NHWC:
+  the image flattened channels first (NCHW: index c·H·W + h·W + w). A convolutional net
+  (`trdr.models.ConvNet`): 3 × 3 ``Conv2d`` weights float[out, in, 3, 3] (padding 1), then
+  one ``Linear`` head over the features flattened channels first; a 2 × 2 pooling after
+  each convolution is read off the head's input size (a state_dict holds no pooling: trdr
+  assumes average pooling). BatchNorm and other layers are refused by name. A
+  ``{"state_dict": …}`` wrapper and a ``module.`` prefix (DataParallel) are removed.
+* **trdr / Flax**: ``<layer>/kernel`` float[in, out] (a conv's float[3, 3, in, out]) and
+  ``<layer>/bias`` float[out] with trdr's layer names (affine: ``dense``; one-hidden:
+  ``hidden``, ``output``; Haim et al.'s MLP: ``dense_0``, …, ``dense_{L-2}``, ``output``;
+  the CNN: ``conv_0``, …, ``output``), inputs flattened channels last (NHWC:
   h·W·C + w·C + c), as `trdr.models` defines them; an outer ``params`` level is removed.
 
 Formats: ``.pth``/``.pt`` (needs PyTorch: ``pip install 'trdr[torch]'``), ``.npz`` (names
@@ -108,27 +113,49 @@ def _read_orbax(path):
 
 
 def _flax_order(stem: str):
-  """trdr's Flax layer names in the network's order: dense / hidden / dense_0, … first,
-  output last."""
-  return stem == "output", int(stem[6:]) if re.fullmatch(r"dense_\d+", stem) else -1
+  """trdr's Flax layer names in the network's order: dense / hidden / dense_0, … or
+  conv_0, … first, output last."""
+  found = re.fullmatch(r"(dense|conv)_(\d+)", stem)
+  return stem == "output", int(found.group(2)) if found else -1
+
+
+# Keys of layers trdr does not read, by what they belong to (a PyTorch state_dict).
+_UNSUPPORTED = {"running_mean": "BatchNorm", "running_var": "BatchNorm",
+                "num_batches_tracked": "BatchNorm", "in_proj_weight": "attention"}
+_SUPPORTED = ("linear layers, and 3 × 3 convolutions (padding 1) each followed by the "
+              "activation and optionally a 2 × 2 average pooling, then one linear head")
 
 
 def layers(arrays: dict[str, np.ndarray], image_shape) -> list[dict]:
-  """The linear layers of ``arrays`` (`read`) in order, in trdr's orientation.
+  """The layers of ``arrays`` (`read`) in order, in trdr's orientation: linear layers, or
+  3 × 3 convolutions followed by one linear head (`trdr.models.ConvNet`).
 
   Args:
-    arrays: name -> array, PyTorch or Flax layout (module docstring).
+    arrays: name -> array, PyTorch or Flax layout (module docstring; a PyTorch conv
+      weight float[out, in, 3, 3], a Flax conv kernel float[3, 3, in, out]).
     image_shape: (H, W, C) of the images Φ takes.
   Returns:
-    Per layer {"kernel": float[in, out] over NHWC-flattened inputs for the first layer,
-    "bias": float[out] or None, "stem": the file's name of the layer, "flax": whether
-    the file has the Flax layout}.
+    Per layer {"kernel": float[in, out] over NHWC-flattened inputs for a linear layer
+    (the first, or the head after convolutions, whose PyTorch rows follow NCHW-flattened
+    features), float[3, 3, in, out] for a convolution, "bias": float[out] or None,
+    "stem": the file's name of the layer, "flax": whether the file has the Flax layout,
+    "conv": whether it is a convolution, "pool": for the head after convolutions whether
+    its input size says each convolution was followed by a 2 × 2 pooling (a state_dict
+    holds no pooling: trdr assumes average pooling; a max-pooled net is not trdr's CNN),
+    else None}.
   Raises:
-    ValueError: a name of neither layout (or both), a kernel that is not 2-D, a bias
-      whose size is not the layer's outputs, a layer's inputs that are not the previous
-      layer's outputs (the first layer's: H·W·C), a non-float dtype or a NaN/inf; each
-      names the array, what was expected and what was found.
+    ValueError: a name of neither layout (or both), a BatchNorm or attention layer, a
+      kernel that is neither 2-D nor 3 × 3 4-D, a convolution after a linear layer or
+      last, a bias whose size is not the layer's outputs, a layer's inputs that are not
+      the previous layer's outputs (the first layer's: H·W·C; the head's: the features
+      with or without pooling), a non-float dtype or a NaN/inf; each names the array,
+      what was expected and what was found.
   """
+  for key in arrays:
+    what = _UNSUPPORTED.get(key.rpartition(".")[2])
+    if what:
+      raise ValueError(f"layer {key.rpartition('.')[0]!r} is a {what} layer ({key}), which "
+                       f"trdr does not read: it reads {_SUPPORTED}")
   torch_style = [k for k in arrays if re.fullmatch(r".+\.(weight|bias)", k)]
   flax_style = [k for k in arrays if re.fullmatch(r"[^/.]+/(kernel|bias)", k)]
   if len(torch_style) == len(arrays):
@@ -138,12 +165,13 @@ def layers(arrays: dict[str, np.ndarray], image_shape) -> list[dict]:
   elif len(flax_style) == len(arrays):
     stems = {k.partition("/")[0] for k in arrays}
     found = [(s, f"{s}/kernel", f"{s}/bias") for s in sorted(stems, key=_flax_order)]
-    dense = [int(x[6:]) for x in stems if re.fullmatch(r"dense_\d+", x)]
-    missing = sorted({f"dense_{k}/kernel" for k in range(max(dense, default=-1))}
-                     - set(arrays))
-    if missing:
-      raise ValueError(f"missing keys {missing}: Haim et al.'s MLP in trdr's names has "
-                       f"layers dense_0 … dense_{max(dense)}, output")
+    for kind in ("dense", "conv"):
+      numbered = [int(x.partition("_")[2]) for x in stems if re.fullmatch(kind + r"_\d+", x)]
+      missing = sorted({f"{kind}_{k}/kernel" for k in range(max(numbered, default=-1))}
+                       - set(arrays))
+      if missing:
+        raise ValueError(f"missing keys {missing}: trdr's names number the layers "
+                         f"{kind}_0 … {kind}_{max(numbered)}, then output")
   else:
     odd = sorted(set(arrays) - set(torch_style)) or sorted(set(arrays) - set(flax_style))
     raise ValueError(f"unexpected keys {odd}: θ* arrays must be named <layer>.weight / "
@@ -151,28 +179,68 @@ def layers(arrays: dict[str, np.ndarray], image_shape) -> list[dict]:
                      "not both")
   out = []
   fan_in = int(np.prod(image_shape))
+  height, width, channels = image_shape   # the features entering the next layer
   for stem, w_name, b_name in found:
     if w_name not in arrays:
       raise ValueError(f"missing key {w_name!r}: layer {stem!r} has a bias but no weights")
     w = _checked(w_name, arrays[w_name])
-    if w.ndim != 2:
-      raise ValueError(f"{w_name} has shape {w.shape}: expected a 2-D weight matrix")
-    if w_name.endswith(".weight"):  # PyTorch (out, in) -> (in, out); NCHW -> NHWC inputs
-      w = w.T
-      if not out and w.shape[0] == fan_in:
+    torch_layout = w_name.endswith(".weight")
+    conv = w.ndim == 4
+    pool = None
+    if conv:
+      if out and not out[-1]["conv"]:
+        raise ValueError(f"{w_name}: a convolution after a linear layer; trdr reads "
+                         f"{_SUPPORTED}")
+      if torch_layout:   # PyTorch (out, in, kh, kw) -> Flax (kh, kw, in, out)
+        w = w.transpose(2, 3, 1, 0)
+      if w.shape[:2] != (3, 3):
+        raise ValueError(f"{w_name} is a {w.shape[0]} × {w.shape[1]} convolution; trdr "
+                         f"reads {_SUPPORTED}")
+      if w.shape[2] != channels:
+        raise ValueError(f"{w_name} has {w.shape[2]} input channels (shape "
+                         f"{arrays[w_name].shape}), expected {channels}")
+      channels = int(w.shape[3])
+    elif w.ndim != 2:
+      raise ValueError(f"{w_name} has shape {w.shape}: expected a 2-D weight matrix (a "
+                       "linear layer) or a 4-D kernel (a convolution)")
+    else:
+      if torch_layout:  # PyTorch (out, in) -> (in, out)
+        w = w.T
+      if out and out[-1]["conv"]:   # the head over the convolutions' flattened features
+        convs = sum(layer["conv"] for layer in out)
+        sizes = {False: height * width * channels,
+                 True: (height // 2 ** convs) * (width // 2 ** convs) * channels}
+        pooled = [p for p, size in sizes.items() if size == w.shape[0]
+                  and (not p or (height % 2 ** convs == 0 and width % 2 ** convs == 0))]
+        if not pooled:
+          raise ValueError(
+              f"{w_name} has {w.shape[0]} inputs, but the convolutions give "
+              f"{sizes[False]} features without pooling and {sizes[True]} with a 2 × 2 "
+              f"average pooling after each; trdr reads {_SUPPORTED}")
+        pool = pooled[0]
+        if torch_layout:  # PyTorch flattens NCHW features: rows (c, h, w) -> (h, w, c)
+          h = height // 2 ** convs if pool else height
+          wd = width // 2 ** convs if pool else width
+          w = w.reshape(channels, h, wd, -1).transpose(1, 2, 0, 3).reshape(w.shape[0], -1)
+      elif not out and torch_layout and w.shape[0] == fan_in:  # NCHW -> NHWC inputs
         h, wd, c = image_shape
         w = w.reshape(c, h, wd, -1).transpose(1, 2, 0, 3).reshape(fan_in, -1)
-    expected_in = fan_in if not out else out[-1]["kernel"].shape[1]
-    if w.shape[0] != expected_in:
-      what = (f"the images' {fan_in} = {'×'.join(map(str, image_shape))} pixels" if not out
-              else f"the previous layer's {expected_in} outputs")
-      raise ValueError(f"{w_name} has {w.shape[0]} inputs (shape {arrays[w_name].shape}), "
-                       f"expected {what}")
+      expected_in = (w.shape[0] if out and out[-1]["conv"] else
+                     fan_in if not out else out[-1]["kernel"].shape[1])
+      if w.shape[0] != expected_in:
+        what = (f"the images' {fan_in} = {'×'.join(map(str, image_shape))} pixels"
+                if not out else f"the previous layer's {expected_in} outputs")
+        raise ValueError(f"{w_name} has {w.shape[0]} inputs (shape {arrays[w_name].shape}), "
+                         f"expected {what}")
+    outputs = int(w.shape[-1])
     bias = _checked(b_name, arrays[b_name]) if b_name in arrays else None
-    if bias is not None and bias.shape != (w.shape[1],):
-      raise ValueError(f"{b_name} has shape {bias.shape}, expected ({w.shape[1]},)")
-    out.append({"kernel": w, "bias": bias, "stem": stem,
-                "flax": w_name.endswith("/kernel")})
+    if bias is not None and bias.shape != (outputs,):
+      raise ValueError(f"{b_name} has shape {bias.shape}, expected ({outputs},)")
+    out.append({"kernel": w, "bias": bias, "stem": stem, "flax": not torch_layout,
+                "conv": conv, "pool": pool})
+  if out and out[-1]["conv"]:
+    raise ValueError(f"the last layer {out[-1]['stem']!r} is a convolution; trdr reads "
+                     f"{_SUPPORTED}")
   return out
 
 
@@ -186,7 +254,8 @@ def _checked(name: str, a: np.ndarray) -> np.ndarray:
 
 # trdr's layer names per architecture, for L layers (`trdr.models`).
 _FLAX_NAMES = {"affine": lambda n: ["dense"], "one_hidden": lambda n: ["hidden", "output"],
-               "haim_mlp": lambda n: [*(f"dense_{k}" for k in range(n - 1)), "output"]}
+               "haim_mlp": lambda n: [*(f"dense_{k}" for k in range(n - 1)), "output"],
+               "cnn": lambda n: [*(f"conv_{k}" for k in range(n - 1)), "output"]}
 
 
 def architecture(found: list[dict], victim_config: ml_collections.ConfigDict
@@ -199,29 +268,35 @@ def architecture(found: list[dict], victim_config: ml_collections.ConfigDict
     ValueError: no trdr architecture has these layers (e.g. a bias on some later layers
       only, or on none of the first), naming what was found.
   """
-  n, outputs = len(found), found[-1]["kernel"].shape[1]
+  n, outputs = len(found), found[-1]["kernel"].shape[-1]
   biases = [layer["bias"] is not None for layer in found]
-  widths = tuple(int(layer["kernel"].shape[1]) for layer in found[:-1])
+  widths = tuple(int(layer["kernel"].shape[-1]) for layer in found[:-1])
   fits = {}
-  if n == 1 and outputs == 1 and biases[0]:
-    fits["affine"] = {}
-  if n == 2 and outputs == 1 and all(biases):
-    fits["one_hidden"] = {"width": widths[0]}
-  if n >= 2 and biases[0] and len(set(biases[1:])) == 1:
-    fits["haim_mlp"] = {"widths": widths, "all_biases": all(biases),
-                        "num_outputs": int(outputs)}
-  description = (f"{n} layer(s) of widths {[int(x['kernel'].shape[1]) for x in found]}, "
+  if any(layer["conv"] for layer in found):
+    if biases[0] and len(set(biases[1:])) == 1:
+      fits["cnn"] = {"channels": widths, "pool": bool(found[-1]["pool"]),
+                     "all_biases": all(biases), "num_outputs": int(outputs)}
+  else:
+    if n == 1 and outputs == 1 and biases[0]:
+      fits["affine"] = {}
+    if n == 2 and outputs == 1 and all(biases):
+      fits["one_hidden"] = {"width": widths[0]}
+    if n >= 2 and biases[0] and len(set(biases[1:])) == 1:
+      fits["haim_mlp"] = {"widths": widths, "all_biases": all(biases),
+                          "num_outputs": int(outputs)}
+  description = (f"{n} layer(s) of widths {[int(x['kernel'].shape[-1]) for x in found]}, "
                  f"biases {biases}")
   if not fits:
     raise ValueError(f"no victim architecture of trdr has {description}; known: affine "
-                     "(eq. 8), one_hidden (eq. 9), haim_mlp (a bias on the first layer, and "
-                     "on every later layer or none)")
+                     "(eq. 8), one_hidden (eq. 9), haim_mlp and cnn (a bias on the first "
+                     "layer, and on every later layer or none)")
   if found[0]["flax"]:  # trdr's own layer names say which architecture it is
     stems = [layer["stem"] for layer in found]
     named = next((arch for arch, names in _FLAX_NAMES.items() if names(n) == stems), None)
     if named is None or named not in fits:
       raise ValueError(f"unexpected layer names {stems} for {description}: Flax-layout "
-                       f"θ* must use trdr's names, here {_FLAX_NAMES['haim_mlp'](n)}"
+                       f"θ* must use trdr's names, here "
+                       f"{_FLAX_NAMES['cnn' if 'cnn' in fits else 'haim_mlp'](n)}"
                        + (f" or {_FLAX_NAMES['one_hidden'](n)}" if n == 2 else ""))
     fits = {named: fits[named]}
   arch = victim_config.arch if victim_config.arch in fits else next(iter(fits))
@@ -233,6 +308,12 @@ def architecture(found: list[dict], victim_config: ml_collections.ConfigDict
     out[name] = value
   if arch != "affine" and "activation" not in out:
     out.activation = "relu"
+  if arch == "cnn":   # the MLP's fields say nothing of a CNN
+    for name in ("widths", "width"):
+      if name in out:
+        del out[name]
+    if "later_init" not in out:
+      out.later_init = "pytorch"
   return out
 
 
@@ -414,11 +495,12 @@ def check_export_path(path: str) -> str:
 def export(target: cache.Victim, path: str, image_shape=None) -> str:
   """Writes θ* to ``path`` in a layout `read` takes back, bitwise (what `load` returns).
 
-  ``.npz``: trdr's Flax names (``<layer>/kernel`` float[in, out], ``<layer>/bias``), the
-  inputs NHWC-flattened. ``.pth``/``.pt`` (needs PyTorch): a PyTorch ``state_dict``,
-  ``layers.<i>.weight`` float[out, in] and ``layers.<i>.bias`` in the network's order, the
-  first layer's inputs NCHW-flattened (channels first, as a ``torch.nn.Linear`` on
-  ``x.flatten(1)`` of an NCHW image expects). Arrays keep θ*'s dtype. Written to a
+  ``.npz``: trdr's Flax names (``<layer>/kernel`` float[in, out] or a conv's float[3, 3,
+  in, out], ``<layer>/bias``), the inputs NHWC-flattened. ``.pth``/``.pt`` (needs
+  PyTorch): a PyTorch ``state_dict``, ``layers.<i>.weight`` float[out, in] (a conv's
+  float[out, in, 3, 3]) and ``layers.<i>.bias`` in the network's order, the first linear
+  layer's inputs NCHW-flattened (channels first, as a ``torch.nn.Linear`` on
+  ``x.flatten(1)`` of an NCHW image or feature map expects). Arrays keep θ*'s dtype. Written to a
   temporary file and moved into place: a failed write leaves no partial file.
 
   Args:
@@ -446,10 +528,21 @@ def export(target: cache.Victim, path: str, image_shape=None) -> str:
                      "(pass image_shape)")
   import torch  # noqa: PLC0415  (an optional extra)
   state = {}
+  h, w, c = shape
   for i, stem in enumerate(stems):
     kernel = np.asarray(target.params[stem]["kernel"])
-    if i == 0:  # NHWC-flattened inputs -> NCHW, as `layers` reads them back
-      h, w, c = shape
+    if kernel.ndim == 4:   # a convolution: Flax (kh, kw, in, out) -> PyTorch (out, in, kh, kw)
+      state[f"layers.{i}.weight"] = torch.from_numpy(np.array(kernel.transpose(3, 2, 0, 1),
+                                                              order="C"))
+      c = kernel.shape[3]
+      if target.config.get("pool"):
+        h, w = h // 2, w // 2
+      if "bias" in target.params[stem]:
+        state[f"layers.{i}.bias"] = torch.from_numpy(np.array(target.params[stem]["bias"]))
+      continue
+    if i == 0 or np.asarray(target.params[stems[i - 1]]["kernel"]).ndim == 4:
+      # NHWC-flattened inputs (the image, or the convolutions' features) -> NCHW, as
+      # `layers` reads them back
       kernel = kernel.reshape(h, w, c, -1).transpose(2, 0, 1, 3).reshape(h * w * c, -1)
     state[f"layers.{i}.weight"] = torch.from_numpy(np.array(kernel.T, order="C"))  # a copy
     if "bias" in target.params[stem]:
