@@ -292,6 +292,14 @@ def headline(workdir: str, mode: str, exported: str | None = None) -> str:
       cells = [r.get("param_distance", float("nan")), *(r[f"l2_to_{s}"] for s in sets),
                *(r[f"ssim_to_{s}"] for s in sets)]
       lines.append(f"| {name} | " + " | ".join(f"{c:.3g}" for c in cells) + " |")
+    summary_path = os.path.join(workdir, experiment.SUMMARY_FILE)
+    premise = (files.read_json(summary_path).get("bilevel_premise")
+               if os.path.exists(summary_path) else None)
+    if premise:   # the bilevel attack's premise at the training images
+      lines.append(f"Bilevel premise: l(x_GT) = {premise['l_training_images']:.3g} at the "
+                   f"training images (lower-level start {premise['start']!r})"
+                   + ("; above 0.01: they are not a minimiser of what the attack minimises"
+                      if premise["l_training_images"] > 1e-2 else ""))
   elif mode == "attack":
     summary = files.read_json(os.path.join(workdir, experiment.SUMMARY_FILE))
     if "reconstructed" in summary:

@@ -33,6 +33,7 @@ unchanged), metrics.jsonl and checkpoint.msgpack (`trdr.experiment.loop`). Figur
 drawn from these files by `trdr.plotting.run_figures`.
 """
 
+import functools
 import math
 import os
 import shutil
@@ -501,6 +502,8 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
   # DecoReco's premise, once: process 0 writes the summary that holds it.
   premise = (kkt_premise(target, a, task, run.dtype)
              if a.name == "decoreco" and distributed.is_main() else None)
+  bilevel_premise = (training_images_distance(target, a, task, run.dtype, starts.build_key)
+                     if a.name == "bilevel" and distributed.is_main() else None)
   if distributed.active():  # every process attacks process 0's θ*
     target = target._replace(params=distributed.broadcast(target.params))
   attack = ATTACKS[a.name](target, a, starts.labels, key=starts.build_key, box=run.box)
@@ -530,6 +533,7 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
              **({"kkt_premise": premise.to_json() | (
                  {"warning": w} if (w := premise_warning(premise)) else {})}
                 if premise is not None else {}),
+             **({"bilevel_premise": bilevel_premise} if bilevel_premise is not None else {}),
              # This process's wall time per phase (a resumed run: since its resume).
              "phase_seconds": {"victim": victim_seconds, "attack": seconds}}
   if attack.hyperparameters is not None:
@@ -554,6 +558,54 @@ def kkt_premise(target: victim.Victim, attack_config: ml_collections.ConfigDict,
   if (warning := premise_warning(fit)) is not None:
     logging.warning("%s", warning)
   return fit
+
+
+# The bilevel attack's premise at the training images (`training_images_distance`): l(x_GT)
+# above this (the ||θ* − θ||² Table 1's verdict calls small) is warned about.
+X_GT_WARNING = 1e-2
+
+
+def training_images_distance(target: victim.Victim, attack_config: ml_collections.ConfigDict,
+                             task, dtype, key: jax.Array) -> dict:
+  """The bilevel attack's premise at the task's training images x_GT: the upper level
+  l(x_GT) = ||θ* − θ(x_GT)||², θ(x_GT) re-solved from the attack's own first lower-level
+  start (θ* for "theta_star" and "previous"; the θ0 the victim's training started from for
+  "victim_theta0"; a U(0, 1) draw of the attack's key otherwise) to its tolerance. The
+  training images are the attack's target only where this is ~0 (Runkel eq. 2; the
+  readings of trdr/studies/readings.py); logged, with a warning above `X_GT_WARNING`.
+
+  Returns:
+    {"l_training_images": float (summed over θ's entries), "start": the lower-level
+    start, "grad_norm": ||∇θE|| the re-solve reached, "num_iter"}.
+  """
+  ll = attack_config.lower_level
+  x = jnp.asarray(task.train_images, dtype)
+  y = jnp.asarray(task.train_labels, dtype)
+  energy = functools.partial(victim.energy, apply_fn=target.apply,
+                             weight_decay=target.config.weight_decay)
+  if ll.start in ("theta_star", "previous"):
+    start = target.params
+  elif ll.start == "victim_theta0":
+    start = target.initial_params(task.train_images.shape[1:])
+  else:
+    start = models.uniform_params(key, target.params)
+  theta, info = victim.minimize_energy(lambda p: energy(p, x, y), start,
+                                       max_iter=ll.max_iter, tol=ll.tol,
+                                       memory_size=ll.memory_size)
+  distance = float(sum(jnp.sum(jnp.square(a - b)) for a, b in zip(
+      jax.tree.leaves(target.params), jax.tree.leaves(theta))))
+  out = {"l_training_images": distance, "start": ll.start,
+         "grad_norm": float(info.grad_norm), "num_iter": int(info.num_iter)}
+  logging.info("Bilevel premise: l(x_GT) = ||θ* − θ(x_GT)||² = %.3g at the training images, "
+               "θ(x_GT) from the lower level's start %r (||∇θE|| %.2g after %d iterations)",
+               distance, ll.start, out["grad_norm"], out["num_iter"])
+  if distance > X_GT_WARNING:
+    logging.warning("The bilevel attack's premise does not hold here: l(x_GT) = %.3g > %g at "
+                    "the training images under the lower-level start %r, so they are not a "
+                    "minimiser of what the attack minimises, and its reconstructions say "
+                    "little about privacy (docs/paper.md: the readings of the paper's θ0)",
+                    distance, X_GT_WARNING, ll.start)
+  return out
 
 
 def premise_warning(fit: kkt.KKTFit) -> str | None:
