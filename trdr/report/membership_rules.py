@@ -32,12 +32,13 @@ p-value and the bootstrap intervals describe; they do not decide. Each row state
 smallest |AUC − 0.5| its test detects with ``membership_power``.
 
 **Each reconstruction against its own start.** A "can tell" counts against the paper only
-where the attack adds it: for (ii) the paired per-victim difference AUC(reconstruction) −
-AUC(start images) of the same score (oriented to the reconstruction's side of 0.5; a
-start stage without enough members tells nothing: 0.5) has its t interval above 0; for
-(i) the start images of the same score are not themselves named with certainty. A
-"can tell" that the start already gives is reported as such ("the start already tells")
-and is neither a pass nor a failure.
+where the attack adds it to what the adversary's start images already give: for (ii) the
+paired per-victim difference between the reconstructions' separation from chance and that
+of the start images' best score (`best_start`: the adversary holds its starts and any
+score of them; a start stage without enough members tells nothing) has its t interval
+above 0; for (i) no score names the start images' members with certainty. A "can tell"
+that the start already gives is reported as such ("the start already tells") and is
+neither a pass nor a failure.
 
 **Controls** (`trdr.studies.membership`'s, on the mixed starts): positive (training vs
 partition starts after the attack: (ii) must tell, else the attack's "cannot tell" is
@@ -59,12 +60,6 @@ CAN_TELL, CANNOT_TELL, TOO_FEW = "can tell", "cannot tell", "too few"
 # A group whose "can tell" its start images already give (the attack adds nothing).
 START_TELLS = "the start already tells"
 STAGES = ("reconstruction", "start")
-
-
-def base_score(score: str) -> str:
-  """The start stage's score a reconstruction score is paired with: "best_of_X" (the
-  larger of X at the start and at the reconstruction) with X."""
-  return score.removeprefix("best_of_")
 
 
 # ------------------------------------------------------ (ii) better than chance
@@ -111,20 +106,32 @@ def chance_answer(row: dict, rules: dict = RULES, tests: int = 1) -> str:
   return CANNOT_TELL if equivalence(low, high, rules) == "chance" else UNDERPOWERED
 
 
+def best_start(starts: dict) -> dict | None:
+  """The start images' most separating score (largest pooled |AUC − 0.5| among the start
+  rows with an AUC): what an adversary holding the start images can already tell with its
+  best score, the baseline `paired_difference` compares with; None when no start row has
+  enough members and non-members (the start images tell nothing)."""
+  told = [r for r in starts.values() if r.get("informative")]
+  return max(told, key=lambda r: abs(r["auc"] - 0.5), default=None)
+
+
 def paired_difference(row: dict, start: dict | None, rules: dict = RULES) -> dict:
-  """What the attack adds to what its start images give, for one score: per victim
-  AUC(reconstruction) − AUC(start images) of the paired start score, oriented to the
-  reconstruction's side of 0.5 (positive: the reconstructions tell more); a start row
-  without an AUC (too few members) counts as 0.5 on every victim. Returns {"difference":
-  the mean over victims, "ci": its t interval, "victims": k, "adds": the interval above 0}
-  (NaN, and "adds" False, with fewer than two victims)."""
+  """What the attack adds to what its start images give, for one score: per victim the
+  reconstructions' separation from chance minus the start images', each AUC oriented to
+  its own row's side of 0.5 (s·(AUC − 0.5), s the sign of the pooled AUC − 0.5; positive:
+  the reconstructions tell more), ``start`` the start images' row to compare with (the
+  report: their best score, `best_start`); None or a row without an AUC (too few
+  members) counts as no separation on every victim. Returns {"difference": the mean over
+  victims, "ci": its t interval, "victims": k, "adds": the interval above 0} (NaN, and
+  "adds" False, with fewer than two victims)."""
   recon = dict(zip(row.get("cluster_ids", ()), row.get("per_cluster", ())))
+  side = lambda r: 1.0 if r["auc"] >= 0.5 else -1.0
   if start is not None and start.get("informative"):
-    base = dict(zip(start["cluster_ids"], start["per_cluster"]))
+    base = {c: None if a is None else side(start) * (a - 0.5)
+            for c, a in zip(start["cluster_ids"], start["per_cluster"])}
   else:
-    base = dict.fromkeys(recon, 0.5)
-  sign = 1.0 if row["auc"] >= 0.5 else -1.0
-  diff = [sign * (recon[c] - base[c]) for c in recon
+    base = dict.fromkeys(recon, 0.0)
+  diff = [side(row) * (recon[c] - 0.5) - base[c] for c in recon
           if c in base and recon[c] is not None and base[c] is not None
           and np.isfinite(recon[c]) and np.isfinite(base[c])]
   low, high = roc.mean_ci(diff, rules["membership_confidence"]) if len(diff) > 1 else (
@@ -217,7 +224,7 @@ def _chance_group(rows: list[dict], starts: dict, rules: dict) -> dict:
              "victims": test["victims"], "detectable |AUC − 0.5|": test["detectable"],
              f"TPR at {_fpr(rules)} FPR": r["tpr_at_fpr"][_fpr(rules)]}
     if answer == CAN_TELL:
-      paired = paired_difference(r, starts.get(base_score(r["score"])), rules)
+      paired = paired_difference(r, best_start(starts), rules)
       entry["paired difference (reconstruction − start)"] = paired
       answer = CAN_TELL if paired["adds"] else START_TELLS
     entry["status"] = answer
@@ -250,9 +257,8 @@ def _certainty_group(rows: list[dict], starts: dict, min_members: int, rules: di
                                           if r.get("informative") else None)
     status = entry["answer"]
     if status == CAN_TELL:
-      start = starts.get(base_score(r["score"]))
-      given = start is not None and certainty(start, min_members, rules,
-                                              scores=len(scored))["answer"] == CAN_TELL
+      given = any(certainty(s, min_members, rules, scores=len(starts))["answer"] == CAN_TELL
+                  for s in starts.values())
       status = START_TELLS if given else CAN_TELL
     entry["status"] = status
     scores[r["score"]] = entry
