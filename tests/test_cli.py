@@ -165,7 +165,10 @@ def test_export_victim_keep_checkpoint_and_a_warm_second_run(subprocess_env, tmp
                          stderr)
     runs.append((workdir, stdout, [int(n) for n in used]))
   (workdir, stdout, first), (again, _, second) = runs
-  assert first[0] == 0 and first[1] > 0 and second == [first[1], 0], (first, second)
+  # The first run compiles into an empty cache; what it loads it stored itself earlier in
+  # the same process (the bilevel premise's re-solve at the training images traces the
+  # victim training's L-BFGS again). The second loads every program, compiles none.
+  assert first[1] > 0 and first[0] < first[1] and second == [sum(first), 0], (first, second)
   with experiment.load_results(str(workdir)) as a, experiment.load_results(str(again)) as b:
     for key in a:
       np.testing.assert_array_equal(a[key], b[key], err_msg=key)

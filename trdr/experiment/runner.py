@@ -571,7 +571,7 @@ def training_images_distance(target: victim.Victim, attack_config: ml_collection
   l(x_GT) = ||θ* − θ(x_GT)||², θ(x_GT) re-solved from the attack's own first lower-level
   start (θ* for "theta_star" and "previous"; the θ0 the victim's training started from for
   "victim_theta0"; a U(0, 1) draw of the attack's key otherwise) to its tolerance. The
-  training images are the attack's target only where this is ~0 (Runkel eq. 2; the
+  training images are the attack's target only where this is ~0 (the paper's upper level; the
   readings of trdr/studies/readings.py); logged, with a warning above `X_GT_WARNING`.
 
   Returns:
