@@ -90,6 +90,32 @@ LATER_INITS: dict[str, Callable[[int], dict]] = {
 }
 
 
+def _checked_settings(module: nn.Module, sizes: str) -> Callable[[jax.Array], jax.Array]:
+  """The activation function of a `HaimMLP` or `ConvNet` ``module``, after checking its
+  settings: the activation (a name of `ACTIVATIONS` or a callable), the layer sizes
+  (``module.<sizes>``: a non-empty tuple of positive ints), num_outputs ≥ 1 and
+  later_init (a name of `LATER_INITS`).
+
+  Raises:
+    ValueError: naming the setting that is wrong.
+  """
+  if isinstance(module.activation, str):
+    if module.activation not in ACTIVATIONS:
+      raise ValueError(
+          f"unknown activation {module.activation!r}; known: {sorted(ACTIVATIONS)}")
+    act = ACTIVATIONS[module.activation]
+  else:
+    act = module.activation
+  values = getattr(module, sizes)
+  if not values or any(v <= 0 for v in values):
+    raise ValueError(f"{sizes} must be a non-empty tuple of positive ints, got {values}")
+  if module.num_outputs < 1:
+    raise ValueError(f"num_outputs must be >= 1, got {module.num_outputs}")
+  if module.later_init not in LATER_INITS:
+    raise ValueError(f"unknown later_init {module.later_init!r}; known: {list(LATER_INITS)}")
+  return act
+
+
 class HaimMLP(nn.Module):
   """Multilayer perceptron of Haim et al. (NeurIPS 2022), the DecoReco victim.
 
@@ -133,19 +159,7 @@ class HaimMLP(nn.Module):
       ValueError: unknown activation name or later_init, no or non-positive widths,
         num_outputs < 1.
     """
-    if isinstance(self.activation, str):
-      if self.activation not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown activation {self.activation!r}; known: {sorted(ACTIVATIONS)}")
-      act = ACTIVATIONS[self.activation]
-    else:
-      act = self.activation
-    if not self.widths or any(w <= 0 for w in self.widths):
-      raise ValueError(f"widths must be a non-empty tuple of positive ints, got {self.widths}")
-    if self.num_outputs < 1:
-      raise ValueError(f"num_outputs must be >= 1, got {self.num_outputs}")
-    if self.later_init not in LATER_INITS:
-      raise ValueError(f"unknown later_init {self.later_init!r}; known: {list(LATER_INITS)}")
+    act = _checked_settings(self, "widths")
     first_init = nn.initializers.normal(stddev=self.first_scale)
     later = LATER_INITS[self.later_init]
     h = images.reshape((images.shape[0], -1))
@@ -209,20 +223,7 @@ class ConvNet(nn.Module):
       ValueError: unknown activation or later_init, no or non-positive channels,
         num_outputs < 1, or a pooled size that is not whole.
     """
-    if isinstance(self.activation, str):
-      if self.activation not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown activation {self.activation!r}; known: {sorted(ACTIVATIONS)}")
-      act = ACTIVATIONS[self.activation]
-    else:
-      act = self.activation
-    if not self.channels or any(c <= 0 for c in self.channels):
-      raise ValueError(f"channels must be a non-empty tuple of positive ints, got "
-                       f"{self.channels}")
-    if self.num_outputs < 1:
-      raise ValueError(f"num_outputs must be >= 1, got {self.num_outputs}")
-    if self.later_init not in LATER_INITS:
-      raise ValueError(f"unknown later_init {self.later_init!r}; known: {list(LATER_INITS)}")
+    act = _checked_settings(self, "channels")
     factor = 2 ** len(self.channels) if self.pool else 1
     if images.shape[1] % factor or images.shape[2] % factor:
       raise ValueError(f"images of {images.shape[1]} × {images.shape[2]} pixels do not pool "
