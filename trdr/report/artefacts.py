@@ -34,7 +34,7 @@ from trdr.evaluation import realism
 from trdr.evaluation.evaluate import START
 from trdr.report import claims, figures, verdicts
 from trdr.report.verdicts import RULES
-from trdr.runtime import files, rundir
+from trdr.runtime import files
 from trdr.studies import readings
 
 # run name -> (sub-directory of the work directory, experiment mode)
