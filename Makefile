@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step readings-attack sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -65,8 +65,11 @@ table1:  ## Table 1: ||θ* − θ||² for {affine, one-hidden} x {random, ground
 table1-readings:  ## Table 1's distance at its starts under each reading of the paper's random θ0 (one-hidden, ReLU and softplus, 3 seeds).
 	$(PAPER) --artefacts=table1_readings
 
-outer-step:  ## Eq. 7's plain gradient step beside Adam on the affine victim of Figs. 1–3 (η chosen by the noise start's final l).
+outer-step:  ## Eq. 7's plain gradient step beside Adam on the affine victim of Figs. 1–3 (η chosen by the noise start's final l), and both with the outer stopping rule.
 	$(PAPER) --artefacts=outer_step
+
+readings-attack:  ## Figs. 1, 2, 4 and Table 1 on the one-hidden victim under readings (a), (b), (e) of the paper's random θ0, and the headline reading.
+	$(PAPER) --artefacts=table1_readings,readings_attack
 
 sweep:  ## DecoReco vmapped hyperparameter sweep (σ, lr, λ_min, α); its best.json feeds Figs. 6–12.
 	$(PYTHON) experiments/sweep.py --config=configs/decoreco_cifar.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)/decoreco_figures/sweep --config.victim.checkpoint_dir=$(RUNS)/report_$(SIZE)/decoreco_figures/victim

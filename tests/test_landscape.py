@@ -607,7 +607,11 @@ def test_the_outer_loop_stays_at_a_minimiser_of_l(tmp_path):
   task = data.make_task(config.data)
   target = _target(config, task)
   tol, mu = config.attack.lower_level.tol, config.victim.weight_decay
+  assert config.victim.tol == tol   # so that the bound below is the one the report uses
   bound = (2 * tol / mu) ** 2
+  assert bilevel.resolvable_loss(config.victim.tol, tol, mu) == pytest.approx(bound, rel=1e-12)
+  with pytest.raises(ValueError, match="weight_decay > 0"):
+    bilevel.resolvable_loss(tol, tol, 0.0)
   labels = jnp.asarray(task.train_labels)
   x_gt = jnp.asarray(task.train_images)
   ends = {}

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from trdr import experiment
+from trdr.attacks import bilevel
 from trdr.attacks import init as inits
 from trdr.configs import report as report_config
 from trdr.report import artefacts
@@ -248,6 +249,49 @@ def test_every_figure_has_a_title_labelled_colorbars_and_the_runs_size(smoke, mo
   landscape = saved["fig10_heatmaps"][1]
   assert landscape.startswith("trdr · bilevel on affine") and "9 grid points" in landscape
   assert saved["overview"][1].startswith("trdr · decoreco on haim_mlp")
+
+
+def test_both_optimisers_run_again_with_the_outer_stopping_rule(smoke):
+  """outer_step's stopping runs: Adam, and eq. 7's step with a backtracking line search at
+  most the chosen η, each with stop_loss the l that the solves' tolerances cannot tell from
+  0 (`bilevel.resolvable_loss` of the affine config), on seed 0 and the repeat seeds, the
+  rest of the affine run's config unchanged; the held steps read from the runs; Fig. 2's
+  verdict under every outer step in report.json and report.md."""
+  config, workdir, _, _ = smoke
+  table = files.read_json(os.path.join(workdir, "paper_figures", "outer_step.json"))
+  a = config.paper.affine
+  stop = bilevel.resolvable_loss(a.victim.tol, a.attack.lower_level.tol, a.victim.weight_decay)
+  assert table["stop_loss"] == stop
+  overrides = {"adam_stop": {},
+               "linesearch_stop": {"optimizer": "sgd_linesearch",
+                                   "lr": float(table["chosen"]), "lr_schedule": "constant"}}
+  for seed in ("0", *map(str, config.repeat_seeds)):
+    paper_figures = (os.path.join(workdir, "paper_figures") if seed == "0" else
+                     os.path.join(workdir, "seeds", f"seed_{seed}", "paper_figures"))
+    affine = files.read_json(os.path.join(paper_figures, "affine", "config.json"))
+    assert set(table["seeds"][seed]) == set(artefacts.OUTER_STEPS)
+    for name, changed in overrides.items():
+      run = os.path.join(paper_figures, "outer_step", name)
+      c = files.read_json(os.path.join(run, "config.json"))
+      assert c["attack"]["stop_loss"] == stop and c["eval"]["uniform_start_tols"] == []
+      assert {k: c["attack"][k] for k in changed} == changed
+      c["attack"] |= {k: affine["attack"][k] for k in (*changed, "stop_loss")}
+      c["eval"]["uniform_start_tols"] = affine["eval"]["uniform_start_tols"]
+      c["victim"]["checkpoint_dir"] = affine["victim"]["checkpoint_dir"]
+      assert c == affine
+      if seed == "0":
+        records = files.read_json(os.path.join(run, experiment.LANDSCAPE_FILE))
+        with experiment.load_results(run) as saved:
+          stopped = np.asarray(saved["history_stopped"])
+        for start in inits.PURE_INITS:
+          assert table["stopping"][name][start]["held"] == int(
+              stopped[inits.pure_index(records, start)].sum())
+  report = files.read_json(os.path.join(workdir, "report.json"))
+  steps = report["verdicts"]["fig2"]["steps"]
+  assert list(steps) == list(artefacts.OUTER_STEPS)
+  assert steps["adam_stop"]["verdict"] == table["seeds"]["0"]["adam_stop"]["fig2"]["verdict"]
+  with open(os.path.join(workdir, "report.md"), encoding="utf-8") as f:
+    assert "**Affine victim under each outer step**" in f.read()
 
 
 def test_the_outer_step_rule_takes_the_lowest_finite_final_loss_of_the_noise_start():

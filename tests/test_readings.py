@@ -12,6 +12,7 @@ import pytest
 from trdr import models, victim
 from trdr.attacks import bilevel
 from trdr.configs import bilevel_affine, bilevel_one_hidden
+from trdr.configs import report as report_config
 from trdr.studies import readings
 from trdr.report import artefacts
 from trdr.runtime import files, rundir
@@ -146,3 +147,86 @@ def test_solves_in_a_given_order_reporting_each_solve_as_it_goes(tmp_path):
   assert list(out["readings"]) == ["e", "a"]
   solves = [(r, s) for r in ("e", "a") for s in readings.IMAGE_SETS]
   assert seen == [solves[:k] for k in range(len(solves) + 1)]
+
+
+def _readings_table(grads: dict, minimising: dict, victim_grad=1e-6, seeds=2) -> dict:
+  """A Table 1 readings table (`readings.table1_readings`' JSON) of one activation: under
+  each reading, l(x_GT) 0 where ``minimising`` says so (else above the other starts), every
+  re-solve at ||∇θE|| ``grads[reading]``, both victims at ``victim_grad``."""
+  def solved(reading):
+    gt = 0.0 if minimising[reading] else 5.0
+    return {s: {"distance": d, "grad_norm": grads[reading], "num_iter": 1}
+            for s, d in zip(readings.IMAGE_SETS, (gt, 1.0, 2.0))}
+  per_seed = [{"readings": {r: solved(r) for r in grads},
+               "victims": {"default": {"grad_norm": victim_grad},
+                           "uniform": {"grad_norm": victim_grad}}} for _ in range(seeds)]
+  return {"activations": {"relu": per_seed}, "minimiser_tolerance": 1e-2}
+
+
+def test_the_headline_reading_is_the_most_literal_one_that_meets_the_rule():
+  """`readings.headline_reading`: the first of (a), (c), (b), (e) among the readings
+  attacked under which x_GT minimises l in every seed and every solve reached the
+  tolerance; (e), flagged as the default, where none does."""
+  tol = 1e-5
+  grads = {"a": 1e-6, "b": 1e-6, "c": 1e-6, "e": 1e-6}
+  every = {"a": True, "b": True, "c": True, "e": True}
+  pick = lambda t, among=readings.ATTACK_READINGS: readings.headline_reading(
+      t, "relu", tol, among)
+  assert pick(_readings_table(grads, every))["reading"] == "a"
+  literal_fails = every | {"a": False, "c": False}
+  assert pick(_readings_table(grads, literal_fails))["reading"] == "b"
+  # (b)'s solves stopped short of the tolerance: (b) is not taken, (e) is.
+  chosen = pick(_readings_table(grads | {"b": 2 * tol}, literal_fails))
+  assert (chosen["reading"], chosen["default"]) == ("e", False)
+  # (c) is more literal than (b) but counts only where its attack ran.
+  only_c = literal_fails | {"c": True}
+  assert pick(_readings_table(grads, only_c))["reading"] == "b"
+  assert pick(_readings_table(grads, only_c), ("a", "c", "b", "e"))["reading"] == "c"
+  # No reading meets the rule (the victim itself short of the tolerance): (e) by default.
+  chosen = pick(_readings_table(grads, every, victim_grad=2 * tol))
+  assert (chosen["reading"], chosen["default"]) == ("e", True)
+  assert set(chosen["why"]) == {"a", "b", "e"}
+
+
+def test_the_attack_under_each_reading_runs_with_the_readings_lower_level(smoke_report_dir):
+  """The :smoke report's readings_attack: one landscape run per reading of its config, its
+  lower level started as the reading says and nothing else of the one-hidden run changed
+  but the steps, the solve budget, the victim's cache and Table 1's U(0, 1) re-solves; its
+  ||θ* − θ||² read as the run's own l (first and last step of history_upper_loss); each
+  artefact's verdict under each reading in report.json, and the headline reading named."""
+  config = report_config.get_config("smoke")
+  table = files.read_json(os.path.join(smoke_report_dir, "paper_figures",
+                                       "readings_attack.json"))
+  assert list(table["readings"]) == list(config.paper.reading_runs.readings)
+  for reading, row in table["readings"].items():
+    main = files.read_json(os.path.join(artefacts.run_dir(smoke_report_dir, "one_hidden"),
+                                        "config.json"))
+    directory = os.path.join(smoke_report_dir, row["directory"])
+    c = files.read_json(os.path.join(directory, "config.json"))
+    start, init, _ = readings.READINGS[reading]
+    assert (c["attack"]["lower_level"]["start"], c["victim"]["init"]) == (start, init)
+    assert c["attack"]["steps"] == config.paper.reading_runs.steps
+    assert c["attack"]["lower_level"]["max_iter"] == config.paper.reading_runs.max_iter
+    for d in (c, main):   # what `readings.attack_config` sets; nothing else may differ
+      d["attack"].pop("steps"), d["eval"].pop("uniform_start_tols")
+      d["attack"]["lower_level"].pop("start"), d["attack"]["lower_level"].pop("max_iter")
+      d["victim"].pop("init", None), d["victim"].pop("checkpoint_dir")
+    assert c == main
+    records = readings.reading_records(directory)
+    with np.load(os.path.join(directory, "results.npz")) as saved:
+      history = saved["history_upper_loss"]
+    assert [r["param_distance"] for r in records] == [float(h[-1]) for h in history]
+    assert [r["start_param_distance"] for r in records] == [float(h[0]) for h in history]
+  report = files.read_json(os.path.join(smoke_report_dir, "report.json"))
+  for name in artefacts.READING_ARTEFACTS:
+    v = report["verdicts"][name]
+    assert list(v["readings"]) == list(table["readings"])
+    assert v["headline_reading"] == table["headline"]["reading"]
+    for reading, row in table["readings"].items():
+      assert v["readings"][reading]["verdict"] == row["verdicts"][name]["verdict"]
+  assert set(report["verdicts"]["fig2"]["steps"]) == set(artefacts.OUTER_STEPS)
+
+
+def test_an_unknown_reading_is_refused_by_name():
+  with pytest.raises(ValueError, match="unknown reading 'z'"):
+    readings.attack_config(bilevel_one_hidden.get_config("smoke"), "z", 3, 10, None)

@@ -72,6 +72,31 @@ def param_distance(theta_a: Params, theta_b: Params) -> jax.Array:
   return total
 
 
+def resolvable_loss(victim_tol: float, lower_tol: float, weight_decay: float) -> float:
+  """The upper loss l = ||θ* − θ(x)||² below which l cannot be told from 0: the outer
+  stopping rule's ``stop_loss`` for a strongly convex lower level (Runkel eq. 2).
+
+  E is μ-strongly convex with μ ≥ ``weight_decay`` (the logistic loss is convex, the
+  weight decay adds (wd/2)||θ||²), so any θ with ||∇θE(θ)|| ≤ tol lies within tol / μ of
+  E's minimiser. θ* was trained to ``victim_tol`` and θ(x) is solved to ``lower_tol``, so
+  at images x whose E has θ*'s minimiser (x_GT) they differ by at most
+  (victim_tol + lower_tol) / μ, and l up to the square of that is the solves' rounding.
+
+  Args:
+    victim_tol, lower_tol: the ||∇θE|| tolerances of θ* and of the lower level, > 0.
+    weight_decay: wd of E, > 0.
+  Returns:
+    ((victim_tol + lower_tol) / weight_decay)², in l's units (summed squared parameters).
+  Raises:
+    ValueError: a tolerance or the weight decay is not > 0 (no strong convexity: the
+      bound does not hold, and no stop_loss follows from it).
+  """
+  if not (victim_tol > 0 and lower_tol > 0 and weight_decay > 0):
+    raise ValueError(f"resolvable_loss needs tolerances and weight_decay > 0, got "
+                     f"{victim_tol}, {lower_tol}, {weight_decay}")
+  return float(((victim_tol + lower_tol) / weight_decay) ** 2)
+
+
 class LowerLevelInfo(NamedTuple):
   """How well the lower level converged: ||∇θE|| at θ(x) (float[]), iterations (int32[])."""
   grad_norm: jax.Array

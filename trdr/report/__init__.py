@@ -82,7 +82,22 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     readings_md = f.read()
   with open(os.path.join(paper_figures, "outer_step.md")) as f:
     outer_step_md = f.read()
+  with open(os.path.join(paper_figures, "readings_attack.md")) as f:
+    readings_attack_md = f.read()
+  readings_attack = files.read_json(os.path.join(paper_figures, "readings_attack.json"))
+  outer = files.read_json(os.path.join(paper_figures, "outer_step.json"))
+  # Figs. 1, 2, 4 and Table 1 under each reading of θ0, and Fig. 2 under each outer step,
+  # beside each artefact's verdict (`artefacts.readings_attack`, `artefacts.fig2_steps`).
+  for name in artefacts.READING_ARTEFACTS:
+    results[name]["readings"] = {
+        reading: {"verdict": row["verdicts"][name]["verdict"],
+                  "baseline": row["verdicts"][name]["baseline"]["verdict"]}
+        for reading, row in readings_attack["readings"].items()}
+    results[name]["headline_reading"] = readings_attack["headline"]["reading"]
+  results["fig2"]["steps"] = artefacts.fig2_steps(outer)
   table1_md += "\n### Table 1 under each reading of the paper's random θ0\n\n" + readings_md
+  table1_md += ("\n### Figs. 1, 2, 4 and Table 1 under each reading: the attack run under "
+                "each\n\n" + readings_attack_md)
   table1_md += ("\n### The outer step: eq. 7's plain gradient step beside Adam (affine, "
                 "Figs. 1–3)\n\n" + outer_step_md)
   files.write_json(os.path.join(workdir, "report.json"),
@@ -90,8 +105,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                     "rules": RULES, "table1": collected["table1"],
                     "table1_readings": files.read_json(os.path.join(
                         paper_figures, "table1_readings.json")) | {"markdown": readings_md},
-                    "outer_step": files.read_json(os.path.join(
-                        paper_figures, "outer_step.json")) | {"markdown": outer_step_md},
+                    "outer_step": outer | {"markdown": outer_step_md},
+                    "readings_attack": readings_attack | {"markdown": readings_attack_md},
                     "kkt_premise": premises,
                     "generated": provenance(config.variant), "disk": _disk(workdir)})
   files.atomic_write(os.path.join(workdir, "report.md"),

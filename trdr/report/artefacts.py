@@ -29,6 +29,7 @@ import numpy as np
 from absl import logging
 
 from trdr import experiment, models, plotting
+from trdr.attacks import bilevel
 from trdr.attacks import init as inits
 from trdr.evaluation import realism
 from trdr.evaluation.evaluate import START
@@ -277,19 +278,34 @@ _OUTER_STEP_FIELDS = ("upper_loss", "param_distance", "ssim_to_train", "ssim_to_
                       "l2_to_train", START + "ssim_to_train", START + "ssim_to_partition")
 
 
+# The outer steps `outer_step` sets side by side on the affine victim (Figs. 1–3), in words;
+# "plain" and "linesearch_stop" are eq. 7's step, the paper's.
+OUTER_STEPS = {
+    "adam": "Adam, no stopping rule (trdr's bilevel runs)",
+    "adam_stop": "Adam with the stopping rule",
+    "plain": "eq. 7's plain step at the chosen η (the paper's step)",
+    "linesearch_stop": "eq. 7's step with backtracking line search (step ≤ the chosen η) and "
+                       "the stopping rule (the paper's step, kept at a stationary point)",
+}
+
+
 def outer_step(runs, config) -> dict:
   """Eq. 7's plain gradient step x ← Π[0,1](x − η∇x l) beside trdr's Adam on the affine
   victim of Figs. 1–3: the affine run's config with attack.optimizer "sgd" at each constant
   η of ``config.paper.outer_step.lrs`` (its θ*: the affine run's), each run kept in
   paper_figures/outer_step/lr_<η> and reused while its config is unchanged. The η set
   beside Adam is the one whose noise start ends at the lowest upper loss l (the attack's
-  own objective; a non-finite l never wins; ties: the smaller η).
+  own objective; a non-finite l never wins; ties: the smaller η). Beside them, both
+  optimisers with the outer stopping rule (no step while l ≤ stop_loss, the l that the
+  solves' tolerances cannot tell from 0: `bilevel.resolvable_loss`): Adam, and eq. 7's
+  step with a backtracking line search at most the chosen η (`OUTER_STEPS`).
 
   Returns:
     outer_step.json ({"lrs": η -> the pure starts' numbers, "chosen": η, "adam": the
-    affine run's numbers, "adam_attack": its optimiser settings, "steps", "seeds": {seed:
-    {"adam", "plain": `affine_verdicts`}} for seed 0 and the report's repeat seeds}) and
-    outer_step.md.
+    affine run's numbers, "adam_attack": its optimiser settings, "steps", "stop_loss",
+    "stopping": {"adam_stop", "linesearch_stop": the pure starts' numbers with the steps
+    held by the rule ("held")}, "seeds": {seed: {step (`OUTER_STEPS`): `affine_verdicts`}}
+    for seed 0 and the report's repeat seeds}) and outer_step.md.
   """
   affine = config.paper.affine
   per_lr = {}
@@ -298,9 +314,12 @@ def outer_step(runs, config) -> dict:
     per_lr[f"{lr:g}"] = _pure_numbers(files.read_json(
         os.path.join(directory, experiment.LANDSCAPE_FILE)))
   chosen = chosen_lr({lr: rows["noise"]["upper_loss"] for lr, rows in per_lr.items()})
+  stop_loss = bilevel.resolvable_loss(affine.victim.tol, affine.attack.lower_level.tol,
+                                      affine.victim.weight_decay)
   table = {"lrs": per_lr, "chosen": chosen, "adam": _pure_numbers(_records(runs, "affine")),
            "adam_attack": {k: affine.attack[k] for k in ("optimizer", "lr", "lr_schedule")},
-           "steps": affine.attack.steps, "seeds": {}}
+           "steps": affine.attack.steps, "stop_loss": stop_loss, "stopping": {},
+           "seeds": {}}
   if chosen is not None:
     # Seed 0 (the runs above), then the report's repeat seeds of the affine run (run here,
     # reused by `trdr.report.evidence.make_seeds`), the plain step at the same η.
@@ -312,10 +331,47 @@ def outer_step(runs, config) -> dict:
         adam_dir = run_dir(seed_workdir(workdir, seed), "affine")
         adam_config = seed_config(affine, seed)
         experiment.run_or_reuse("landscape", adam_config, adam_dir)
-      plain_dir = _plain_step_run(adam_config, adam_dir, float(chosen))
-      table["seeds"][str(seed)] = {"adam": affine_verdicts(adam_dir),
-                                   "plain": affine_verdicts(plain_dir)}
+      dirs = {"adam": adam_dir, "plain": _plain_step_run(adam_config, adam_dir, float(chosen)),
+              **_stopping_runs(adam_config, adam_dir, float(chosen), stop_loss)}
+      table["seeds"][str(seed)] = {step: affine_verdicts(dirs[step]) for step in OUTER_STEPS}
+      if not seed:
+        table["stopping"] = {step: _pure_numbers(files.read_json(os.path.join(
+            dirs[step], experiment.LANDSCAPE_FILE))) for step in ("adam_stop", "linesearch_stop")}
+        for step, rows in table["stopping"].items():
+          for start, held in _held_steps(dirs[step]).items():
+            rows[start]["held"] = held
   return {"outer_step.json": table, "outer_step.md": _outer_step_markdown(table)}
+
+
+def _stopping_runs(affine: ml_collections.ConfigDict, adam_dir: str, lr: float,
+                   stop_loss: float) -> dict[str, str]:
+  """The affine run ``affine`` (Adam, in ``adam_dir``) again with the outer stopping rule
+  at ``stop_loss``: with Adam ("adam_stop") and with eq. 7's step and a backtracking line
+  search, the step at most η = ``lr`` ("linesearch_stop"); the Adam run's θ*, no Table 1
+  re-solves from U(0, 1) (Figs. 1–3 do not read them). Run or reused in the folder
+  outer_step/ beside ``adam_dir``. Returns {name: directory}."""
+  out = {}
+  for name, overrides in (("adam_stop", {}),
+                          ("linesearch_stop", {"optimizer": "sgd_linesearch", "lr": float(lr),
+                                               "lr_schedule": "constant"})):
+    c = affine.copy_and_resolve_references()
+    c.attack.update(overrides)
+    c.attack.stop_loss = float(stop_loss)
+    c.eval.uniform_start_tols = ()
+    c.victim.checkpoint_dir = affine.victim.checkpoint_dir or os.path.join(adam_dir, "victim")
+    out[name] = os.path.join(os.path.dirname(adam_dir), "outer_step", name)
+    experiment.run_or_reuse("landscape", c, out[name])
+  return out
+
+
+def _held_steps(directory: str) -> dict[str, int]:
+  """The outer steps the stopping rule held at each pure start of the run in ``directory``
+  (results.npz's history_stopped)."""
+  records = files.read_json(os.path.join(directory, experiment.LANDSCAPE_FILE))
+  with experiment.load_results(directory) as saved:
+    stopped = np.asarray(saved["history_stopped"])
+  return {name: int(stopped[inits.pure_index(records, name)].sum())
+          for name in inits.PURE_INITS}
 
 
 def _plain_step_run(affine: ml_collections.ConfigDict, adam_dir: str, lr: float) -> str:
@@ -389,13 +445,37 @@ def _outer_step_markdown(table: dict) -> str:
                    f"{r['ssim_to_train']:.3f} ({r[START + 'ssim_to_train']:.3f}) | "
                    f"{r['ssim_to_partition']:.3f} ({r[START + 'ssim_to_partition']:.3f}) | "
                    f"{r['l2_to_train']:.3g} |")
+  if table.get("stopping"):   # outer_step.json written before the stopping rule: none
+    lines += ["", f"Both optimisers again with the outer stopping rule: no step while l ≤ "
+              f"{table['stop_loss']:.3g}, the l that the solves' tolerances cannot tell from "
+              "0 (E is weight_decay-strongly convex: θ* and θ(x_GT), each solved to its "
+              "tolerance, lie within (tol_victim + tol_lower) / weight_decay of one minimiser; "
+              "`trdr.attacks.bilevel.resolvable_loss`). Held: the steps the rule held, of "
+              f"{table['steps']}.", "",
+              "| start | outer step | held | final l | ‖θ*−θ‖² | SSIM to the nearest training "
+              "image (start) | L2 to train |", "|---|---|---:|---:|---:|---:|---:|"]
+    for start in inits.PURE_INITS:
+      for step, rows in table["stopping"].items():
+        r = rows[start]
+        lines.append(f"| {start} | {OUTER_STEPS[step]} | {r['held']} | {r['upper_loss']:.3g} | "
+                     f"{r['param_distance']:.3g} | {r['ssim_to_train']:.3f} "
+                     f"({r[START + 'ssim_to_train']:.3f}) | {r['l2_to_train']:.3g} |")
   seeds = table["seeds"]
-  lines += ["", f"The report's rules on the affine victim alone, {adam['optimizer']} against "
-            f"the plain step at η = {chosen} (the start images' verdict in brackets), and "
-            "the checks on which the two steps disagree, per seed (the data draw, the "
-            "victim's initialisation and the starts; the same η on every seed):", "",
-            f"| seed | artefact | {adam['optimizer']} | plain step | checks that differ |",
-            "|---|---|---|---|---|"]
+  steps = [s for s in OUTER_STEPS if all(s in both for both in seeds.values())]
+  lines += ["", "The report's rules on the affine victim alone under each outer step (the "
+            "start images' verdict in brackets), per seed (the data draw, the victim's "
+            f"initialisation and the starts; the same η = {chosen} on every seed). Eq. 7, "
+            "the paper's step, is the plain gradient step; the paper gives no η and no "
+            "stopping rule.", "",
+            "| seed | artefact | " + " | ".join(OUTER_STEPS[s] for s in steps) + " |",
+            "|---|---|" + "---|" * len(steps)]
+  for seed, both in seeds.items():
+    for name in both["adam"]:
+      lines.append(f"| {seed} | {name} | " + " | ".join(
+          f"{both[s][name]['verdict']} ({both[s][name]['baseline']['verdict']})"
+          for s in steps) + " |")
+  lines += ["", f"The checks on which eq. 7's plain step disagrees with {adam['optimizer']}:",
+            "", "| seed | artefact | checks that differ |", "|---|---|---|"]
   for seed, both in seeds.items():
     for name, v in both["adam"].items():
       p = both["plain"][name]
@@ -403,8 +483,139 @@ def _outer_step_markdown(table: dict) -> str:
                 f"{'passes' if p['checks'][check] else 'fails'}"
                 for check, ok in v["checks"].items() if ok != p["checks"][check]]
       cell = "; ".join(differ).replace("|", "\\|") or "none"   # || would split the cell
-      lines.append(f"| {seed} | {name} | {v['verdict']} ({v['baseline']['verdict']}) | "
-                   f"{p['verdict']} ({p['baseline']['verdict']}) | {cell} |")
+      lines.append(f"| {seed} | {name} | {cell} |")
+  return "\n".join(lines) + "\n"
+
+
+def fig2_steps(outer: dict) -> dict:
+  """Fig. 2's verdict on the affine victim under each outer step of outer_step.json
+  (`OUTER_STEPS`): {step: {"words", "verdict" (seed 0's), "baseline", "seeds": {seed:
+  verdict}}}; {} where the table has no seeds (every η diverged)."""
+  seeds = outer.get("seeds", {})
+  if not seeds:
+    return {}
+  first = seeds[min(seeds, key=int)]
+  return {step: {"words": OUTER_STEPS[step], "verdict": first[step]["fig2"]["verdict"],
+                 "baseline": first[step]["fig2"]["baseline"]["verdict"],
+                 "seeds": {seed: both[step]["fig2"]["verdict"] for seed, both in seeds.items()}}
+          for step in OUTER_STEPS if all(step in both for both in seeds.values())}
+
+
+def readings_attack(runs, config) -> dict:
+  """Figs. 1, 2, 4 and Table 1 on the one-hidden victim under each reading of the paper's
+  random θ0 (`trdr.studies.readings.ATTACK_READINGS`): the bilevel attack run from the pure
+  starts under each (`readings.attack_runs`, in paper_figures/readings_attack/), each
+  artefact's rule beside the same rule on the start images, ||θ* − θ||² read as l under
+  the reading itself (`readings.reading_records`), Table 1's cells beside the paper's with
+  its order (random < ground truth < partition) checked after the attack, and the
+  headline reading picked by `readings.headline_reading` from Table 1's readings.
+
+  Returns:
+    readings_attack.json ({"readings": {reading: {"words", "verdicts": {artefact: verdict
+    with baseline}, "table1": {column: {"measured", "start", "paper"}}, "paper_order",
+    "victim_grad_norm", "lower_level", "directory"}}, "headline": `headline_reading`'s,
+    "steps", "main_steps", "max_iter", "tol"}) and readings_attack.md.
+  """
+  r = config.paper.reading_runs
+  paper_figures = os.path.dirname(runs["affine"])
+  dirs = readings.attack_runs(config.paper.one_hidden, r, os.path.join(paper_figures,
+                                                                       "readings_attack"))
+  measured = readings.table1_readings(
+      config.paper.readings, os.path.join(paper_figures, "readings"),
+      PAPER_TABLE1["one_hidden"], RULES["small_param_distance"])["table1_readings.json"]
+  activation = config.paper.one_hidden.victim.activation
+  tol = float(config.paper.readings.victim.attack.lower_level.tol)
+  if activation in measured["activations"]:
+    headline = readings.headline_reading(measured, activation, tol, tuple(dirs))
+  else:
+    headline = {"reading": "e", "rule": readings.HEADLINE_RULE, "default": True,
+                "why": {"all": f"Table 1's readings do not measure the {activation} victim"}}
+  rows = {}
+  for reading, directory in dirs.items():
+    records = readings.reading_records(directory)
+    summary = files.read_json(os.path.join(directory, experiment.SUMMARY_FILE))
+    cells = {col: {"measured": verdicts.pure_record(records, init)["param_distance"],
+                   "start": verdicts.pure_record(records, init)[START + "param_distance"],
+                   "paper": PAPER_TABLE1["one_hidden"][col]}
+             for col, init in TABLE1_COLUMNS.items()}
+    rows[reading] = {
+        "words": readings.READINGS[reading][2], "verdicts": one_hidden_verdicts(directory),
+        "table1": cells, "paper_order": bool(
+            cells["random"]["measured"] < cells["ground truth"]["measured"]
+            < cells["partition"]["measured"]),
+        "victim_grad_norm": summary["victim"]["grad_norm"],
+        "lower_level": summary["lower_level"], "directory": os.path.relpath(
+            directory, os.path.dirname(paper_figures))}
+  table = {"readings": rows, "headline": headline, "steps": int(r.steps),
+           "main_steps": int(config.paper.one_hidden.attack.steps), "max_iter": int(r.max_iter),
+           "tol": float(config.paper.one_hidden.attack.lower_level.tol),
+           "activation": activation, "width": int(config.paper.one_hidden.victim.width)}
+  return {"readings_attack.json": table, "readings_attack.md": _readings_attack_markdown(table)}
+
+
+def one_hidden_verdicts(directory: str) -> dict:
+  """The report's verdicts of Figs. 1, 2, 4 and Table 1 on the one-hidden victim's
+  landscape run in ``directory`` alone, ||θ* − θ||² read as l under the run's own lower
+  level (`readings.reading_records`), each beside the same rule on its start images."""
+  records = readings.reading_records(directory)
+  images = run_arrays(directory, ("train_ssim", "partition_ssim", "partition_index"),
+                      inits.pure_index(records, "partition"))
+
+  def of(records, images):
+    row = {"measured": {col: verdicts.pure_record(records, init)["param_distance"]
+                        for col, init in TABLE1_COLUMNS.items()}}
+    return {"fig1": verdicts.verdict_fig1({"one_hidden": records}),
+            "fig2": verdicts.verdict_fig2({"one_hidden": records}),
+            "fig4": verdicts.verdict_partition_init("fig4", records, images),
+            "table1": verdicts.verdict_table1({"rows": {"one_hidden": row}})}
+  start = of(verdicts.baseline_evidence(records), verdicts.baseline_evidence(images))
+  return {k: claims.with_texts(k, verdicts.with_baseline(v, start[k]))
+          for k, v in of(records, images).items()}
+
+
+READING_ARTEFACTS = ("fig1", "fig2", "fig4", "table1")
+
+
+def _readings_attack_markdown(table: dict) -> str:
+  rows, headline = table["readings"], table["headline"]
+  lines = [f"The bilevel attack on the one-hidden victim (width {table['width']}, "
+           f"{table['activation']}) from the pure starts under each reading of the paper's "
+           f"random θ0, {table['steps']} outer steps (the main runs: {table['main_steps']}; "
+           "fewer here because a solve from a U(0, 1) draw takes hundreds of L-BFGS "
+           f"iterations), each solve L-BFGS to ||∇θE|| < {table['tol']:g} or "
+           f"{table['max_iter']} iterations. ||θ* − θ||² is l under the reading itself (the "
+           "last step's, θ(x) solved as the reading says; the start images': the first "
+           "step's). The affine victim's E is strongly convex, so θ(x) is the same from any "
+           "θ0 and its verdicts are the main runs' under every reading. Each verdict with "
+           "the start images' in brackets.", "",
+           "| reading | victim's ‖∇θE(θ*)‖ | solves at tolerance | max ‖∇θE‖ | "
+           + " | ".join(READING_ARTEFACTS) + " |",
+           "|---|---:|---:|---:|" + "---|" * len(READING_ARTEFACTS)]
+  for reading, row in rows.items():
+    ll = row["lower_level"]
+    mark = " **(headline)**" if reading == headline["reading"] else ""
+    lines.append(f"| ({reading}) {row['words']}{mark} | {row['victim_grad_norm']:.1e} | "
+                 f"{ll.get('fraction_converged', float('nan')):.0%} | "
+                 f"{ll.get('grad_norm_max', float('nan')):.1e} | " + " | ".join(
+                     f"{row['verdicts'][a]['verdict']} ({row['verdicts'][a]['baseline']['verdict']})"
+                     for a in READING_ARTEFACTS) + " |")
+  cols = list(TABLE1_COLUMNS)
+  lines += ["", "Table 1's one-hidden row under each reading: ||θ* − θ||² after the attack / "
+            "the paper's (the start images' in brackets), and whether the paper's order "
+            "(random < ground truth < partition) holds after the attack.", "",
+            "| reading | " + " | ".join(f"{c}: measured / paper (start)" for c in cols)
+            + " | the paper's order |", "|---|" + "---:|" * len(cols) + "---|"]
+  for reading, row in rows.items():
+    lines.append(f"| ({reading}) | " + " | ".join(
+        f"{row['table1'][c]['measured']:.3e} / {row['table1'][c]['paper']:.3e} "
+        f"({row['table1'][c]['start']:.3e})" for c in cols)
+        + f" | {'holds' if row['paper_order'] else 'does not hold'} |")
+  chosen = headline["reading"]
+  lines += ["", f"**Headline reading: ({chosen})**" + (
+      " (chosen by default: no reading met the rule)" if headline.get("default") else "")
+      + f". The rule, fixed in docs/paper.md before the verdicts: {headline['rule']}. "
+      + "; ".join(f"({k}): {v}" if len(k) == 1 else v for k, v in headline["why"].items())
+      + "."]
   return "\n".join(lines) + "\n"
 
 
@@ -523,6 +734,7 @@ ARTEFACTS: dict[str, Artefact] = {
             os.path.dirname(runs["affine"]), "readings"), PAPER_TABLE1["one_hidden"],
             RULES["small_param_distance"]))),
     "outer_step": Artefact("paper_figures", ("affine",), outer_step),
+    "readings_attack": Artefact("paper_figures", (), readings_attack),
     "fig5": Artefact("decoreco_figures", ("sweep", "untuned"), _decoreco_grid(
         "fig5", "untuned", "Fig. 5: N(0, 1) initialisation, σ not tuned")),
     "fig6": Artefact("decoreco_figures", ("sweep", "tuned"), fig6),
@@ -538,7 +750,7 @@ ARTEFACTS: dict[str, Artefact] = {
 
 
 # The artefacts that are tables (.json and .md), not figures.
-TABLES = ("table1", "table1_readings", "outer_step")
+TABLES = ("table1", "table1_readings", "outer_step", "readings_attack")
 
 
 def make(config: ml_collections.ConfigDict, workdir: str, artefacts=tuple(ARTEFACTS)

@@ -44,6 +44,15 @@ def _section(title: str, v: dict, images: list[str], extra: list[str] = ()) -> l
     lines += ["- **Baseline** (the same rule on the start images): " + _pairs(b["measured"]),
               "- **Baseline checks:** " + _pairs(b["checks"]) + f" (baseline: {b['verdict']})"]
   lines += [f"- {sentence}" for sentence in v.get("sentences", ())]
+  if "readings" in v:
+    lines.append("- **One-hidden victim under each reading of θ0** (the attack rerun under "
+                 "each; the start images' verdict in brackets; the headline reading is "
+                 f"({v['headline_reading']})): " + "; ".join(
+                     f"({r}) {x['verdict']} ({x['baseline']})" for r, x in v["readings"].items()))
+  if "steps" in v:
+    lines.append("- **Affine victim under each outer step** (seed 0; the start images' verdict "
+                 "in brackets): " + "; ".join(f"{x['words']}: {x['verdict']} ({x['baseline']})"
+                                              for x in v["steps"].values()))
   reason = f" ({v['reason']})" if "reason" in v else ""
   lines += ["", f"**Verdict: {v['verdict']}**{reason}", ""]
   return lines
@@ -345,6 +354,19 @@ def verdicts_page(report: dict, source: str) -> str:
   if "table1_readings" in report:  # a report.json written before it had none: no section
     lines += ["", "## Table 1 under each reading of the paper's random θ0", "",
               report["table1_readings"]["markdown"].strip()]
+  if "readings_attack" in report:  # the same: no section
+    lines += ["", "## Figs. 1, 2, 4 and Table 1 under each reading of the paper's random θ0",
+              "", report["readings_attack"]["markdown"].strip()]
+  if results.get("fig2", {}).get("steps"):  # the same: no section
+    lines += ["", "## Fig. 2 under each outer step (affine victim)", "",
+              "The verdict of Fig. 2's rule on the affine victim alone (its ground-truth "
+              "start) under each outer step, the start images' verdict beside; eq. 7 is the "
+              "paper's step. Details: the outer-step section below.", "",
+              "| outer step | verdict (seed 0) | baseline (start images) | per seed |",
+              "|---|---|---|---|"]
+    for step in results["fig2"]["steps"].values():
+      lines.append(f"| {step['words']} | **{step['verdict']}** | {step['baseline']} | "
+                   + ", ".join(step["seeds"].values()) + " |")
   if "outer_step" in report:  # the same: no section
     lines += ["", "## The outer step: eq. 7's plain gradient step beside Adam (affine, "
               "Figs. 1–3)", "", report["outer_step"]["markdown"].strip()]
