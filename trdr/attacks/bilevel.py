@@ -74,7 +74,8 @@ def param_distance(theta_a: Params, theta_b: Params) -> jax.Array:
 
 def resolvable_loss(victim_tol: float, lower_tol: float, weight_decay: float) -> float:
   """The upper loss l = ||θ* − θ(x)||² below which l cannot be told from 0: the outer
-  stopping rule's ``stop_loss`` for a strongly convex lower level (Runkel eq. 2).
+  stopping rule's ``stop_loss`` for a strongly convex lower level (the upper level of
+  `param_distance`).
 
   E is μ-strongly convex with μ ≥ ``weight_decay`` (the logistic loss is convex, the
   weight decay adds (wd/2)||θ||²), so any θ with ||∇θE(θ)|| ≤ tol lies within tol / μ of
