@@ -487,18 +487,19 @@ def _outer_step_markdown(table: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
-def fig2_steps(outer: dict) -> dict:
-  """Fig. 2's verdict on the affine victim under each outer step of outer_step.json
-  (`OUTER_STEPS`): {step: {"words", "verdict" (seed 0's), "baseline", "seeds": {seed:
-  verdict}}}; {} where the table has no seeds (every η diverged)."""
+def fig2_steps(outer: dict) -> list[dict]:
+  """Fig. 2's verdict on the affine victim under each outer step of outer_step.json, in
+  `OUTER_STEPS`' order (a list: report.json's keys are sorted): [{"step", "words",
+  "verdict" (seed 0's), "baseline", "seeds": {seed: verdict}}]; [] where the table has no
+  seeds (every η diverged)."""
   seeds = outer.get("seeds", {})
   if not seeds:
-    return {}
+    return []
   first = seeds[min(seeds, key=int)]
-  return {step: {"words": OUTER_STEPS[step], "verdict": first[step]["fig2"]["verdict"],
-                 "baseline": first[step]["fig2"]["baseline"]["verdict"],
-                 "seeds": {seed: both[step]["fig2"]["verdict"] for seed, both in seeds.items()}}
-          for step in OUTER_STEPS if all(step in both for both in seeds.values())}
+  return [{"step": step, "words": OUTER_STEPS[step], "verdict": first[step]["fig2"]["verdict"],
+           "baseline": first[step]["fig2"]["baseline"]["verdict"],
+           "seeds": {seed: both[step]["fig2"]["verdict"] for seed, both in seeds.items()}}
+          for step in OUTER_STEPS if all(step in both for both in seeds.values())]
 
 
 def readings_attack(runs, config) -> dict:

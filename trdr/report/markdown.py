@@ -52,7 +52,7 @@ def _section(title: str, v: dict, images: list[str], extra: list[str] = ()) -> l
   if "steps" in v:
     lines.append("- **Affine victim under each outer step** (seed 0; the start images' verdict "
                  "in brackets): " + "; ".join(f"{x['words']}: {x['verdict']} ({x['baseline']})"
-                                              for x in v["steps"].values()))
+                                              for x in v["steps"]))
   reason = f" ({v['reason']})" if "reason" in v else ""
   lines += ["", f"**Verdict: {v['verdict']}**{reason}", ""]
   return lines
@@ -364,7 +364,7 @@ def verdicts_page(report: dict, source: str) -> str:
               "paper's step. Details: the outer-step section below.", "",
               "| outer step | verdict (seed 0) | baseline (start images) | per seed |",
               "|---|---|---|---|"]
-    for step in results["fig2"]["steps"].values():
+    for step in results["fig2"]["steps"]:
       lines.append(f"| {step['words']} | **{step['verdict']}** | {step['baseline']} | "
                    + ", ".join(step["seeds"].values()) + " |")
   if "outer_step" in report:  # the same: no section
