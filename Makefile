@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step readings-attack sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc cnn cnn-doc dp dp-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step readings-attack sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -117,6 +117,18 @@ victim-recipe:  ## DecoReco's victim recipe ablated: later-layer init x training
 
 victim-recipe-doc:  ## docs/victim_recipe.md from runs/victim_recipe_SIZE, after make victim-recipe.
 	cp $(RUNS)/victim_recipe_$(SIZE)/victim_recipe.md docs/
+
+cnn:  ## DecoReco on a CNN beside Haim et al.'s MLP at the same size and settings, 2 seeds (~20–25 min at SIZE=cpu): runs/cnn_SIZE/cnn.md.
+	$(PYTHON) experiments/cnn.py --config=configs/cnn.py:$(SIZE) --workdir=$(RUNS)/cnn_$(SIZE)
+
+cnn-doc:  ## docs/cnn.{md,png} from runs/cnn_SIZE, after make cnn.
+	cp $(RUNS)/cnn_$(SIZE)/cnn.md $(RUNS)/cnn_$(SIZE)/cnn.png docs/
+
+dp:  ## Attacks on DP-SGD victims (ε ≈ 1 to 100, σ = 0, non-private) beside the ReRo bound, 3 seeds (~30 min at SIZE=cpu): runs/dp_SIZE/dp.md.
+	$(PYTHON) experiments/dp.py --config=configs/dp.py:$(SIZE) --workdir=$(RUNS)/dp_$(SIZE)
+
+dp-doc:  ## docs/dp.{md,png} from runs/dp_SIZE, after make dp.
+	cp $(RUNS)/dp_$(SIZE)/dp.md $(RUNS)/dp_$(SIZE)/dp.png docs/
 
 knowledge-smoke:  ## The same at smoke size (a couple of minutes; CI runs it in the tests).
 	$(MAKE) knowledge SIZE=smoke

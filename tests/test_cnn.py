@@ -1,6 +1,8 @@
 """The convolutional victim (`trdr.models.ConvNet`, configs/decoreco_cnn.py): its layers and
-initialisation as stated, the positive homogeneity DecoReco's KKT premise relies on, and a
-DecoReco run on it at :smoke with its KKT premise fitted per tensor."""
+initialisation as stated, the positive homogeneity DecoReco's KKT premise relies on, a
+DecoReco run on it at :smoke with its KKT premise fitted per tensor, and the bilevel attack
+on it (configs/bilevel_cnn.py): a :smoke landscape and its hypergradient against a finite
+difference."""
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +35,30 @@ def test_layers_biases_and_initialisation_as_stated():
     assert np.abs(kernel).max() <= 1 / np.sqrt(fan_in)
     # U(±b) has sd b/√3; over ≥ 288 draws within 20 % (the sd's error ≈ 1/√(2·288) ≈ 4 %)
     assert abs(kernel.std() * np.sqrt(3 * fan_in) - 1) < 0.2, name
+
+
+def test_conv3x3_is_flax_conv_with_the_same_parameters():
+  """`models.Conv3x3` (one matrix product over the 3 × 3 patches) has nn.Conv(features,
+  (3, 3), padding=1)'s parameters, drawn alike, and its output to float64 rounding: both
+  sum the same 9·C products and the bias in another order, each within γ_{9C+1} times the
+  same sum of absolute values (|x| * |k| + |b|) of the exact one, γ_k = k·u/(1 − k·u),
+  u = 2⁻⁵³, so they differ by at most twice that."""
+  import flax.linen as nn   # noqa: PLC0415
+  init = dict(kernel_init=nn.initializers.normal(1.0), bias_init=nn.initializers.normal(1.0))
+  with jax.enable_x64(True):
+    ours = models.Conv3x3(5, **init)
+    flax_conv = nn.Conv(5, (3, 3), padding=1, param_dtype=jnp.float64, **init)
+    x = jax.random.normal(jax.random.key(1), (2, 6, 7, 4), jnp.float64)
+    theta = ours.init(jax.random.key(0), x)
+    reference = flax_conv.init(jax.random.key(0), x)
+    assert jax.tree.structure(theta) == jax.tree.structure(reference)
+    for a, b in zip(jax.tree.leaves(theta), jax.tree.leaves(reference)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    got, want, absolute = (np.asarray(a) for a in (
+        ours.apply(theta, x), flax_conv.apply(theta, x),
+        flax_conv.apply(jax.tree.map(jnp.abs, theta), jnp.abs(x))))
+  u, k = np.finfo(np.float64).eps / 2, 9 * 4 + 1
+  assert np.all(np.abs(got - want) <= 2 * k * u / (1 - k * u) * absolute)
 
 
 def test_relu_cnn_without_later_biases_is_positively_homogeneous():
@@ -172,3 +198,136 @@ def test_an_unsupported_layer_is_one_error_naming_it(arrays, words):
   with pytest.raises(ValueError, match="trdr") as raised:
     pretrained.layers(arrays, (16, 16, 3))
   assert words in str(raised.value)
+
+
+@pytest.mark.slow  # a bilevel landscape run
+def test_bilevel_attack_runs_on_a_cnn_and_reports_its_lower_level(tmp_path):
+  """configs/bilevel_cnn.py:smoke end to end: θ* by L-BFGS to ||∇θE|| < victim.tol, every
+  outer step's ||∇θE(θ(x))|| in summary.json, and the ground-truth start a fixed point."""
+  from trdr import experiment   # noqa: PLC0415
+  from trdr.attacks import init as inits   # noqa: PLC0415
+  from trdr.configs import bilevel_cnn   # noqa: PLC0415
+  from trdr.runtime import files   # noqa: PLC0415
+  config = bilevel_cnn.get_config("smoke")
+  config.attack.steps, config.attack.log_every = 10, 10
+  experiment.run(config, str(tmp_path), "landscape")
+  summary = files.read_json(tmp_path / experiment.SUMMARY_FILE)
+  assert summary["victim"]["grad_norm"] < config.victim.tol < config.attack.lower_level.tol
+  lower = summary["lower_level"]
+  assert {"grad_norm_max", "grad_norm_median", "grad_norm_final_max",
+          "fraction_converged", "iters_mean", "iters_max"} <= set(lower)
+  # Each solve is warm-started from the previous outer iterate's θ(x), one Adam step of
+  # at most lr = 1e-2 per pixel away: most solves reach tol within max_iter (a stall
+  # shows in the fraction, which the run warns about, not as a failure here).
+  assert lower["grad_norm_median"] < config.attack.lower_level.tol
+  assert 0.5 <= lower["fraction_converged"] <= 1.0
+  records = files.read_json(tmp_path / experiment.LANDSCAPE_FILE)
+  truth = records[inits.pure_index(records, "ground_truth")]
+  noise = records[inits.pure_index(records, "noise")]
+  # At x_GT, θ* meets ||∇θE|| < victim.tol = lower_level.tol / 10 (recomputed in another
+  # program to float32 rounding, ~1e-6 relative: still below lower_level.tol), so the
+  # lower level (started at θ*) takes no step, l = 0, ∇θ l = 2(θ − θ*) = 0 and Adam's
+  # update of a zero gradient is exactly 0: the training images stay (SSIM 1 up to float32
+  # rounding of the SSIM's local means, ~1e-6; any Adam step would move every pixel by up
+  # to lr = 1e-2, whatever the gradient). A noise start that stayed noise has SSIM to the
+  # training set near 0 (the README's 0.05 for the affine victim) and to its noise near 1;
+  # one pulled onto the training set not.
+  assert truth["lower_level_iters_mean"] == 0 and truth["upper_loss"] == 0.0
+  assert truth["ssim_to_train"] > 1 - 1e-4
+  assert noise["ssim_to_train"] < 0.3 < noise["ssim_to_noise"]
+
+
+@pytest.mark.slow  # compiles the CNN's lower level, the attack's step and a dense Hessian
+def test_bilevel_hypergradient_on_a_cnn_matches_a_finite_difference(x64):
+  """The attack's own step (`trdr.attacks.bilevel.build`, a plain gradient step at lr 1, so
+  x − x' = ∇x l) against the central difference of l(x) = ||θ* − θ(x)||² along one random
+  unit direction v, on a softplus CNN in float64 (eq. 7 needs E twice differentiable:
+  softplus, not ReLU). Both lower levels are warm-started from θ*, so they follow the same
+  local minimum of the non-convex E."""
+  import functools   # noqa: PLC0415
+
+  import ml_collections   # noqa: PLC0415
+  from jax.flatten_util import ravel_pytree   # noqa: PLC0415
+
+  from trdr import victim   # noqa: PLC0415
+  from trdr.attacks import bilevel   # noqa: PLC0415
+  from trdr.configs import bilevel_cnn   # noqa: PLC0415
+  wd, shape, n = 1e-2, (8, 8, 1), 6
+  rng = np.random.default_rng(0)
+  labels = jnp.asarray(np.repeat([-1.0, 1.0], n // 2))
+  # Noise plus, for y = +1, a left-to-right ramp: a task the CNN can learn. On pure noise
+  # (or at wd 0.1) L-BFGS ends at θ* = 0, a critical point of every such network with
+  # balanced labels (constant features, Φ = 0), where ∇θE does not depend on x.
+  ramp = np.linspace(0.0, 0.5, shape[1])[None, None, :, None]
+  x_true = jnp.asarray(0.5 * rng.uniform(size=(n, *shape))
+                       + (np.asarray(labels) > 0)[:, None, None, None] * ramp)
+  config = ml_collections.ConfigDict(dict(
+      arch="cnn", channels=(2, 3), pool=True, activation="softplus", all_biases=True,
+      num_outputs=1, later_init="pytorch", weight_decay=wd))
+  model = models.build_model(config)
+  energy_fn = functools.partial(victim.energy, weight_decay=wd,
+                                apply_fn=lambda p, x: model.apply({"params": p}, x))
+  theta0 = models.init_params(model, jax.random.key(0), shape, jnp.float64)
+  theta_star, info = jax.jit(lambda p: victim.minimize_energy(
+      lambda q: energy_fn(q, x_true, labels), p, max_iter=5000, tol=1e-12))(theta0)
+  assert info.grad_norm < 1e-12
+  assert np.all(np.sign(model.apply({"params": theta_star}, x_true)) == labels)  # not θ* = 0
+
+  tol, fd_tol, cg_tol = 1e-12, 1e-13, 1e-14
+  attack_config = bilevel_cnn.get_config("smoke").attack
+  attack_config.lower_level.update(start="previous", max_iter=5000, tol=tol)
+  attack_config.hypergradient.update(solve="cg", cg_tol=cg_tol, cg_maxiter=1000)
+  attack_config.update(optimizer="sgd", lr=1.0, lr_schedule="constant", project=False,
+                       steps=1)
+  attack = bilevel.build(victim.Victim(model, theta_star, config, {}), attack_config,
+                         labels, key=jax.random.key(0))
+  x = jnp.clip(x_true + 0.1 * jnp.asarray(rng.normal(size=x_true.shape)), 0.0, 1.0)
+  state, metrics = jax.jit(attack.step)(attack.init(x))
+  grad = x - state.images                     # x' = x − 1 · ∇x l
+  # The lower level reports how far it converged: ||∇θE(θ(x))|| below its tol.
+  assert metrics.grad_norm < tol and metrics.num_iter > 0
+
+  v = jnp.asarray(rng.normal(size=x.shape))
+  v = v / jnp.linalg.norm(v)
+
+  @jax.jit
+  def loss(t):
+    z = x + t * v
+    theta, info = victim.minimize_energy(lambda p: energy_fn(p, z, labels), theta_star,
+                                         max_iter=5000, tol=fd_tol)
+    return bilevel.param_distance(theta_star, theta), info.grad_norm
+
+  eps, h = 1e-4, 1e-2
+  (l_plus, g_plus), (l_minus, g_minus) = loss(eps), loss(-eps)
+  assert g_plus < fd_tol and g_minus < fd_tol
+  fd = float((l_plus - l_minus) / (2 * eps))
+  directional = float(jnp.vdot(grad, v))
+
+  # The error budget, from this problem's own quantities. H = ∇²θθE at θ(x), dense (P = 90).
+  flat, unravel = ravel_pytree(state.theta)
+  hessian = jax.hessian(lambda f: energy_fn(unravel(f), x, labels))(flat)
+  eigenvalues = np.linalg.eigvalsh(np.asarray(hessian))
+  mu, kappa = eigenvalues[0], eigenvalues[-1] / eigenvalues[0]
+  assert mu > 0   # a strict local minimum: the implicit function theorem applies there
+  l_max, l_x = float(max(l_plus, l_minus)), float(metrics.upper_loss)
+  u = np.finfo(np.float64).eps / 2
+  # (1) Each re-solve stops at ||∇E|| < fd_tol, within fd_tol/μ of its minimiser (to first
+  # order near the strict minimum), which moves l = ||θ* − θ||² by at most 2√l·fd_tol/μ
+  # (plus its square); two solves, divided by 2ε.
+  solves = 2 * (2 * np.sqrt(l_max) * fd_tol / mu + (fd_tol / mu) ** 2) / (2 * eps)
+  # (2) l is a sum of P squares, rounded to ~P·u relative; two values, divided by 2ε.
+  rounding = 2 * flat.size * u * l_max / (2 * eps)
+  # (3) Truncation ε²|l‴|/6, l‴ estimated by the third central difference at h ≫ ε and
+  # allowed 10× (the estimate is l‴ somewhere in [−2h, 2h], not its maximum near 0).
+  third = (loss(2 * h)[0] - 2 * loss(h)[0] + 2 * loss(-h)[0] - loss(-2 * h)[0]) / (2 * h**3)
+  truncation = 10 * eps**2 * abs(float(third)) / 6
+  # (4) The hypergradient's own error, through |⟨Δg, v⟩| ≤ ||Δg||: θ(x) solved to tol lies
+  # δ = tol/μ off, so ∇θl = 2(θ − θ*) is off by δ/√l relative; CG stops at ||r|| ≤
+  # cg_tol·||b||, a relative error ≤ cg_tol·κ(H) in H⁻¹b; 10× for the second-order terms
+  # (H and ∂x∇θE evaluated δ away from θ(x)).
+  hyper = 10 * float(jnp.linalg.norm(grad)) * (tol / mu / np.sqrt(l_x) + cg_tol * kappa)
+  bound = solves + rounding + truncation + hyper
+  assert abs(fd - directional) <= bound, (fd, directional, solves, rounding, truncation,
+                                          hyper)
+  # The test can fail: a wrong sign or a missing term moves the derivative by O(itself).
+  assert abs(directional) > 100 * bound, (directional, bound)

@@ -17,7 +17,7 @@ The packages and modules are the pipeline, in the order data flows through it:
   experiment  run(config, workdir, mode): starts, the checkpointed loop, one function per mode
   plotting    the runs' figures, from saved files only
   studies     experiments of their own: membership, knowledge, the θ0 readings, the
-              victim recipe
+              victim recipe, the CNN beside the MLP, DP-SGD victims beside the ReRo bound
   report      the paper's claims (one record each), their rules and verdicts, report.md
   api         the Python entry points (`trdr.<name>`)
   cli         the scripts' flags and mains

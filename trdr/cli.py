@@ -393,6 +393,25 @@ def knowledge_main(argv):
   print(f"Wrote {os.path.join(workdir, 'knowledge.md')}")
 
 
+def dp_main(argv):
+  """``main`` of experiments/dp.py: the attacks on DP-SGD victims beside the ReRo bound
+  (`trdr.studies.dp`; finished rows reused), WORKDIR/dp.{png,pdf} and dp.md."""
+  del argv
+  from trdr import plotting, report  # noqa: PLC0415  (see the imports above)
+  from trdr.runtime import files  # noqa: PLC0415
+  from trdr.studies import dp  # noqa: PLC0415
+  config = _CONFIG.value
+  workdir = _workdir(_WORKDIR.value or default_workdir(
+      config_flags.get_config_filename(flags.FLAGS["config"])))
+  result = dp.run(config, workdir)
+  plotting.save_figure(dp.figure(result, config), workdir, "dp",
+                       plotting.size_stamp(config.variant))
+  files.atomic_write(os.path.join(workdir, "dp.md"),
+                     dp.markdown(result, config, report.provenance(config.variant)).encode())
+  print(dp.reading(result, config))
+  print(f"Wrote {os.path.join(workdir, 'dp.md')}")
+
+
 def victim_recipe_main(argv):
   """``main`` of experiments/victim_recipe.py: DecoReco's victim recipe ablated (`trdr.
   report.victim_recipe`; finished cells reused) and WORKDIR/victim_recipe.md."""
@@ -409,3 +428,24 @@ def victim_recipe_main(argv):
                      .encode())
   print(victim_recipe.reading(rows, config))
   print(f"Wrote {os.path.join(workdir, 'victim_recipe.md')}")
+
+
+def cnn_main(argv):
+  """``main`` of experiments/cnn.py: DecoReco on the CNN beside the MLP (`trdr.studies.cnn`;
+  finished rows reused), WORKDIR/cnn.{png,pdf} and cnn.md."""
+  del argv
+  from trdr import plotting, report  # noqa: PLC0415  (see the imports above)
+  from trdr.runtime import files  # noqa: PLC0415
+  from trdr.studies import cnn  # noqa: PLC0415
+  config = _CONFIG.value
+  workdir = _workdir(_WORKDIR.value or default_workdir(
+      config_flags.get_config_filename(flags.FLAGS["config"])))
+  rows = cnn.run(config, workdir)
+  fig = cnn.figure(rows, workdir, config)
+  if fig is not None:
+    plotting.save_figure(fig, workdir, cnn.FIGURE, plotting.size_stamp(config.variant))
+  files.atomic_write(os.path.join(workdir, "cnn.md"),
+                     cnn.markdown(rows, config, report.provenance(config.variant),
+                                  figure_written=fig is not None).encode())
+  print(cnn.reading(rows, config))
+  print(f"Wrote {os.path.join(workdir, 'cnn.md')}")

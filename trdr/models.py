@@ -179,19 +179,67 @@ def _pytorch_conv(fan_in: int) -> dict:
   return _pytorch_linear(fan_in)
 
 
+class Conv3x3(nn.Module):
+  """A 3 × 3 convolution, stride 1, padding 1 (PyTorch's ``Conv2d(…, 3, padding=1)``), with
+  the parameters of ``nn.Conv(features, (3, 3), padding=1)``: the same names, shapes,
+  initialisers and draws.
+
+  out[n, y, x, o] = Σ_{i, j, c} x_pad[n, y + i, x + j, c] · kernel[i, j, c, o] + bias[o],
+  computed as one matrix product of the nine shifted copies of the padded input (its 3 × 3
+  patches, channels ordered (i, j, c) as the kernel's rows) with the kernel reshaped to
+  [9·C_in, features]. The same sums as ``lax.conv_general_dilated``, in another order;
+  written so because XLA's CPU backend runs a convolution inside a loop (``lax.scan``,
+  ``while_loop``: every attack's steps and every lower-level solve) far slower than at
+  the top level of a program, and a matrix product not.
+
+  Attributes:
+    features: output channels, > 0.
+    use_bias: add a bias per output channel.
+    kernel_init, bias_init: initialisers of kernel float[3, 3, C_in, features] and bias
+      float[features].
+  """
+  features: int
+  use_bias: bool = True
+  kernel_init: Callable = nn.initializers.lecun_normal()
+  bias_init: Callable = nn.initializers.zeros_init()
+
+  @nn.compact
+  def __call__(self, images: jax.Array) -> jax.Array:
+    """Args: images float[N, H, W, C_in]. Returns: float[N, H, W, features], the images'
+    dtype (as are the parameters)."""
+    _, height, width, channels = images.shape
+    kernel = self.param("kernel", self.kernel_init, (3, 3, channels, self.features),
+                        images.dtype)
+    padded = jnp.pad(images, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    patches = jnp.concatenate([padded[:, i:i + height, j:j + width, :]
+                               for i in range(3) for j in range(3)], axis=-1)
+    out = patches @ kernel.reshape(9 * channels, self.features)
+    if self.use_bias:
+      out = out + self.param("bias", self.bias_init, (self.features,), images.dtype)
+    return out
+
+
+def _average_pool_2x2(h: jax.Array) -> jax.Array:
+  """2 × 2 average pooling, stride 2 (``nn.avg_pool(h, (2, 2), strides=(2, 2))``, as a
+  reshape and a mean: no ``reduce_window``, for the reason of `Conv3x3`).
+  float[N, H, W, C] with H, W even -> float[N, H/2, W/2, C]."""
+  n, height, width, c = h.shape
+  return h.reshape(n, height // 2, 2, width // 2, 2, c).mean(axis=(2, 4))
+
+
 class ConvNet(nn.Module):
   """A small convolutional victim: the networks Buzaglo et al. (2023) reconstruct from.
 
   Φ(x; θ) = W_out · flatten(P(σ(conv_L(… P(σ(conv_0(x))) …)))), each conv 3 × 3, stride
-  1, padding 1 (the spatial size kept, as PyTorch's ``padding=1``), σ the activation, P a
-  2 × 2 average pooling when ``pool`` (linear, so a ReLU net without biases after the first
-  layer stays positively homogeneous, the property the KKT attack relies on), the head
-  over the NHWC-flattened features. Layers are named ``conv_0``, ``conv_1``, …, and
-  ``output``; only the first has a bias unless ``all_biases``. The first layer's kernel and
-  bias are drawn N(0, 1)·``first_scale`` (as Haim et al. scale their MLP's), the later
-  ones by ``later_init`` (`LATER_INITS`; "pytorch": PyTorch's ``nn.Conv2d`` / ``nn.Linear``
-  default U(±1/√fan_in), fan_in = 9 · in_channels for a conv). Parameters take the images'
-  dtype.
+  1, padding 1 (the spatial size kept, as PyTorch's ``padding=1``; `Conv3x3`), σ the
+  activation, P a 2 × 2 average pooling when ``pool`` (linear, so a ReLU net without
+  biases after the first layer stays positively homogeneous, the property the KKT attack
+  relies on), the head over the NHWC-flattened features. Layers are named ``conv_0``,
+  ``conv_1``, …, and ``output``; only the first has a bias unless ``all_biases``. The
+  first layer's kernel and bias are drawn N(0, 1)·``first_scale`` (as Haim et al. scale
+  their MLP's), the later ones by ``later_init`` (`LATER_INITS`; "pytorch": PyTorch's
+  ``nn.Conv2d`` / ``nn.Linear`` default U(±1/√fan_in), fan_in = 9 · in_channels for a
+  conv). Parameters take the images' dtype.
 
   θ = {"conv_0": {"kernel": float[3, 3, C_in, c_0], "bias": float[c_0]},
        "conv_k": {"kernel": float[3, 3, c_{k−1}, c_k]} (+ "bias" if all_biases),
@@ -235,10 +283,10 @@ class ConvNet(nn.Module):
     for k, c in enumerate(self.channels):
       inits = (dict(kernel_init=first_init, bias_init=first_init) if k == 0
                else later(9 * h.shape[-1]))
-      h = act(nn.Conv(c, (3, 3), padding=1, use_bias=k == 0 or self.all_biases,
-                      name=f"conv_{k}", param_dtype=images.dtype, **inits)(h))
+      h = act(Conv3x3(c, use_bias=k == 0 or self.all_biases, name=f"conv_{k}",
+                      **inits)(h))
       if self.pool:
-        h = nn.avg_pool(h, (2, 2), strides=(2, 2))
+        h = _average_pool_2x2(h)
     h = h.reshape((h.shape[0], -1))
     out = nn.Dense(self.num_outputs, use_bias=self.all_biases, name="output",
                    param_dtype=images.dtype, **later(h.shape[-1]))(h)

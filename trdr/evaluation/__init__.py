@@ -10,4 +10,7 @@
   records   landscape.json's records and summary counts from those numbers
   roc       ROC AUC with its bootstrap CI, TPR at low FPR (membership statistics)
   realism   the Sec. 4.4 quiz and rank statistics of realism scores
+  rero      reconstruction robustness: the bound DP puts on any attack's success
+            (Φ(Φ⁻¹(κ) + μ) for μ-GDP; from a privacy profile otherwise), the prior's
+            baseline κ from images, and whether a measured success exceeds a bound
 """

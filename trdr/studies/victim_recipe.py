@@ -136,22 +136,45 @@ def _attack(c: ml_collections.ConfigDict, values, victim_dir: str, workdir: str,
   if not os.path.exists(finished):
     experiment.run(c, workdir, mode="attack")
   summary = files.read_json(finished)
-  key = f"ssim_ge_{level:g}"
-
-  def counts(prefix):
-    return {"w11": summary[f"{prefix}reconstructed"][key],
-            "w3": summary[f"{prefix}reconstructed_w3"][key],
-            "w11_bb": summary[f"{prefix}reconstructed_best_buddies"][key],
-            "w3_bb": summary[f"{prefix}reconstructed_best_buddies_w3"][key]}
   # The run's KKT premise of θ* (`trdr.experiment.runner.kkt_premise`, logged there).
-  return {"kkt": summary["kkt_premise"],
-          "recovered": counts(""), "start_recovered": counts("start_"),
+  return {"kkt": summary["kkt_premise"], **summary_counts(summary, level),
           "final_loss": summary["final_loss"], "attack_seconds": summary["attack_seconds"],
           "n": summary["n_train"]}
 
 
-def _spread(values, fmt: str = ".3g") -> str:
-  """The mean over seeds and [min, max]; one value alone."""
+def summary_counts(summary: dict, level: float) -> dict:
+  """The training images recovered by a finished DecoReco run (its summary.json, with
+  eval.ssim_window 11 and eval.count_windows (3,), as configs/decoreco_cifar.py), and by
+  its start images (the baseline).
+
+  Args:
+    summary: the run's summary.json.
+    level: an SSIM threshold of the run's eval.ssim_thresholds.
+  Returns:
+    {"recovered": c, "start_recovered": c}, each c = {"w11", "w3", "w11_bb", "w3_bb"}: the
+    training images whose best reconstruction (start image) has SSIM ≥ ``level`` at window
+    11 or 3; "_bb": best buddies (each the other's SSIM-nearest), ints in [0, n].
+  Raises:
+    ValueError: the run did not count at that level or window (naming what is missing).
+  """
+  key = f"ssim_ge_{level:g}"
+  names = {"w11": "reconstructed", "w3": "reconstructed_w3",
+           "w11_bb": "reconstructed_best_buddies", "w3_bb": "reconstructed_best_buddies_w3"}
+  out = {}
+  for prefix, field in (("", "recovered"), ("start_", "start_recovered")):
+    out[field] = {}
+    for short, name in names.items():
+      if key not in summary.get(prefix + name, {}):
+        raise ValueError(f"the run's summary.json has no {prefix + name}[{key!r}]: it needs "
+                         f"eval.ssim_thresholds with {level:g}, eval.ssim_window 11 and "
+                         "eval.count_windows (3,)")
+      out[field][short] = summary[prefix + name][key]
+  return out
+
+
+def spread(values, fmt: str = ".3g") -> str:
+  """The mean over seeds and [min, max], formatted by ``fmt``; one value alone (the
+  studies' pages: this one and `trdr.studies.cnn`)."""
   values = np.asarray(values, float)
   if values.size == 1:
     return f"{values[0]:{fmt}}"
@@ -213,17 +236,17 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
     get = lambda f: [f(r) for r in rs]
     lines.append(
         f"| {cell['init']} | {cell['time']} | {cell['setting']} | "
-        f"{_spread(get(lambda r: r['epochs']), ',.0f')} | "
-        f"{_spread(get(lambda r: r['recovered']['w11']))} / "
-        f"{_spread(get(lambda r: r['recovered']['w3']))} | "
-        f"{_spread(get(lambda r: r['recovered']['w11_bb']))} / "
-        f"{_spread(get(lambda r: r['recovered']['w3_bb']))} | "
-        f"{_spread(get(lambda r: r['start_recovered']['w11']))} / "
-        f"{_spread(get(lambda r: r['start_recovered']['w3']))} | "
-        + " | ".join(_spread(get(lambda r, t=t: r["kkt"]["relative"][t])) for t in tensors)
-        + f" | {_spread(get(lambda r: r['kkt']['residual_total']))} | "
-        f"{_spread(get(lambda r: r['final_loss']))} | "
-        f"{_spread(get(lambda r: r['victim_seconds']), '.0f')} |")
+        f"{spread(get(lambda r: r['epochs']), ',.0f')} | "
+        f"{spread(get(lambda r: r['recovered']['w11']))} / "
+        f"{spread(get(lambda r: r['recovered']['w3']))} | "
+        f"{spread(get(lambda r: r['recovered']['w11_bb']))} / "
+        f"{spread(get(lambda r: r['recovered']['w3_bb']))} | "
+        f"{spread(get(lambda r: r['start_recovered']['w11']))} / "
+        f"{spread(get(lambda r: r['start_recovered']['w3']))} | "
+        + " | ".join(spread(get(lambda r, t=t: r["kkt"]["relative"][t])) for t in tensors)
+        + f" | {spread(get(lambda r: r['kkt']['residual_total']))} | "
+        f"{spread(get(lambda r: r['final_loss']))} | "
+        f"{spread(get(lambda r: r['victim_seconds']), '.0f')} |")
   missing = [(i, t, s) for s in config.seeds for i in config.inits for t in config.times
              if not any(_key(r)[:3] == (i, str(t), int(s)) for r in rows)]
   if missing:

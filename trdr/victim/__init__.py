@@ -10,10 +10,15 @@
   pretrained  θ* from a user's file (.pth, .npz, .msgpack, orbax), checked against the task
   kkt         DecoReco's premise measured: how much of θ* its training images' gradients
               explain with λ ≥ 0 (Haim et al.'s KKT conditions), per tensor
+  accounting  the DP-SGD recipe (``victim.dp``) and its privacy: ε at δ (dp-accounting's
+              PLD accountant), μ of μ-GDP, σ calibrated to a target ε
+  dp_sgd      DP-SGD victims: per-example gradients (vmap), clipping, Gaussian noise, full
+              batch or Poisson-subsampled (`load_or_train` trains one where ``victim.dp``
+              is set)
 
 The names below are the stage's API (``from trdr import victim; victim.load_or_train``);
-no module is named like one of them, so none is shadowed. `pretrained` and `kkt` are imported
-on their own (``from trdr.victim import kkt``).
+no module is named like one of them, so none is shadowed. `pretrained`, `kkt`, `accounting`
+and `dp_sgd` are imported on their own (``from trdr.victim import kkt``).
 """
 
 from trdr.victim.cache import (VICTIM_FILE, Victim, from_run, load, load_metadata,

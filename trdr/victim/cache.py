@@ -2,8 +2,9 @@
 
 `load_or_train` returns a `Victim` (model, θ*, config, training report): θ* is reused from
 its directory when it was saved for the same victim config (`metadata`), else trained by
-L-BFGS (`trdr.victim.training.train`) or Haim et al.'s gradient descent (`train_gd`) and
-saved (`save`): one checksummed file, victim.msgpack.
+L-BFGS (`trdr.victim.training.train`), Haim et al.'s gradient descent (`train_gd`) or, with
+``victim.dp`` set, DP-SGD (`trdr.victim.dp_sgd.train_dp`) and saved (`save`): one
+checksummed file, victim.msgpack.
 """
 
 import os
@@ -20,6 +21,7 @@ from flax import linen as nn
 
 from trdr import models
 from trdr.runtime import files
+from trdr.victim import accounting, dp_sgd
 from trdr.victim.objective import Params
 from trdr.victim.training import gd_epochs, train, train_gd
 
@@ -170,7 +172,14 @@ def metadata(config: ml_collections.ConfigDict, task) -> dict:
   v = config.victim
   model_fields = {k: v.get(k, models.ABSENT_FIELDS.get(k)) for k in
                   models.MODEL_FIELDS.get(v.arch, ())}
-  if v.training == "gd":
+  dp = accounting.settings(v)
+  if dp is not None:
+    # Only a DP-SGD victim has these keys: the metadata of every other victim is as it
+    # was before victim.dp existed, so their saved θ* are reused.
+    training = {"training": "dp_sgd", "base_training": v.get("training", "lbfgs"),
+                "loss": dp_sgd.loss_name(v), "weight_decay": v.weight_decay,
+                "dp": {k: getattr(dp, k) for k in accounting.FIELDS}}
+  elif v.training == "gd":
     training = {"training": "gd", **{k: v[k] for k in (
         "loss", "lr", "weight_decay", "max_epochs", "loss_threshold")}}
     if v.get("flow_time") is not None:   # absent otherwise: victims saved before the key
@@ -267,7 +276,9 @@ def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Vi
 
   ``config.victim.training`` chooses the training: "lbfgs" (default; `train`, to
   ||∇θE|| < tol) or "gd" (`train_gd`, Haim et al.'s full-batch gradient descent to a
-  train-loss threshold). Training saves θ* and its metadata into ``directory``.
+  train-loss threshold); ``config.victim.dp``, where set, replaces either by DP-SGD
+  (`trdr.victim.dp_sgd.train_dp`, its noise keyed by ``victim.seed``). Training saves θ*
+  and its metadata into ``directory``.
 
   Args:
     config: the experiment config (sections victim, data; float64).
@@ -275,7 +286,10 @@ def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Vi
     directory: where θ* is cached.
   Returns:
     The `Victim`; its metadata["report"] holds train/test accuracy and the final
-    gradient norm (and, for "gd", the loss and epochs).
+    gradient norm (and, for "gd", the loss and epochs; for DP-SGD, `DPReport`: the
+    recipe, ε at δ and μ).
+  Raises:
+    ValueError: an invalid ``victim.dp`` (`trdr.victim.accounting.settings`).
   """
   dtype = jnp.float64 if config.float64 else jnp.float32
   meta = metadata(config, task)
@@ -288,7 +302,13 @@ def load_or_train(config: ml_collections.ConfigDict, task, directory: str) -> Vi
     logging.info("Victim config changed: retraining θ* into %s", directory)
   start = time.time()
   theta0 = initial_params(config.victim, model, task.train_images.shape[1:], dtype)
-  if config.victim.training == "gd":
+  if accounting.settings(config.victim) is not None:
+    task = task._replace(train_images=task.train_images.astype(dtype),
+                         test_images=task.test_images.astype(dtype))
+    key = jax.random.fold_in(jax.random.key(config.victim.seed), dp_sgd.NOISE_STREAM)
+    theta_star, report = dp_sgd.train_dp(key, model, theta0, task, config.victim)
+    report = report._asdict()
+  elif config.victim.training == "gd":
     task = task._replace(train_images=task.train_images.astype(dtype),
                          test_images=task.test_images.astype(dtype))
     theta_star, report = train_gd(model, theta0, task, config.victim,

@@ -1,0 +1,532 @@
+"""Privacy due to noise: the attacks on DP-SGD victims beside the bound DP puts on them.
+
+Runkel et al. ask whether a trained classifier is private because the adversary is
+uncertain. Differential privacy answers "how private" with a guarantee: against a
+μ-GDP training run no reconstruction attack succeeds with probability above
+Φ(Φ⁻¹(κ) + μ) (`trdr.evaluation.rero`; Kaissis et al. 2023, Hayes et al. 2023). `run`
+trains, per victim and seed, DP-SGD victims (`trdr.victim.dp_sgd`) at noise multipliers
+calibrated to the ε of ``config.epsilons``, the same recipe without noise and the
+non-private victim (configs/dp.py), and runs on each the informed adversary
+(`trdr.studies.knowledge.attack_row`, k unknown images), DecoReco and the bilevel attack;
+`summary` puts each measured success beside its bound, `figure` draws recovered fraction
+and test accuracy against ε with the bound's curve, `markdown` writes the page with the
+bound's assumptions and a reading computed from the numbers.
+
+Rows are written to WORKDIR/dp.json as each finishes (with the prior's baseline κ); a
+rerun skips the rows there.
+"""
+
+import functools
+import math
+import os
+
+import jax
+import matplotlib.figure
+import ml_collections
+import numpy as np
+from absl import logging
+
+from trdr import data, experiment, victim
+from trdr.evaluation import evaluate, rero
+from trdr.runtime import files, rundir
+from trdr.studies import knowledge
+from trdr.victim import accounting
+
+ROWS_FILE = "dp.json"
+INFORMED, DECORECO, BILEVEL = "informed", "DecoReco", "bilevel"
+NOISELESS, NONPRIVATE = "σ = 0", "non-private"
+
+
+def levels(config: ml_collections.ConfigDict) -> dict[str, float | None]:
+  """The privacy levels of each victim, most private first: "ε = <e>" → the target ε, then
+  `NOISELESS` (the DP recipe at σ = 0, where ``config.noiseless``) and `NONPRIVATE` → None.
+
+  Raises:
+    ValueError: a target ε not positive and finite.
+  """
+  targets = [float(e) for e in config.epsilons]
+  if any(not (math.isfinite(e) and e > 0) for e in targets):
+    raise ValueError(f"config.epsilons must be positive and finite, got {targets}")
+  out: dict[str, float | None] = {f"ε = {e:g}": e for e in sorted(targets)}
+  if config.noiseless:
+    out[NOISELESS] = None
+  out[NONPRIVATE] = None
+  return out
+
+
+@functools.lru_cache(maxsize=64)
+def _sigma(target: float, delta: float, steps: int, sampling_rate: float) -> float:
+  return accounting.noise_multiplier(target, delta, steps, sampling_rate)
+
+
+def victim_config(config: ml_collections.ConfigDict, name: str, level: str, seed: int
+                  ) -> ml_collections.ConfigDict:
+  """The experiment config of victim ``name`` at privacy ``level`` (`levels`) and ``seed``:
+  ``config.victims[name]`` with every seed set, and for a DP level ``victim.dp`` =
+  ``config.dp[name]`` with the calibrated noise multiplier (0 for `NOISELESS`) and δ.
+
+  Raises:
+    ValueError: an unknown level or victim.
+  """
+  known = levels(config)
+  if level not in known or name not in config.victims:
+    raise ValueError(f"unknown victim {name!r} or level {level!r}; victims "
+                     f"{list(config.victims)}, levels {list(known)}")
+  c = config.victims[name].copy_and_resolve_references().unlock()   # --config is locked
+  c.seed = c.data.seed = c.victim.seed = int(seed)
+  if level == NONPRIVATE:
+    return c
+  recipe = dict(config.dp[name])
+  sigma = 0.0 if level == NOISELESS else _sigma(
+      known[level], float(config.delta), int(recipe["steps"]), float(recipe["sampling_rate"]))
+  c.victim.dp = ml_collections.ConfigDict(
+      {**recipe, "noise_multiplier": sigma, "delta": float(config.delta)})
+  return c
+
+
+def _key(row: dict) -> tuple:
+  return row["victim"], row["level"], row["seed"], row["adversary"], row["k"]
+
+
+def _slug(level: str) -> str:
+  return {NOISELESS: "sigma0", NONPRIVATE: "nonprivate"}.get(
+      level, "eps" + level.removeprefix("ε = "))
+
+
+def prior_baseline(task, config: ml_collections.ConfigDict) -> dict:
+  """κ of the success criterion (SSIM ≥ ``config.eval.ssim_level``, window
+  ``config.eval.windows[0]``) from the task's test split, per class (the adversary knows
+  the target's label), and the largest over the classes (`trdr.evaluation.rero.baseline`).
+
+  Returns:
+    {"kappa", "upper" (the largest per-class upper limit), "per_class": {label:
+    `rero.Baseline` fields}}.
+  """
+  pixels = np.clip(evaluate.to_display(task.test_images, task.mean, "pixels"), 0.0, 1.0)
+  labels = np.asarray(task.test_labels)
+  per = {f"{label:g}": rero.baseline(pixels[labels == label], config.eval.ssim_level,
+                                     config.eval.windows[0], config.eval.confidence)._asdict()
+         for label in np.unique(labels)}
+  return {"kappa": max(b["kappa"] for b in per.values()),
+          "upper": max(b["upper"] for b in per.values()), "per_class": per}
+
+
+def _victim_fields(directory: str) -> dict:
+  """The privacy and utility of the victim saved in ``directory`` (its report)."""
+  report = victim.load_metadata(directory)["report"]
+  recipe = {k: report.get(k) for k in accounting.FIELDS if k in report}
+  return {"epsilon": report.get("epsilon", math.inf), "mu": report.get("mu", math.inf),
+          "recipe": recipe, "train_accuracy": report["train_accuracy"],
+          "test_accuracy": report["test_accuracy"], "grad_norm": report["grad_norm"]}
+
+
+def decoreco_row(c: ml_collections.ConfigDict, config: ml_collections.ConfigDict,
+                 victim_dir: str, run_dir: str, n: int) -> dict:
+  """DecoReco (`trdr.attacks.decoreco`, m = candidates_per_image · n candidates from its
+  config's starts) for ``config.decoreco.steps`` steps on the victim of ``victim_dir``; a
+  finished run is reused; n is the task's training set size. An attack that diverges (a
+  noisy θ* can have large weights) is run again at a tenth of its lr, up to
+  ``config.decoreco.retries`` times, as an adversary would retune it; if the last diverges
+  too, the row says so and counts nothing recovered.
+
+  Returns:
+    {k = n, n, m, method ("decoreco", or "diverged"), lr (the attack's), residual (the
+    final KKT loss; NaN when diverged), premise (the part of θ*'s first layer that no
+    λ ≥ 0 on the training images' gradients explains, `trdr.victim.kkt`: DecoReco's
+    premise is 0 there; NaN when diverged), recovered and start_recovered ({"w<window>":
+    training images that are best buddies with a reconstruction, resp. a start, at SSIM ≥
+    the level}; start_recovered None when diverged: its starts were never scored),
+    seconds}.
+  """
+  c = c.copy_and_resolve_references()
+  c.victim.checkpoint_dir = victim_dir
+  c.attack.steps, c.attack.log_every = int(config.decoreco.steps), int(config.decoreco.log_every)
+  level, windows = config.eval.ssim_level, tuple(config.eval.windows)
+  c.eval.ssim_thresholds, c.eval.ssim_window, c.eval.count_windows = (level,), windows[0], \
+      windows[1:]
+  c.eval.public_set = False   # the test split's nearest neighbours (realism) are not read here
+  m = int(c.attack.candidates_per_image) * n
+  retries = int(config.decoreco.retries)
+  for attempt in range(retries + 1):
+    directory = run_dir if attempt == 0 else f"{run_dir}_lr{c.attack.lr:g}"
+    finished = os.path.join(directory, experiment.SUMMARY_FILE)
+    try:
+      if not os.path.exists(finished):
+        experiment.run(c, directory, "attack")
+      break
+    except FloatingPointError as e:
+      logging.warning("DecoReco diverged at lr %g (%s)%s", c.attack.lr, e,
+                      "; retrying at a tenth" if attempt < retries else "; counted as nothing")
+      c.attack.lr = c.attack.lr / 10
+  else:
+    return {"k": n, "n": n, "m": m, "method": "diverged", "lr": float(c.attack.lr * 10),
+            "residual": float("nan"), "premise": float("nan"),
+            "recovered": {f"w{w}": 0 for w in windows}, "start_recovered": None,
+            "seconds": float("nan")}
+  summary = files.read_json(finished)
+  key = f"ssim_ge_{level:g}"
+
+  def counts(prefix: str) -> dict[str, int]:
+    return {f"w{w}": int(summary[f"{prefix}reconstructed_best_buddies"
+                                 + ("" if w == windows[0] else f"_w{w}")][key])
+            for w in windows}
+  kkt = summary["kkt_premise"]
+  return {"k": n, "n": n, "m": m, "method": "decoreco", "lr": float(c.attack.lr),
+          "residual": float(summary["final_loss"]),
+          "premise": float(kkt["relative"][kkt["first_layer"]]), "recovered": counts(""),
+          "start_recovered": counts("start_"), "seconds": float(summary["attack_seconds"])}
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
+  """Every (victim, level, seed, adversary, k) row of ``config`` (configs/dp.py), finished
+  rows reused.
+
+  Returns:
+    {"rows": [{victim, level, seed, adversary (`INFORMED`, `DECORECO`, `BILEVEL`), k
+    (unknown training images; n for DecoReco and bilevel), n, m (answers per target: k,
+    2n, n), method, recovered, start_recovered ({"w<window>": count}), residual,
+    premise (the attack's premise measured on θ*: ||∇θE(θ*)|| for the informed adversary,
+    whose closed forms need a stationary θ*; `decoreco_row`'s for DecoReco; l(x_GT) =
+    ||θ* − θ(x_GT)||² at the training images for the bilevel attack, 0 where its premise
+    holds), seconds, epsilon, mu (inf for ε = ∞), recipe (the DP recipe; {} for the non-private
+    victim), train_accuracy, test_accuracy, grad_norm}], "prior": {victim:
+    `prior_baseline`}}, also in WORKDIR/dp.json.
+  Raises:
+    FileExistsError: ``workdir`` holds rows of other settings (all but seeds and ks).
+    ValueError: as `victim_config`.
+  """
+  rundir.pin_settings(workdir, {k: v for k, v in config.to_dict().items()
+                                if k not in ("seeds", "ks")})
+  path = os.path.join(workdir, ROWS_FILE)
+  saved = files.read_json(path) if os.path.exists(path) else {"rows": [], "prior": {}}
+  rows, prior = saved["rows"], saved["prior"]
+  done = {_key(r) for r in rows}
+
+  def add(row: dict) -> None:
+    logging.info("dp %s, %s, seed %d, %s k=%d: recovered %s of %d (start %s); ε %s, test "
+                 "accuracy %.3f", row["victim"], row["level"], row["seed"], row["adversary"],
+                 row["k"], row["recovered"], row["k"], row["start_recovered"], row["epsilon"],
+                 row["test_accuracy"])
+    rows.append(row)
+    done.add(_key(row))
+    files.write_json(path, {"rows": rows, "prior": prior})
+
+  for name in config.victims:
+    for seed in config.seeds:
+      for level in levels(config):
+        c = victim_config(config, name, level, seed)
+        tag = f"{name}_{_slug(level)}_seed{seed}"
+        victim_dir = os.path.join(workdir, "victims", tag)
+        head = {"victim": name, "level": level, "seed": int(seed)}
+        with jax.enable_x64(bool(c.float64)):
+          task = data.make_task(c.data)
+          n = task.train_images.shape[0]
+          if name not in prior:   # the test split: one per victim, whatever the seed
+            prior[name] = prior_baseline(task, config)
+            files.write_json(path, {"rows": rows, "prior": prior})
+          target = None
+          for k in config.ks:
+            k = int(k)
+            if (name, level, int(seed), INFORMED, k) in done or k > n:
+              continue
+            if target is None:
+              target = victim.load_or_train(c, task, victim_dir)
+            row = knowledge.attack_row(target, task, k, int(seed), config,
+                                       config.restarts[name], config.steps[name])
+            fields = _victim_fields(victim_dir)
+            add({**head, "adversary": INFORMED, **row, "m": k, "premise": fields["grad_norm"],
+                 **fields})
+          if name in config.decoreco.victims and (name, level, int(seed), DECORECO, n) not in done:
+            row = decoreco_row(c, config, victim_dir,
+                               os.path.join(workdir, "attacks", f"decoreco_{tag}"), n)
+            add({**head, "adversary": DECORECO, **row, **_victim_fields(victim_dir)})
+          if name in config.bilevel.victims and (name, level, int(seed), BILEVEL, n) not in done:
+            run_dir = os.path.join(workdir, "attacks", f"bilevel_{tag}")
+            row = knowledge.bilevel_row(c, config.bilevel.start, config, victim_dir, run_dir)
+            premise = files.read_json(os.path.join(run_dir, experiment.SUMMARY_FILE))[
+                "bilevel_premise"]["l_training_images"]
+            add({**head, "adversary": BILEVEL, **row, "m": row["n"],
+                 "premise": float(premise), **_victim_fields(victim_dir)})
+  return {"rows": rows, "prior": prior}
+
+
+def bound(kappa: float, m: int, row: dict) -> float:
+  """The ReRo bound of a row's victim for an adversary of m answers per target: Φ(Φ⁻¹(κ_m)
+  + μ) for a full-batch victim (`rero.gdp_bound`, κ_m = min(1, m κ)); from the PLD
+  privacy profile for a subsampled one (`rero.profile_bound` on 400 ε from 0 to 4 ε(δ));
+  1 at ε = ∞."""
+  kappa_m = float(rero.guesses_baseline(kappa, m))
+  if not math.isfinite(row["epsilon"]):
+    return 1.0
+  if math.isfinite(row["mu"]):
+    return float(rero.gdp_bound(kappa_m, row["mu"]))
+  s = accounting.DPSettings(**row["recipe"])
+  grid = np.linspace(0.0, 4.0 * row["epsilon"], 400)
+  return float(rero.profile_bound(kappa_m, grid, accounting.privacy_profile(s, grid)))
+
+
+def summary(result: dict, config: ml_collections.ConfigDict) -> list[dict]:
+  """Per (victim, level, adversary, k), over seeds: the recovered fraction's mean and
+  sample std (ddof 1; NaN for one seed), successes and trials (summed over seeds), the
+  start images' mean, ε and μ (the first seed's: every seed has the same recipe), test
+  accuracy's mean and std, and the ReRo bound at κ̂ and at κ's upper limit ("bound",
+  "bound_upper"); "above": the successes exceed bound_upper beyond sampling error
+  (`rero.exceeds` at ``config.eval.confidence``).
+
+  Returns:
+    A list of dicts in the order of `levels` within each victim and adversary.
+  """
+  window = f"w{config.eval.windows[0]}"
+  groups: dict[tuple, list[dict]] = {}
+  for r in result["rows"]:
+    groups.setdefault((r["victim"], r["adversary"], r["k"], r["level"]), []).append(r)
+  order, adversaries = list(levels(config)), [INFORMED, DECORECO, BILEVEL]
+  rank = lambda seq, x: seq.index(x) if x in seq else len(seq)
+  keys = sorted(groups, key=lambda g: (rank(list(config.victims), g[0]),
+                                       rank(adversaries, g[1]), g[2], rank(order, g[3])))
+  out = []
+  for key in keys:
+    rs = groups[key]
+    name, adversary, k, level = key
+    frac = np.asarray([r["recovered"][window] / k for r in rs])
+    acc = np.asarray([r["test_accuracy"] for r in rs])
+    prior = result["prior"][name]
+    successes, trials = int(sum(r["recovered"][window] for r in rs)), k * len(rs)
+    upper = bound(prior["upper"], rs[0]["m"], rs[0])
+    out.append({"victim": name, "level": level, "adversary": adversary, "k": k,
+                "n": rs[0]["n"], "m": rs[0]["m"], "seeds": [r["seed"] for r in rs],
+                "methods": sorted({r["method"] for r in rs}),
+                "premise": _median([r.get("premise", math.nan) for r in rs]),
+                "mean": float(frac.mean()),
+                "std": float(frac.std(ddof=1)) if len(rs) > 1 else float("nan"),
+                "start_mean": _start_mean(rs, window, k),
+                "successes": successes, "trials": trials,
+                "epsilon": rs[0]["epsilon"], "mu": rs[0]["mu"],
+                "noise_multiplier": rs[0]["recipe"].get("noise_multiplier"),
+                "test_accuracy": float(acc.mean()),
+                "test_accuracy_std": float(acc.std(ddof=1)) if len(rs) > 1 else float("nan"),
+                "bound": bound(prior["kappa"], rs[0]["m"], rs[0]), "bound_upper": upper,
+                "above": rero.exceeds(successes, trials, upper, config.eval.confidence)})
+  return out
+
+
+def _median(values) -> float:
+  values = np.asarray(values, float)
+  return float(np.median(values[np.isfinite(values)])) if np.isfinite(values).any() \
+      else float("nan")
+
+
+def _start_mean(rows: list[dict], window: str, k: int) -> float:
+  """The start images' recovered fraction, mean over the rows that scored them (NaN if
+  none did: a diverged attack's starts are not scored)."""
+  scored = [r["start_recovered"][window] / k for r in rows if r["start_recovered"]]
+  return float(np.mean(scored)) if scored else float("nan")
+
+
+def _x_positions(table: list[dict]) -> tuple[dict[str, float], float]:
+  """The x of each level: its ε, and beyond the largest finite ε the levels at ε = ∞
+  (σ = 0, non-private), a factor 3 apart on the log axis."""
+  finite = sorted({r["epsilon"] for r in table if math.isfinite(r["epsilon"])})
+  top = finite[-1] if finite else 1.0
+  xs = {r["level"]: r["epsilon"] for r in table if math.isfinite(r["epsilon"])}
+  for i, level in enumerate(dict.fromkeys(r["level"] for r in table
+                                          if not math.isfinite(r["epsilon"]))):
+    xs[level] = top * 3.0 ** (i + 1)
+  return xs, top
+
+
+def figure(result: dict, config: ml_collections.ConfigDict) -> matplotlib.figure.Figure:
+  """Left: the recovered fraction against ε (log axis; mean ± std over seeds), one curve
+  per (victim, adversary, k), the levels at ε = ∞ right of the largest ε, and the ReRo
+  bound Φ(Φ⁻¹(κ_m) + μ(ε)) as a function of ε at δ (μ-GDP, full batch) for one answer per
+  target (solid) and for the most answers of any row (dashed). Right: each victim's test
+  accuracy against ε."""
+  table = summary(result, config)
+  fig = matplotlib.figure.Figure(figsize=(12, 4.8))
+  ax, acc_ax = fig.subplots(1, 2)
+  xs, top = _x_positions(table)
+  kappa = max(p["kappa"] for p in result["prior"].values()) if result["prior"] else 0.0
+  grid = np.geomspace(min([x for x in xs.values()] + [0.5]) / 2, top, 200)
+  mus = np.asarray([accounting.gdp_mu_for_epsilon(e, config.delta) for e in grid])
+  ms = sorted({r["m"] for r in table}) or [1]
+  at_inf = sorted(x for x in xs.values() if x > top)
+  for m, style in ((1, "-"), (ms[-1], "--")):
+    ax.plot(grid, rero.gdp_bound(rero.guesses_baseline(kappa, m), mus), style, color="k",
+            lw=1.2, label=f"ReRo bound, {m} answer{'s' if m > 1 else ''} per target "
+                          f"(κ̂ = {kappa:.3g})")
+  if at_inf:   # ε = ∞: the bound is 1
+    ax.plot(at_inf, [1.0] * len(at_inf), "k_", ms=14)
+  for series in dict.fromkeys((r["victim"], r["adversary"], r["k"]) for r in table):
+    t = [r for r in table if (r["victim"], r["adversary"], r["k"]) == series]
+    ax.errorbar([xs[r["level"]] for r in t], [r["mean"] for r in t],
+                yerr=np.nan_to_num([r["std"] for r in t]), marker="o", capsize=3,
+                label=f"{series[0]}, {series[1]}, k = {series[2]}")
+  for name in dict.fromkeys(r["victim"] for r in table):
+    t = {r["level"]: r for r in table if r["victim"] == name}.values()
+    acc_ax.errorbar([xs[r["level"]] for r in t], [r["test_accuracy"] for r in t],
+                    yerr=np.nan_to_num([r["test_accuracy_std"] for r in t]), marker="s",
+                    capsize=3, label=name)
+  infinite = {level: x for level, x in xs.items() if x > top}
+  for a in (ax, acc_ax):
+    a.set_xscale("log")
+    a.axvline(top * 3.0 ** 0.5, color="0.6", lw=0.8, ls=":")
+    ticks = [e for e in sorted(set(xs.values())) if e <= top]
+    a.set_xticks(ticks + list(infinite.values()))
+    a.set_xticklabels([f"{e:g}" for e in ticks] + [f"∞\n({level})" for level in infinite],
+                      fontsize=7)
+    a.minorticks_off()
+    a.set_xlabel(f"ε at δ = {config.delta:g} (PLD accountant)")
+  ax.set_ylim(-0.05, 1.05)
+  ax.set_ylabel(f"fraction recovered (best buddies, SSIM ≥ {config.eval.ssim_level:g})")
+  ax.set_title("Attacks on DP-SGD victims and the ReRo bound")
+  ax.legend(fontsize=6, loc="center left")
+  acc_ax.axhline(0.5, color="0.6", lw=0.8, ls="--")
+  acc_ax.set_ylabel("test accuracy (chance: 0.5 for balanced classes)")
+  acc_ax.set_title("Utility of each victim")
+  acc_ax.legend(fontsize=7)
+  fig.tight_layout()
+  return fig
+
+
+ASSUMPTIONS = (
+    "The bound Φ(Φ⁻¹(κ_m) + μ) holds for every adversary under these assumptions, and the "
+    "rows compare it with the measured success only there: (1) the released output is θ* "
+    "alone, T steps of the Gaussian mechanism on per-example gradients clipped to C with "
+    "noise σC and the public denominator n, so that adding or removing one training image "
+    "is μ-GDP with μ = √T/σ (Dong, Roth and Su, Cor. 3.3; the training report's "
+    "accuracies are not released); (2) the target is drawn from the prior π, here the "
+    "CIFAR-10 images of its class (the training images are a draw from the train split, "
+    "κ is estimated on the test split); (3) κ is the best success without θ*: estimated "
+    "as the best guess among the test images and their mean (leave one out), the largest "
+    "over the two classes since the adversary knows the label, with its Clopper–Pearson "
+    "upper limit; the true supremum over all images may be larger; (4) an adversary "
+    "answering m images per target (k for the informed one, 2n for DecoReco, n for the "
+    "bilevel attack) has baseline κ_m ≤ min(1, m κ) (union bound), and a best-buddies "
+    "match at SSIM ≥ the level implies an answer meeting the criterion, so the measured "
+    "event lies inside the bound's; (5) at ε = ∞ (σ = 0 or the non-private victim) the "
+    "bound is 1; (6) the bound is on a probability: \"above the bound\" means the "
+    "one-sided Clopper–Pearson lower limit of successes/trials (seeds × targets, taken as "
+    "independent though the targets of one victim share θ*) exceeds the bound at κ's upper "
+    "limit; (7) the recipe's lr and C were chosen by looking at seed 0's training data, "
+    "which the accounting does not cover.")
+
+
+def markdown(result: dict, config: ml_collections.ConfigDict,
+             generated: dict | None = None) -> str:
+  """The page: what was run, κ, the table (per victim, level, adversary and k: ε, σ, μ,
+  test accuracy, recovered mean ± std over seeds beside the start images', successes /
+  trials and the bound), the bound's assumptions and the reading."""
+  g = generated or {}
+  table = summary(result, config)
+  window = config.eval.windows[0]
+  lines = [
+      "# Privacy due to noise: attacks on DP-SGD victims beside the reconstruction bound", "",
+      f"Generated by `make dp` (written {g.get('utc', '?')}, {g.get('machine', '?')}, "
+      f"{g.get('devices', '?')}, jax {g.get('jax', '?')}) from dp.json; do not edit by hand. "
+      "The figure: [dp.png](dp.png).", "",
+      f"Size `{config.variant}`; seeds {list(config.seeds)}. Victims: "
+      + "; ".join(f"{name} (n = {n}; DP-SGD full batch, T = {config.dp[name].steps} steps, "
+                  f"lr {config.dp[name].lr:g}, clip C = {config.dp[name].clip_norm:g})"
+                  for name, n in _sizes(result).items())
+      + f". Levels: σ calibrated to each ε at δ = {config.delta:g} (ε by dp-accounting's PLD "
+      "accountant), the same recipe at σ = 0, and the non-private victim (configs/"
+      "knowledge.py's recipe at these sizes: L-BFGS to stationarity, resp. gradient descent "
+      "to train loss 1e-4). "
+      "A training image counts as recovered when it and a reconstruction are best buddies "
+      f"at SSIM ≥ {config.eval.ssim_level:g} (window {window}); start: the same for the "
+      "start images. Informed: `trdr.attacks.informed`, all training images but k known; "
+      f"DecoReco: {config.decoreco.steps} steps, m = 2n candidates; bilevel: "
+      f"{config.bilevel.steps} outer steps from U(0, 1), one start per training image. "
+      "The attacks are the non-private recipe's: none models the clipping or the noise.", "",
+      "## The prior's baseline κ", "",
+      "| victim | class | κ̂ (best guess) | count / trials | upper limit | random draw |",
+      "|---|---|---:|---:|---:|---:|"]
+  for name, p in result["prior"].items():
+    for label, b in p["per_class"].items():
+      lines.append(f"| {name} | {label} | {b['kappa']:.4f} | {b['count']} / {b['trials']} | "
+                   f"{b['upper']:.4f} | {b['mean_pairwise']:.4f} |")
+  lines += ["", "## Recovered and the bound", "",
+            "Premise: what the attack assumes of θ*, measured (median over seeds): for the "
+            "informed adversary ||∇θE(θ*)|| (its closed forms need a stationary θ*; for the "
+            "gradient-descent MLP, whose attack is DecoReco's, the same norm for reference), "
+            "for DecoReco the part of θ*'s first layer no λ ≥ 0 on the training images' "
+            "gradients explains (0 at a KKT point), for the bilevel attack l(x_GT) = "
+            "||θ* − θ(x_GT)||² (0 where the training images minimise its upper level).", "",
+            "| victim | privacy | ε | σ | μ | test accuracy | adversary | k | m | premise | "
+            "recovered (mean ± std) | start | successes / trials | ReRo bound at κ̂ (at κ's "
+            "upper limit) | above |",
+            "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+  for r in table:
+    sigma = r["noise_multiplier"]
+    lines.append(
+        f"| {r['victim']} | {r['level']} | {_num(r['epsilon'])} | "
+        f"{'—' if sigma is None else f'{sigma:.3g}'} | {_num(r['mu'])} | "
+        f"{r['test_accuracy']:.3f} ± {r['test_accuracy_std']:.3f} | {r['adversary']}"
+        f"{' (diverged on some seeds)' if 'diverged' in r['methods'] else ''} | "
+        f"{r['k']} | {r['m']} | {r['premise']:.3g} | {r['mean']:.2f} ± {r['std']:.2f} | "
+        f"{'—' if math.isnan(r['start_mean']) else format(r['start_mean'], '.2f')} | "
+        f"{r['successes']} / {r['trials']} | {r['bound']:.3f} ({r['bound_upper']:.3f}) | "
+        f"{'**yes**' if r['above'] else 'no'} |")
+  lines += ["", "## The bound's assumptions", "", ASSUMPTIONS, "",
+            "## Reading", "", reading(result, config), ""]
+  return "\n".join(lines)
+
+
+def _num(x: float) -> str:
+  return "∞" if not math.isfinite(x) else f"{x:.3g}"
+
+
+def _sizes(result: dict) -> dict[str, int]:
+  return {r["victim"]: r["n"] for r in result["rows"]}
+
+
+def reading(result: dict, config: ml_collections.ConfigDict) -> str:
+  """One paragraph from the numbers: whether any measured success lies above its bound;
+  per victim and adversary the largest recovered fraction at a finite ε beside the bound
+  there, and at σ = 0 and on the non-private victim; the test accuracy from the most
+  private level to the non-private victim."""
+  table = summary(result, config)
+  if not table:
+    return "No rows yet."
+  above = [r for r in table if r["above"]]
+  parts = [("No measured success lies above its bound." if not above else
+            "Above the bound (the assumptions above are then violated somewhere): "
+            + "; ".join(f"{r['victim']} {r['level']} {r['adversary']} k = {r['k']}"
+                        for r in above) + ".")]
+  for name in dict.fromkeys(r["victim"] for r in table):
+    mine = [r for r in table if r["victim"] == name]
+    accs = {r["level"]: r["test_accuracy"] for r in mine}
+    text = (f"{name}: test accuracy from {accs[next(iter(accs))]:.2f} at "
+            f"{next(iter(accs))} to {list(accs.values())[-1]:.2f} ({list(accs)[-1]})")
+    for adversary in dict.fromkeys(r["adversary"] for r in mine):
+      for k in dict.fromkeys(r["k"] for r in mine if r["adversary"] == adversary):
+        t = [r for r in mine if r["adversary"] == adversary and r["k"] == k]
+        private = [r for r in t if math.isfinite(r["epsilon"])]
+        inf = ", ".join(f"{r['level']} {r['mean']:.2f}" for r in t
+                        if not math.isfinite(r["epsilon"]))
+        best = max(private, key=lambda r: r["mean"], default=None)
+        text += (f"; {adversary} (k = {k}): " + (
+            f"at most {best['mean']:.2f} at a finite ε ({best['level']}, bound "
+            f"{best['bound']:.2f})" if best else "no finite ε") + (f", {inf}" if inf else ""))
+    parts.append(text + ".")
+  recipe = []
+  for r in table:
+    if r["level"] != NOISELESS:
+      continue
+    plain = next((p for p in table if p["level"] == NONPRIVATE and (
+        p["victim"], p["adversary"], p["k"]) == (r["victim"], r["adversary"], r["k"])), None)
+    if plain is not None and plain["mean"] > r["mean"]:
+      recipe.append(f"{r['victim']} {r['adversary']} k = {r['k']} ({plain['mean']:.2f} → "
+                    f"{r['mean']:.2f}; premise {plain['premise']:.3g} → {r['premise']:.3g})")
+  if recipe:
+    parts.append("The DP recipe without noise (σ = 0: clipping and T steps) already lowers "
+                 "what these attacks recover from the non-private victim, where it moves θ* "
+                 "off their premise: " + "; ".join(recipe) + ". That part of the privacy at "
+                 "finite ε is the recipe's, not the noise's.")
+  gaps = [r["bound"] - r["mean"] for r in table if math.isfinite(r["epsilon"])]
+  if gaps:
+    parts.append(f"At finite ε the bound lies {min(gaps):.2f} to {max(gaps):.2f} above the "
+                 "measured fractions: room the guarantee leaves for adversaries stronger "
+                 "than these (one that models the clipping and the noise); the bound is a "
+                 "worst case over all adversaries, not a prediction of these.")
+  return " ".join(parts)
