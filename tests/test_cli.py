@@ -107,14 +107,7 @@ def test_ctrl_c_ends_with_one_line_saying_where_the_command_resumes(subprocess_e
   workdir = tmp_path / "run"
   args = (f"--config={os.path.join(REPO, 'configs', 'bilevel_affine.py')}:smoke",
           f"--workdir={workdir}", "--config.attack.steps=100000", "--config.attack.log_every=10")
-  # A terminal's foreground process gets SIGINT at its default; a process started with
-  # SIGINT ignored (as a test worker may have it, and as the child then inherits) never gets
-  # Python's KeyboardInterrupt: seen in the full suite, where the run went on past the
-  # signal. Start the child as a terminal would.
-  process = subprocess.Popen(
-      [sys.executable, os.path.join(REPO, "experiments", "landscape.py"), *args],
-      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env,
-      cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  process = _start("landscape", *args, env=subprocess_env, cwd=tmp_path)
   deadline = time.time() + 300
   while not (workdir / "checkpoint.msgpack").exists() and process.poll() is None:
     assert time.time() < deadline, "no checkpoint within 300 s"
@@ -123,10 +116,11 @@ def test_ctrl_c_ends_with_one_line_saying_where_the_command_resumes(subprocess_e
   try:
     _, stderr = process.communicate(timeout=120)
   except subprocess.TimeoutExpired:
-    # Seen inside the full suite before the child was started with SIGINT at its default
-    # (above): the run went on past the signal. Should it recur, it is reported as the
-    # open defect it would be, not as a hung worker; the child is killed so that it does
-    # not outlive the test.
+    # Seen twice on 2026-11-29 inside the full suite (never alone, nor under a CPU hog):
+    # the run's log stops at the checkpoint line and the process never exits. A known,
+    # open defect (the session note of that day: a SIGINT landing while a checkpoint write
+    # is in flight, suspected), reported here as one instead of a hung worker; the child
+    # is killed so that it does not outlive the test.
     process.kill()
     _, stderr = process.communicate()
     last = stderr.strip().splitlines()[-1][:300] if stderr.strip() else "(nothing)"
