@@ -37,15 +37,13 @@ L-BFGS solve, warm-started, and a CG solve on a CNN of 921 parameters over 50 im
 
 import ml_collections
 
-from trdr.configs import bilevel_affine
+from trdr.configs import bilevel_affine, sizes
 
-VARIANTS = ("cpu", "smoke")
+VARIANTS = sizes.CPU
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or "cpu"
-  if variant not in VARIANTS:
-    raise ValueError(f"unknown config variant {arg!r}; known: {list(VARIANTS)}")
+  variant = sizes.variant(arg, VARIANTS)
   smoke = variant == "smoke"
   config = bilevel_affine.get_config("smoke" if smoke else None)
   config.victim.arch = "cnn"

@@ -33,13 +33,11 @@ Expected runtime: ":cpu" about 3 minutes on a 2-core CPU (warm-started lower lev
 
 import ml_collections
 
-from trdr.configs import bilevel_affine
+from trdr.configs import bilevel_affine, sizes
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or ""
-  if variant not in ("", "cpu", "smoke"):
-    raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
+  variant = sizes.variant(arg)
   config = bilevel_affine.get_config("smoke" if variant == "smoke" else None)
   config.victim.arch = "one_hidden"
   config.victim.width = 6144

@@ -32,16 +32,14 @@ about a minute.
 
 import ml_collections
 
-from trdr.configs import decoreco_cifar, decoreco_cnn
+from trdr.configs import decoreco_cifar, decoreco_cnn, sizes
 from trdr.configs.victim_recipe import B9DFYSPX
 
-VARIANTS = ("cpu", "smoke")
+VARIANTS = sizes.CPU
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or "cpu"
-  if variant not in VARIANTS:
-    raise ValueError(f"unknown config variant {arg!r}; known: {list(VARIANTS)}")
+  variant = sizes.variant(arg, VARIANTS)
   smoke = variant == "smoke"
   config = ml_collections.ConfigDict()
   config.variant = variant

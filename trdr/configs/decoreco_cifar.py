@@ -35,15 +35,15 @@ Expected runtime (training plus one attack): ":cpu" about 5 minutes on a 2-core 
 """
 
 import ml_collections
+
+from trdr.configs import sizes
 from ml_collections import config_dict
 
 from trdr import data
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or ""
-  if variant not in ("", "cpu", "smoke"):
-    raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
+  variant = sizes.variant(arg)
   config = ml_collections.ConfigDict()
   config.seed = 0
   config.float64 = True

@@ -18,12 +18,12 @@ Expected runtime: ":smoke" about 20 s; ":cpu" a few minutes more than the MLP's 
 
 import ml_collections
 
-from trdr.configs import decoreco_cifar
+from trdr.configs import decoreco_cifar, sizes
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  config = decoreco_cifar.get_config(arg)
-  variant = arg or ""
+  variant = sizes.variant(arg)
+  config = decoreco_cifar.get_config(variant)
   config.victim.arch = "cnn"
   del config.victim["widths"]   # the MLP's
   config.victim.channels = {"": (32, 64), "cpu": (16, 32), "smoke": (4, 8)}[variant]

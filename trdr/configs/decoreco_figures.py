@@ -18,13 +18,11 @@ Expected runtime: ":cpu" about 12 minutes on a 2-core CPU; ":smoke" about 1.5 mi
 
 import ml_collections
 
-from trdr.configs import bilevel_affine, decoreco_cifar, decoreco_landscape
+from trdr.configs import bilevel_affine, decoreco_cifar, decoreco_landscape, sizes
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or ""
-  if variant not in ("", "cpu", "smoke"):
-    raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
+  variant = sizes.variant(arg)
   config = ml_collections.ConfigDict()
   config.decoreco = decoreco_cifar.get_config(variant)
   config.landscape = decoreco_landscape.get_config(variant)

@@ -27,13 +27,13 @@ Variants (sizes):
 
 import ml_collections
 
-from trdr.configs import decoreco_cifar
+from trdr.configs import decoreco_cifar, sizes
 
 CIFAR10_CLASSES = tuple((c,) for c in range(10))
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or ""
+  variant = sizes.variant(arg)
   config = decoreco_cifar.get_config(variant)
   config.data.classes = CIFAR10_CLASSES
   config.data.n_per_class = {"": 50, "cpu": 10, "smoke": 2}[variant]

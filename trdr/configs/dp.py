@@ -23,23 +23,20 @@ SSIM ≥ ``eval.ssim_level`` (window ``eval.windows[0]``). Beside each, the ReRo
 Variants: "cpu" (affine n = 100 in float64, MLP n = 100 of widths (256, 256) in float32;
 ε ∈ {1, 10, 100}; k ∈ {1, 2, 5}; DecoReco 1,000 steps; three seeds: 30 victims), "smoke"
 (affine n = 40, MLP n = 10 of widths (32, 32), both float64; ε ∈ {1, 100}; k ∈ {1, 2}; two
-seeds; for tests). Expected runtime: ":cpu" about 30 minutes on a 2-core CPU (AVX2), most
-of it DecoReco and the informed adversary on the 15 MLPs and the 15 bilevel runs (an
-estimate scaled from ":smoke", which takes about 3 minutes); rows are written as they
-finish and reused by a rerun.
+seeds; for tests). Expected runtime: ":cpu" about 12 minutes on a 2-core CPU (AVX2),
+the victims' training and the attacks about equal parts; ":smoke" about 3 minutes. Rows
+are written as they finish and reused by a rerun.
 """
 
 import ml_collections
 
-from trdr.configs import knowledge
+from trdr.configs import knowledge, sizes
 
-VARIANTS = ("cpu", "smoke")
+VARIANTS = sizes.CPU
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or "cpu"
-  if variant not in VARIANTS:
-    raise ValueError(f"unknown config variant {arg!r}; known: {list(VARIANTS)}")
+  variant = sizes.variant(arg, VARIANTS)
   smoke = variant == "smoke"
   base = knowledge.get_config(variant)
   config = ml_collections.ConfigDict()

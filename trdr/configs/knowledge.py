@@ -27,9 +27,9 @@ starts far from θ*, from θ0); ":smoke" about three minutes.
 
 import ml_collections
 
-from trdr.configs import bilevel_affine, bilevel_one_hidden, decoreco_cifar
+from trdr.configs import bilevel_affine, bilevel_one_hidden, decoreco_cifar, sizes
 
-VARIANTS = ("cpu", "smoke")
+VARIANTS = sizes.CPU
 
 
 def _stationary(config: ml_collections.ConfigDict, tol: float) -> ml_collections.ConfigDict:
@@ -42,9 +42,7 @@ def _stationary(config: ml_collections.ConfigDict, tol: float) -> ml_collections
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or "cpu"
-  if variant not in VARIANTS:
-    raise ValueError(f"unknown config variant {arg!r}; known: {list(VARIANTS)}")
+  variant = sizes.variant(arg, VARIANTS)
   smoke = variant == "smoke"
   config = ml_collections.ConfigDict()
   config.variant = variant

@@ -52,9 +52,9 @@ Expected runtime: ":cpu" about 65 minutes on a 2-core CPU; ":smoke" about 1.5 mi
 
 import ml_collections
 
-from trdr.configs import bilevel_affine, bilevel_one_hidden, decoreco_cifar
+from trdr.configs import bilevel_affine, bilevel_one_hidden, decoreco_cifar, sizes
 
-VARIANTS = ("", "cpu", "smoke")
+VARIANTS = sizes.PAPER
 
 
 def _bilevel(variant: str, n_per_class: int) -> ml_collections.ConfigDict:
@@ -85,9 +85,7 @@ def _decoreco(variant: str, n_per_class: int) -> ml_collections.ConfigDict:
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or ""
-  if variant not in VARIANTS:
-    raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
+  variant = sizes.variant(arg, VARIANTS)
   # ":smoke" has the images its positive controls need to pass (tests/test_membership.py):
   # the mixed starts give ~40 natural-looking training-image and ~40 partition-image starts
   # over its two victims; with 10 per victim no control can reach the Bonferroni level

@@ -32,7 +32,7 @@ on one GPU for the one-hidden victim (not yet run to the end).
 
 import ml_collections
 
-from trdr.configs import bilevel_affine, bilevel_one_hidden
+from trdr.configs import bilevel_affine, bilevel_one_hidden, sizes
 
 PURE_GRID = (0.0, 1.0)  # λ1 = λ2 ∈ {0, 1}: noise, partition, ground truth (and noise again)
 # Table 1 as the paper measures it, "for a random initialisation of θ": ||θ* − θ(x)||² with
@@ -48,9 +48,7 @@ ONE_HIDDEN_UNIFORM_MAX_ITER = 1000
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or ""
-  if variant not in ("", "cpu", "smoke"):
-    raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
+  variant = sizes.variant(arg)
   config = ml_collections.ConfigDict()
   config.affine = bilevel_affine.get_config("smoke" if variant == "smoke" else None)
   config.affine.init.lambda1 = PURE_GRID
@@ -92,9 +90,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Figs. 1, 2, 4 and Table 1 under each reading of the paper's random θ0 (artefact
   # "readings_attack", `trdr.report.artefacts.readings_attack`): the one-hidden run above
   # with its lower level started as reading (a), (b) or (e) says at every outer step. A
-  # solve from a U(0, 1) draw takes hundreds of L-BFGS iterations (about 12 s an outer step
-  # at ":cpu" against under 1 s warm-started), so below paper size the runs take fewer outer
-  # steps than the main one (the same for every reading); ":smoke" runs (a) and (e) only.
+  # solve from a U(0, 1) draw takes hundreds of L-BFGS iterations where a warm start takes
+  # a few (each run's seconds per outer step are in its metrics.jsonl), so below paper size
+  # the runs take fewer outer steps than the main one (the same for every reading);
+  # ":smoke" runs (a) and (e) only.
   config.reading_runs = ml_collections.ConfigDict()
   config.reading_runs.readings = ("a", "e") if variant == "smoke" else ("a", "b", "e")
   config.reading_runs.steps = {"": config.one_hidden.attack.steps, "cpu": 50,

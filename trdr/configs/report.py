@@ -21,13 +21,11 @@ paper size several hours on one GPU (not yet run).
 
 import ml_collections
 
-from trdr.configs import decoreco_figures, membership, paper_figures
+from trdr.configs import decoreco_figures, membership, paper_figures, sizes
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or ""
-  if variant not in ("", "cpu", "smoke"):
-    raise ValueError(f"unknown config variant {arg!r}; known: '' (paper size), 'cpu', 'smoke'")
+  variant = sizes.variant(arg)
   config = ml_collections.ConfigDict()
   config.variant = variant
   # Seeds of the repeats beside the main runs' seed 0 (data draw, victim initialisation and

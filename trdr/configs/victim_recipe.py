@@ -26,9 +26,9 @@ cells are written as they finish and reused by a rerun; ":smoke" about a minute.
 
 import ml_collections
 
-from trdr.configs import decoreco_cifar
+from trdr.configs import decoreco_cifar, sizes
 
-VARIANTS = ("cpu", "smoke")
+VARIANTS = sizes.CPU
 
 # Haim et al.'s published tuned run for CIFAR-10 (../shared/paper/reference_settings.md):
 # (σ, lr, λ_min, α).
@@ -36,9 +36,7 @@ B9DFYSPX = (8.857e-4, 0.5549, 0.4983, 19.14)
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  variant = arg or "cpu"
-  if variant not in VARIANTS:
-    raise ValueError(f"unknown config variant {arg!r}; known: {list(VARIANTS)}")
+  variant = sizes.variant(arg, VARIANTS)
   smoke = variant == "smoke"
   config = ml_collections.ConfigDict()
   config.variant = variant

@@ -130,6 +130,29 @@ def pin_settings(workdir: str, settings: dict, what: str = "rows") -> None:
                           "use another --workdir or delete it")
 
 
+def study_rows(workdir: str, config: ml_collections.ConfigDict, rows_file: str,
+               growing: tuple[str, ...] = ("seeds",), what: str = "rows",
+               empty: Any = None) -> tuple[str, Any]:
+  """The rows file of a study whose finished rows are reused by key, and what it holds.
+
+  Pins ``config``'s settings to ``workdir`` (`pin_settings`), all sections but
+  ``growing`` (those may grow between runs: a seed added runs only its own rows), then
+  reads WORKDIR/``rows_file``.
+
+  Returns:
+    (the rows file's path, its JSON; ``empty`` (default: a new empty list) when there is
+    none yet).
+  Raises:
+    FileExistsError: ``workdir`` holds ``what`` of other settings.
+  """
+  pin_settings(workdir, {k: v for k, v in config.to_dict().items() if k not in growing},
+               what)
+  path = os.path.join(workdir, rows_file)
+  if os.path.exists(path):
+    return path, read_json(path)
+  return path, [] if empty is None else empty
+
+
 def prepare_workdir(workdir: str, config: ml_collections.ConfigDict, finished_file: str
                     ) -> bool:
   """Creates the run directory ``workdir``, writes the run's full ``config`` to its

@@ -101,10 +101,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
       windows 11 and 3 (`summary_counts`).
   """
   check_same_setting(config)
-  rundir.pin_settings(workdir, {k: v for k, v in config.to_dict().items() if k != "seeds"},
-                      "rows")
-  path = os.path.join(workdir, ROWS_FILE)
-  rows = files.read_json(path) if os.path.exists(path) else []
+  path, rows = rundir.study_rows(workdir, config, ROWS_FILE)
   done = {_key(r) for r in rows}
   for seed in config.seeds:
     for name in config.victims:

@@ -195,10 +195,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     FileExistsError: ``workdir`` holds rows of other settings (all but seeds and ks).
     ValueError: as `victim_config`.
   """
-  rundir.pin_settings(workdir, {k: v for k, v in config.to_dict().items()
-                                if k not in ("seeds", "ks")})
-  path = os.path.join(workdir, ROWS_FILE)
-  saved = files.read_json(path) if os.path.exists(path) else {"rows": [], "prior": {}}
+  path, saved = rundir.study_rows(workdir, config, ROWS_FILE, growing=("seeds", "ks"),
+                                 empty={"rows": [], "prior": {}})
   rows, prior = saved["rows"], saved["prior"]
   done = {_key(r) for r in rows}
 

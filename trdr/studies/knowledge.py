@@ -130,12 +130,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
     seconds, grad_norm (||∇θE(θ*)|| of a stationary victim, NaN otherwise)}, also in
     WORKDIR/knowledge.json.
   Raises:
-    FileExistsError: ``workdir`` holds rows of other settings (`_check_settings`).
+    FileExistsError: ``workdir`` holds rows of other settings (`trdr.runtime.rundir.study_rows`).
   """
-  os.makedirs(workdir, exist_ok=True)
-  _check_settings(config, workdir)
-  path = os.path.join(workdir, ROWS_FILE)
-  rows = files.read_json(path) if os.path.exists(path) else []
+  # Rows are reused by (victim, adversary, seed, k), so a workdir holds rows of one set of
+  # settings: all sections but the seeds and ks, which may grow.
+  path, rows = rundir.study_rows(workdir, config, ROWS_FILE, growing=("seeds", "ks"))
   done = {_key(r) for r in rows}
   for name, base in config.victims.items():
     for seed in config.seeds:
@@ -174,18 +173,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
           done.add(_key(row))
           files.write_json(path, rows)
   return rows
-
-
-def _check_settings(config: ml_collections.ConfigDict, workdir: str) -> None:
-  """Rows are reused by (victim, adversary, seed, k), so a workdir holds rows of one set of
-  settings: every section but the seeds and ks (which may grow) is written to
-  WORKDIR/config.json by the first run and compared by every later one.
-
-  Raises:
-    FileExistsError: the settings differ (the message names the keys).
-  """
-  rundir.pin_settings(workdir, {k: v for k, v in config.to_dict().items()
-                                if k not in ("seeds", "ks")})
 
 
 def _log(row: dict) -> None:

@@ -77,10 +77,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
     FileExistsError: ``workdir`` holds cells of other settings.
   """
   # A workdir holds cells of one set of settings (all but the seeds, which may grow).
-  rundir.pin_settings(workdir, {k: v for k, v in config.to_dict().items() if k != "seeds"},
-                      "cells")
-  path = os.path.join(workdir, ROWS_FILE)
-  rows = files.read_json(path) if os.path.exists(path) else []
+  path, rows = rundir.study_rows(workdir, config, ROWS_FILE, what="cells")
   done = {_key(r) for r in rows}
   for seed in config.seeds:
     for init in config.inits:
