@@ -35,6 +35,10 @@ in experiments/benchmarks/):
             over the tolerances vs one re-solve read at each (`table1`).
   sweep     the DecoReco sweep, S settings (--sweep_settings) of --sweep_config vmapped as
             one computation vs a loop over them (minutes; `sweep`).
+  conv      why `trdr.models.Conv3x3` exists: the CNN victim of --conv_config with Conv3x3
+            and with flax's nn.Conv on the same θ (checked to agree to rounding), ∇x of a
+            loss and a DecoReco iteration once at the top level and --conv_steps times in
+            `lax.scan`: ms / step of each and the ratio nn.Conv / Conv3x3 (minutes; `conv`).
 
   python experiments/benchmark.py --sections=lower_level
   python experiments/benchmark.py --sections=solvers --output=runs/benchmarks/solvers.md
@@ -42,6 +46,7 @@ in experiments/benchmarks/):
   python experiments/benchmark.py --sections=evaluation
   python experiments/benchmark.py --sections=table1
   python experiments/benchmark.py --sections=sweep
+  python experiments/benchmark.py --sections=conv
 """
 
 import datetime
@@ -50,8 +55,8 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from benchmarks import (decoreco, evaluation, grid, lower_level, main_job, record, solvers,
-                        sweep, table1)
+from benchmarks import (conv, decoreco, evaluation, grid, lower_level, main_job, record,
+                        solvers, sweep, table1)
 from trdr.runtime import sharding
 
 SECTIONS = {  # name -> the title of its part of --output, in the order they run
@@ -63,6 +68,7 @@ SECTIONS = {  # name -> the title of its part of --output, in the order they run
     "evaluation": "the landscape's nearest-neighbour search",
     "table1": "Table 1's tolerance sweep",
     "sweep": "the DecoReco sweep, vmapped and looped",
+    "conv": "3 × 3 convolutions in a loop, Conv3x3 and nn.Conv",
 }
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -89,6 +95,18 @@ _SWEEP_STEPS = flags.DEFINE_integer("sweep_steps", 10,
 _SWEEP_CONFIG = config_flags.DEFINE_config_file(
     "sweep_config", "configs/decoreco_cifar.py:cpu", "DecoReco config of the sweep section.",
     lock_config=True)
+_CONV_CONFIG = config_flags.DEFINE_config_file(
+    "conv_config", "configs/decoreco_cnn.py:cpu",
+    "DecoReco config with a CNN victim (victim.arch 'cnn') of the conv section.",
+    lock_config=True)
+_CONV_STEPS = flags.DEFINE_integer("conv_steps", 10,
+                                   "Steps of each lax.scan timed in the conv section.")
+_CONV_CANDIDATES = flags.DEFINE_integer(
+    "conv_candidates", 0, "Candidates m of the conv section (0: --conv_config's, "
+    "candidates_per_image · 2 · n_per_class: 200 at :cpu).")
+_CONV_DTYPE = flags.DEFINE_enum("conv_dtype", "float32", ["float32", "float64"],
+                                "Precision of the conv section (float32: configs/cnn.py's "
+                                "CNN runs).")
 _ONE_HIDDEN_CONFIG = config_flags.DEFINE_config_file(
     "one_hidden_config", "configs/bilevel_one_hidden.py:cpu",
     "Config of the one-hidden victim for the solvers and table1 sections.", lock_config=True)
@@ -132,6 +150,8 @@ def main(argv):
       "table1": lambda: table1.run(pair, _REPEATS.value),
       "sweep": lambda: sweep.run(_SWEEP_CONFIG.value, _SWEEP_SETTINGS.value,
                                  _SWEEP_STEPS.value, _REPEATS.value),
+      "conv": lambda: conv.run(_CONV_CONFIG.value, _CONV_STEPS.value, _REPEATS.value,
+                               _CONV_CANDIDATES.value, _CONV_DTYPE.value),
   }
   sections = [record.captured(name, title, runs[name]) for name, title in SECTIONS.items()
               if name in _SECTIONS.value]

@@ -97,3 +97,49 @@ def test_the_main_job_section_times_both_lower_levels_on_the_same_starts(capsys)
   assert {k: float(v) for k, v in deltas.items() if k.startswith("start_")} == {
       k: 0.0 for k in deltas if k.startswith("start_")}
   assert set(deltas) > {"upper_loss", "param_distance", "ssim_to_train"}
+
+
+def test_the_conv_section_times_conv3x3_and_nn_conv_on_the_same_network(capsys):
+  """The :smoke CNN (channels (4, 8)), 4 candidates, 2 scan steps: both computations at the
+  top level and in the scan, each row with both networks' ms / step and their ratio, and
+  the agreement check passed (it raises otherwise) with its differences printed."""
+  from benchmarks import conv
+  from trdr.configs import decoreco_cnn
+  conv.run(decoreco_cnn.get_config("smoke"), steps=2, repeats=1, candidates=4)
+  out = capsys.readouterr().out
+  assert "ConvNet channels (4, 8), m = 4 candidates 32×32×3, float32, median of 1" in out
+  assert "| computation | where | Conv3x3, ms / step | nn.Conv, ms / step | " in out
+  rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+          for line in out.splitlines() if line.startswith("| ") and "ms / step" not in line]
+  assert [(what.split(" (")[0], where) for what, where, *_ in rows] == [
+      (what, where) for what in ("∇x of the logistic loss", "one DecoReco iteration")
+      for where in ("top level, one call", "inside `lax.scan`, 2 steps")]
+  for _, _, ours, theirs, ratio in rows:
+    assert float(ours) > 0 and float(theirs) > 0 and ratio.endswith("×")
+    # ms to 4 digits, the ratio to 2 decimals
+    assert float(ratio[:-1]) == pytest.approx(float(theirs) / float(ours), rel=2e-3, abs=6e-3)
+  checked = dict(item.rsplit(" ", 1) for item in
+                 out.split("The same network: ")[1].split("): ", 1)[1].strip().split(", "))
+  assert set(checked) == {"logits", "∇x logistic loss", "DecoReco loss", "DecoReco ∇x",
+                          "DecoReco ∇λ"}
+  gate = conv.RTOL_EPS * float(jnp.finfo(jnp.float32).eps)
+  assert all(float(v) <= gate for v in checked.values()), checked
+
+
+def test_the_conv_sections_check_tells_a_wrong_convolution_from_rounding():
+  """nn.Conv on Conv3x3's θ passes `check_agreement`; on θ with one kernel flipped (a
+  convolution computed wrong) it raises."""
+  from benchmarks import conv
+  from trdr.configs import decoreco_cnn
+  model = models.build_model(decoreco_cnn.get_config("smoke").victim).clone(
+      activation=decoreco.relu_sigmoid_backward(20.0))
+  params = models.init_params(model, jax.random.key(0), conv.SHAPE)
+  flipped = {**params, "conv_1": {"kernel": params["conv_1"]["kernel"][::-1, ::-1]}}
+  images = jax.random.normal(jax.random.key(1), (2, *conv.SHAPE))
+  grad = lambda net, p: jax.jit(jax.grad(
+      lambda x: jnp.sum(net.apply({"params": p}, x))))(images)
+  ours, twin = grad(model, params), conv.flax_twin(model)
+  assert conv.check_agreement({"∇x": (ours, grad(twin, params), None)}, jnp.float32)["∇x"] <= (
+      conv.RTOL_EPS * float(jnp.finfo(jnp.float32).eps))
+  with pytest.raises(ValueError, match="differ in ∇x"):
+    conv.check_agreement({"∇x": (ours, grad(twin, flipped), None)}, jnp.float32)

@@ -1,0 +1,187 @@
+"""Section: 3 × 3 convolutions inside a loop, `trdr.models.Conv3x3` vs flax's ``nn.Conv``.
+
+What `trdr.models.Conv3x3` is for, measured: the victim of ``config`` (configs/decoreco_cnn.py
+:cpu: `trdr.models.ConvNet`, channels (16, 32), 2 × 2 average pooling, 32 × 32 × 3 images;
+θ as initialised: the times do not depend on training) and `FlaxConvNet`, the same network
+with each `Conv3x3` replaced by ``nn.Conv(features, (3, 3), padding=1)``, applied to the SAME
+θ (Conv3x3 has nn.Conv's parameter names and shapes, which is checked). m candidates drawn
+as DecoReco starts them (N(0, σ²), σ = attack.init_scale), the victim as the attack sees it
+(ReLU with derivative sigmoid(αz)). Two computations, each once at the top level of a
+jitted program and ``steps`` times inside `jax.lax.scan` (the loop every attack runs its
+steps in):
+
+  * ∇x of the logistic loss mean_j softplus(−y_j Φ(x_j)), a forward and a backward pass
+    (in the scan, a gradient step x ← x − η ∇x);
+  * one DecoReco iteration, `trdr.attacks.decoreco.attack_step` with its autodiff loss (∇x
+    of a vector-Jacobian product in θ; in the scan, `decoreco.run_steps`, the attack's own
+    code path).
+
+Before anything is timed, both networks' logits, their ∇x and the DecoReco loss and
+gradients are checked to agree to the rounding of the dtype (`check_agreement`: max |Δ| at
+most `RTOL_EPS` ε times the largest entry; for the logits, which cancel, times the largest
+output of the network with |θ| on |x|, which bounds their sums' terms; a wrong convolution
+shows in the gradients); a larger difference raises. Then all calls are
+timed alternately (`common.timed_alternately`: load hits both alike), each after one call
+that compiles; the table gives the median milliseconds per step of each network and the
+ratio nn.Conv / Conv3x3.
+"""
+
+import dataclasses
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from benchmarks import common
+from trdr import models, victim
+from trdr.attacks import decoreco
+
+# Agreement gate, in units of the dtype's ε times the scale of `check_agreement`: the two
+# networks sum the same products in other orders (27 to 288 per convolution output, 2048 in
+# the head, and a backward pass through each), whose rounding errors grow like √N · ε; a
+# wrong convolution (a flipped or transposed kernel, a shifted window) is off by O(1).
+RTOL_EPS = 256
+
+SHAPE = (32, 32, 3)
+STEP_SIZE = 1e-3        # η of the scanned gradient steps on the logistic loss
+
+
+class FlaxConvNet(models.ConvNet):
+  """`trdr.models.ConvNet` with flax's ``nn.Conv(features, (3, 3), padding=1)`` (XLA's
+  convolution) in place of each `trdr.models.Conv3x3`: the same layers, names and parameter
+  shapes, so ConvNet's θ applies as it is. Only for this benchmark; its initialisation is
+  flax's default (the benchmark applies ConvNet's θ)."""
+
+  @nn.compact
+  def __call__(self, images: jax.Array) -> jax.Array:
+    """Args: images float[N, H, W, C]. Returns: logits float[N] (C = 1) or float[N, C]."""
+    act = models._checked_settings(self, "channels")
+    h = images
+    for k, c in enumerate(self.channels):
+      h = act(nn.Conv(c, (3, 3), padding=1, use_bias=k == 0 or self.all_biases,
+                      name=f"conv_{k}", param_dtype=images.dtype)(h))
+      if self.pool:
+        h = models._average_pool_2x2(h)
+    h = h.reshape((h.shape[0], -1))
+    out = nn.Dense(self.num_outputs, use_bias=self.all_biases, name="output",
+                   param_dtype=images.dtype)(h)
+    return out[:, 0] if self.num_outputs == 1 else out
+
+
+def flax_twin(model: models.ConvNet) -> FlaxConvNet:
+  """`FlaxConvNet` with every setting of ``model``."""
+  return FlaxConvNet(**{f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+                        if f.init and f.name not in ("parent", "name")})
+
+
+def check_agreement(pairs: dict, dtype) -> dict[str, float]:
+  """max |Δ| / scale of each pair of ``pairs``, name -> (Conv3x3's array, nn.Conv's array,
+  scale): the magnitude the rounding errors are relative to, the largest entry of Conv3x3's
+  where it is None.
+
+  Raises:
+    ValueError: a pair differs by more than `RTOL_EPS` ε of ``dtype`` times its scale, or
+      is not finite.
+  """
+  gate = RTOL_EPS * float(jnp.finfo(dtype).eps)
+  out = {}
+  for name, (ours, theirs, scale) in pairs.items():
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    scale = float(np.max(np.abs(ours))) if scale is None else float(scale)
+    difference = float(np.max(np.abs(ours - theirs)))
+    out[name] = difference / scale if scale else (0.0 if difference == 0 else float("inf"))
+    if not out[name] <= gate:
+      raise ValueError(f"Conv3x3 and nn.Conv differ in {name}: max |Δ| / {scale:.1e} = "
+                       f"{out[name]:.1e} > {gate:.1e} ({RTOL_EPS} ε of "
+                       f"{jnp.dtype(dtype).name}): not the same network; nothing timed")
+  return out
+
+
+def _calls(net: nn.Module, params, config: ml_collections.ConfigDict, images, lambdas,
+           labels, steps: int, dtype):
+  """({(computation, where): call}, {name: array} to compare) of one network."""
+  a = config.attack
+  attack_net = net.clone(activation=decoreco.relu_sigmoid_backward(a.alpha))
+  logits = lambda x: attack_net.apply({"params": params}, x)
+  grad_x = jax.grad(lambda x: jnp.mean(jax.nn.softplus(-labels * logits(x))))
+  loss_and_grad = decoreco.make_loss_and_grad(
+      victim.Victim(net, params, config.victim, {}), a, labels)
+  hparams = decoreco.Hyperparameters(*(jnp.asarray(v, dtype) for v in (
+      a.init_scale, a.lr, a.lambda_min, a.alpha)))
+  state = decoreco.init_state(images, lambdas)
+  settings = dict(loss_and_grad=loss_and_grad, lambda_lr=a.lambda_lr, momentum=a.momentum)
+  top_grad = jax.jit(grad_x)
+  scan_grad = jax.jit(lambda x: jax.lax.scan(
+      lambda x, _: (x - STEP_SIZE * grad_x(x), None), x, None, length=steps)[0])
+  top_step = jax.jit(lambda s: decoreco.attack_step(s, hparams, **settings))
+  scan_step = jax.jit(lambda s: decoreco.run_steps(s, hparams, steps, **settings))
+  calls = {("grad", "top"): lambda: top_grad(images),
+           ("grad", "scan"): lambda: scan_grad(images),
+           ("decoreco", "top"): lambda: top_step(state),
+           ("decoreco", "scan"): lambda: scan_step(state)}
+  loss, (dx, dl) = jax.jit(loss_and_grad)(images, lambdas, hparams.alpha, hparams.lambda_min)
+  compared = {"logits": jax.jit(logits)(images), "∇x logistic loss": top_grad(images),
+              "DecoReco loss": loss, "DecoReco ∇x": dx, "DecoReco ∇λ": dl}
+  return calls, compared
+
+
+def run(config: ml_collections.ConfigDict, steps: int, repeats: int, candidates: int = 0,
+        dtype=jnp.float32) -> None:
+  """Prints the section for the CNN victim of the DecoReco ``config``: ``candidates``
+  images (0: the config's m = candidates_per_image · 2 · n_per_class), ``steps`` scanned
+  steps, the median of ``repeats`` timed rounds, in ``dtype`` (float32 or float64, or its
+  name)."""
+  dtype = jnp.dtype(dtype)
+  if config.victim.arch != "cnn":
+    raise ValueError(f"the conv section needs a CNN victim (victim.arch 'cnn'), got "
+                     f"{config.victim.arch!r}")
+  with common.x64(dtype == jnp.float64):
+    model = models.build_model(config.victim)
+    twin = flax_twin(model)
+    params = models.init_params(model, jax.random.key(0), SHAPE, dtype)
+    layout = lambda tree: jax.tree.map(lambda t: (t.shape, t.dtype), tree)
+    if layout(models.init_params(twin, jax.random.key(0), SHAPE, dtype)) != layout(params):
+      raise ValueError("FlaxConvNet's parameters are not ConvNet's (names, shapes, dtypes): "
+                       f"{layout(params)}")
+    m = candidates or config.attack.candidates_per_image * 2 * config.data.n_per_class
+    images, lambdas, labels = common.decoreco_candidates(
+        jax.random.key(1), m, SHAPE, config.attack.init_scale, dtype)
+    nets = {"Conv3x3": model, "nn.Conv": twin}
+    built = {k: _calls(net, params, config, images, lambdas, labels, steps, dtype)
+             for k, net in nets.items()}
+    # The logits cancel, so rounding is large relative to them: their scale is that of
+    # the sums' terms, bounded by the network with |θ| on |x| (no pre-activation < 0).
+    magnitude = jax.jit(lambda x: model.apply({"params": jax.tree.map(jnp.abs, params)},
+                                              jnp.abs(x)))(images)
+    scales = {"logits": jnp.max(jnp.abs(magnitude))}
+    differences = check_agreement(
+        {name: (ours, built["nn.Conv"][1][name], scales.get(name))
+         for name, ours in built["Conv3x3"][1].items()}, dtype)
+    calls = {(net, *key): call for net, (net_calls, _) in built.items()
+             for key, call in net_calls.items()}
+    times = common.timed_alternately(calls, repeats)
+  ms = {key: 1e3 * float(np.median(t)) / (steps if key[2] == "scan" else 1)
+        for key, t in times.items()}
+  what = {"grad": "∇x of the logistic loss (forward + backward)",
+          "decoreco": "one DecoReco iteration (`decoreco.attack_step`)"}
+  where = {"top": "top level, one call",
+           "scan": f"inside `lax.scan`, {steps} steps"}
+  print(f"\n## 3 × 3 convolutions at the top level and in a loop: `Conv3x3` (one matrix "
+        f"product) vs flax `nn.Conv`, the same θ; ConvNet channels "
+        f"{tuple(config.victim.channels)}, m = {m} candidates {'×'.join(map(str, SHAPE))}, "
+        f"{dtype.name}, median of {repeats} (backend {jax.default_backend()}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f})\n")
+  print("| computation | where | Conv3x3, ms / step | nn.Conv, ms / step | "
+        "nn.Conv / Conv3x3 |\n|---|---|---:|---:|---:|")
+  for computation in what:
+    for place in where:
+      ours, theirs = ms[("Conv3x3", computation, place)], ms[("nn.Conv", computation, place)]
+      print(f"| {what[computation]} | {where[place]} | {ours:.4g} | {theirs:.4g} | "
+            f"{theirs / ours:.2f}× |")
+  print("\nThe same network: max |Δ| / scale, nn.Conv vs Conv3x3 (scale: the largest "
+        "|entry| of Conv3x3's, for the logits of its network with |θ| on |x|; gate "
+        f"{RTOL_EPS} ε = {RTOL_EPS * float(jnp.finfo(dtype).eps):.1e}): "
+        + ", ".join(f"{name} {d:.1e}" for name, d in differences.items()))
