@@ -58,6 +58,13 @@ def test_bad_input_is_one_line_naming_the_file(subprocess_env, tmp_path):
   missing = {s: run(s, "--config=configs/nope.py") for s in SCRIPTS}
   model = {s: run(s, f"--config={config}", f"--config.victim.load={bad_model}")
            for s in ("landscape", "reconstruct")}
+  # A user's CNN with a layer trdr cannot attack (BatchNorm, in PyTorch's state_dict names).
+  batch_norm = tmp_path / "cnn_bn.npz"
+  np.savez(batch_norm, **{"c.weight": np.zeros((4, 3, 3, 3)), "bn.weight": np.ones(4),
+                          "bn.bias": np.zeros(4), "bn.running_mean": np.zeros(4),
+                          "bn.running_var": np.ones(4), "fc.weight": np.zeros((1, 1024))})
+  cnn = run("reconstruct", f"--config={os.path.join(REPO, 'configs', 'decoreco_cnn.py')}:smoke",
+            f"--config.victim.load={batch_norm}")
   done = _start("landscape", f"--config={config}", f"--workdir={finished}",
                 env=subprocess_env, cwd=tmp_path)
   debug = _start("landscape", f"--config={config}", f"--workdir={finished}", "--debug",
@@ -69,6 +76,8 @@ def test_bad_input_is_one_line_naming_the_file(subprocess_env, tmp_path):
     assert "no config file configs/nope.py" in line and "bilevel_affine.py" in line, script
   for process in model.values():
     assert str(bad_model) in _error_line(process)
+  line = _error_line(cnn)
+  assert "layer 'bn' is a BatchNorm layer" in line and str(batch_norm) in line, line
   line = _error_line(done)
   assert str(finished) in line and "--overwrite" in line
   assert "theta.h5" in _error_line(export)  # refused before the run, not after it

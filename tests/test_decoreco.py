@@ -94,6 +94,37 @@ def test_loss_and_gradients_match_per_sample_reference(x64, form):
   assert _rel_err(gl, rl) < RTOL_F64
 
 
+
+@pytest.mark.parametrize("form", ["binary", "multiclass"])
+def test_cnn_loss_and_gradients_match_per_sample_reference(x64, form):
+  """The KKT term Σ λ_i y_i ∇θΦ(x_i; θ*) over a convolutional victim (`models.ConvNet`,
+  autodiff through its 3 × 3 convs and pooling) as one VJP equals the per-sample
+  gradients summed, value and ∇(x, λ). Tolerance: `RTOL_F64`'s argument holds here too;
+  the CNN has 8·8·3 = 192 inputs and 3·3·4 + 3·3·4·5 = 216 weights a sum at most runs over,
+  so the reordered float64 sums differ by ~√216·ε ≈ 3e-15 relative, 3e4 below 1e-10."""
+  num_outputs = 3 if form == "multiclass" else 1
+  model = models.ConvNet(channels=(4, 5), pool=True, activation=decoreco.relu_sigmoid_backward(
+      ALPHA), num_outputs=num_outputs, first_scale=0.5)
+  shape, m = (8, 8, 3), 4
+  params = models.init_params(model, jax.random.key(1), shape, jnp.float64)
+  rng = np.random.default_rng(1)
+  images = jnp.asarray(0.8 * rng.normal(size=(m, *shape)))
+  lambdas = jnp.asarray(rng.uniform(-0.1, 1.0, size=m))
+  labels = (jnp.asarray(rng.integers(0, num_outputs, size=m)) if form == "multiclass"
+            else jnp.asarray(np.repeat([-1.0, 1.0], m // 2)))
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  kw = dict(apply_fn=apply_fn, form=form, weight_decay=0.3)
+  ours = jax.jit(jax.value_and_grad(
+      functools.partial(decoreco.stationarity_loss, **kw, **PRIOR), argnums=(1, 2)))
+  reference = jax.jit(jax.value_and_grad(functools.partial(_reference_loss, **kw),
+                                         argnums=(1, 2)), static_argnums=3)
+  value, (gx, gl) = ours(params, images, lambdas, labels)
+  expected, (rx, rl) = reference(params, images, lambdas, tuple(np.asarray(labels).tolist()))
+  assert set(params) == {"conv_0", "conv_1", "output"}
+  assert abs(float(value - expected)) < RTOL_F64 * abs(float(expected))
+  assert _rel_err(gx, rx) < RTOL_F64
+  assert _rel_err(gl, rl) < RTOL_F64
+
 def test_weight_decay_form_differs_from_binary_only_by_the_scale_of_theta(x64):
   params, images, lambdas, labels, apply_fn = _small_problem("binary", "softplus")
   res = jax.jit(functools.partial(decoreco.stationarity_residual, params, images, lambdas,
