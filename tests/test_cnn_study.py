@@ -84,3 +84,23 @@ def test_rows_are_the_runs_numbers_reused_and_written(tmp_path):
   config.eval.ssim_level = 0.5
   with pytest.raises(FileExistsError, match="ssim_level"):
     cnn.run(config, str(tmp_path))
+
+
+def test_the_reading_counts_the_final_losses_below_the_floor():
+  """The reading's floor sentence from the rows: a run whose final loss is under its
+  residual at the true training images counts, one above it not; the gaps' means."""
+  config = cnn_config.get_config("smoke")
+  config.seeds = (0, 1)
+
+  def row(victim, seed, final, floor):
+    return {"victim": victim, "seed": seed, "n": 10, "candidates": 20, "final_loss": final,
+            "test_accuracy": 0.5, "recovered": {"w11": 0, "w11_bb": 0},
+            "start_recovered": {"w11_bb": 0, "w3_bb": 0},
+            "kkt": {"residual_total": floor, "relative": {"a": 0.5}, "first_layer": "a"}}
+
+  rows = [row("cnn", 0, 1.0, 4.0), row("mlp", 0, 5.0, 4.0),
+          row("cnn", 1, 2.0, 4.0), row("mlp", 1, 3.0, 4.0)]
+  text = cnn.reading(rows, config)
+  assert "lies below the floor" in text and "in 2 of 2 seeds for the cnn and 1 for the mlp" in text
+  # cnn: gaps 0.75 and 0.5; mlp: −0.25 and 0.25
+  assert "(floor − final) / floor 0.625 and 0)" in text
