@@ -408,3 +408,16 @@ def test_no_measured_success_lies_above_the_bound(tmp_path):
   page = dp.markdown(result, config)
   assert page.count("| affine |") >= len(table) // 2 and "## The bound's assumptions" in page
   dp.figure(result, config)
+
+
+def test_beats_start_is_the_one_sided_fisher_test_against_the_start_images():
+  """3 of 3 against 0 of 3 starts: p = 1/20, significant at 0.95 (the boundary itself);
+  2 of 6 against 0: p = 5/22 ≈ 0.23, not; 3 of 300 against 0: p = 0.125, not; 30 of 300
+  against 3 of 300 (start_mean 0.01): p ≪ 0.05. A start count above the successes never
+  beats it."""
+  row = lambda s, t, start: {"successes": s, "trials": t, "start_mean": start}
+  assert dp.beats_start(row(3, 3, 0.0), 0.95)
+  assert not dp.beats_start(row(2, 6, 0.0), 0.95)
+  assert not dp.beats_start(row(3, 300, math.nan), 0.95)
+  assert dp.beats_start(row(30, 300, 0.01), 0.95)
+  assert not dp.beats_start(row(3, 300, 0.02), 0.95)

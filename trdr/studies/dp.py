@@ -24,6 +24,7 @@ import jax
 import matplotlib.figure
 import ml_collections
 import numpy as np
+import scipy.stats
 from absl import logging
 
 from trdr import data, experiment, victim
@@ -478,11 +479,26 @@ def _sizes(result: dict) -> dict[str, int]:
   return {r["victim"]: r["n"] for r in result["rows"]}
 
 
+def beats_start(row: dict, confidence: float) -> bool:
+  """Whether a `summary` row's attack recovers more than its start images, the attack-free
+  baseline: a one-sided Fisher exact test of successes / trials against the start images'
+  count on the same trials (start_mean · trials; 0 where the starts were not scored),
+  significant at ``confidence`` ∈ (0, 1): p ≤ 1 − confidence, the boundary included (3 of 3
+  against 0 of 3 is p = 1/20 exactly; a relative 1e-9 absorbs the rounding of p and of
+  1 − confidence, both ~1e-16)."""
+  start = row["start_mean"]
+  hits = int(round(start * row["trials"])) if math.isfinite(start) else 0
+  table = [[row["successes"], row["trials"] - row["successes"]], [hits, row["trials"] - hits]]
+  return bool(scipy.stats.fisher_exact(table, alternative="greater").pvalue
+              <= (1 - confidence) * (1 + 1e-9))
+
+
 def reading(result: dict, config: ml_collections.ConfigDict) -> str:
   """One paragraph from the numbers: whether any measured success lies above its bound;
   per victim and adversary the largest recovered fraction at a finite ε beside the bound
   there, and at σ = 0 and on the non-private victim; the test accuracy from the most
-  private level to the non-private victim."""
+  private level to the non-private victim; the attacks that do not beat their start images
+  even without privacy (`beats_start`), whose DP rows say nothing about the noise."""
   table = summary(result, config)
   if not table:
     return "No rows yet."
@@ -521,6 +537,15 @@ def reading(result: dict, config: ml_collections.ConfigDict) -> str:
                  "what these attacks recover from the non-private victim, where it moves θ* "
                  "off their premise: " + "; ".join(recipe) + ". That part of the privacy at "
                  "finite ε is the recipe's, not the noise's.")
+  weak = [r for r in table if r["level"] == NONPRIVATE
+          and not beats_start(r, config.eval.confidence)]
+  if weak:
+    parts.append("Even on the non-private victim these recover no more than their start "
+                 "images (one-sided Fisher exact test at the "
+                 f"{config.eval.confidence:g} level): " + "; ".join(
+                     f"{r['victim']} {r['adversary']} k = {r['k']} ({r['successes']} / "
+                     f"{r['trials']})" for r in weak) + ". Their rows at finite ε cannot show "
+                 "what the noise adds: uninformative about DP, not evidence of privacy.")
   gaps = [r["bound"] - r["mean"] for r in table if math.isfinite(r["epsilon"])]
   if gaps:
     parts.append(f"At finite ε the bound lies {min(gaps):.2f} to {max(gaps):.2f} above the "
