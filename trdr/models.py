@@ -254,6 +254,9 @@ class ConvNet(nn.Module):
     num_outputs: C ≥ 1; C = 1: float[N] (a binary logit), else float[N, C].
     first_scale: standard deviation of the first layer's initial kernel and bias.
     later_init: the later layers' initialisation, a name in `LATER_INITS`.
+    conv: the 3 × 3 convolution, called as ``conv(features, use_bias=, name=,
+      kernel_init=, bias_init=)``: `Conv3x3`, or a stand-in with its parameters (`make
+      benchmark-conv` puts flax's ``nn.Conv`` there).
   """
   channels: tuple[int, ...] = (16, 32)
   pool: bool = True
@@ -262,6 +265,7 @@ class ConvNet(nn.Module):
   num_outputs: int = 1
   first_scale: float = 1e-4
   later_init: str = "pytorch"
+  conv: Callable[..., nn.Module] = Conv3x3
 
   @nn.compact
   def __call__(self, images: jax.Array) -> jax.Array:
@@ -284,8 +288,8 @@ class ConvNet(nn.Module):
     for k, c in enumerate(self.channels):
       inits = (dict(kernel_init=first_init, bias_init=first_init) if k == 0
                else later(9 * h.shape[-1]))
-      h = act(Conv3x3(c, use_bias=k == 0 or self.all_biases, name=f"conv_{k}",
-                      **inits)(h))
+      h = act(self.conv(c, use_bias=k == 0 or self.all_biases, name=f"conv_{k}",
+                        **inits)(h))
       if self.pool:
         h = _average_pool_2x2(h)
     h = h.reshape((h.shape[0], -1))

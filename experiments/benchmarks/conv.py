@@ -2,7 +2,7 @@
 
 What `trdr.models.Conv3x3` is for, measured: the victim of ``config`` (configs/decoreco_cnn.py
 :cpu: `trdr.models.ConvNet`, channels (16, 32), 2 × 2 average pooling, 32 × 32 × 3 images;
-θ as initialised: the times do not depend on training) and `FlaxConvNet`, the same network
+θ as initialised: the times do not depend on training) and `flax_twin`, the same network
 with each `Conv3x3` replaced by ``nn.Conv(features, (3, 3), padding=1)``, applied to the SAME
 θ (Conv3x3 has nn.Conv's parameter names and shapes, which is checked). m candidates drawn
 as DecoReco starts them (N(0, σ²), σ = attack.init_scale), the victim as the attack sees it
@@ -26,7 +26,7 @@ that compiles; the table gives the median milliseconds per step of each network 
 ratio nn.Conv / Conv3x3.
 """
 
-import dataclasses
+import functools
 import os
 
 import flax.linen as nn
@@ -49,32 +49,12 @@ SHAPE = (32, 32, 3)
 STEP_SIZE = 1e-3        # η of the scanned gradient steps on the logistic loss
 
 
-class FlaxConvNet(models.ConvNet):
-  """`trdr.models.ConvNet` with flax's ``nn.Conv(features, (3, 3), padding=1)`` (XLA's
-  convolution) in place of each `trdr.models.Conv3x3`: the same layers, names and parameter
-  shapes, so ConvNet's θ applies as it is. Only for this benchmark; its initialisation is
-  flax's default (the benchmark applies ConvNet's θ)."""
-
-  @nn.compact
-  def __call__(self, images: jax.Array) -> jax.Array:
-    """Args: images float[N, H, W, C]. Returns: logits float[N] (C = 1) or float[N, C]."""
-    act = models._checked_settings(self, "channels")
-    h = images
-    for k, c in enumerate(self.channels):
-      h = act(nn.Conv(c, (3, 3), padding=1, use_bias=k == 0 or self.all_biases,
-                      name=f"conv_{k}", param_dtype=images.dtype)(h))
-      if self.pool:
-        h = models._average_pool_2x2(h)
-    h = h.reshape((h.shape[0], -1))
-    out = nn.Dense(self.num_outputs, use_bias=self.all_biases, name="output",
-                   param_dtype=images.dtype)(h)
-    return out[:, 0] if self.num_outputs == 1 else out
-
-
-def flax_twin(model: models.ConvNet) -> FlaxConvNet:
-  """`FlaxConvNet` with every setting of ``model``."""
-  return FlaxConvNet(**{f.name: getattr(model, f.name) for f in dataclasses.fields(model)
-                        if f.init and f.name not in ("parent", "name")})
+def flax_twin(model: models.ConvNet, dtype=jnp.float32) -> models.ConvNet:
+  """``model`` with flax's ``nn.Conv(features, (3, 3), padding=1)`` (XLA's convolution, its
+  parameters in ``dtype``) in place of each `trdr.models.Conv3x3`: the same layers, names
+  and parameter shapes, so ConvNet's θ applies as it is."""
+  return model.clone(conv=functools.partial(nn.Conv, kernel_size=(3, 3), padding=1,
+                                            param_dtype=dtype))
 
 
 def check_agreement(pairs: dict, dtype) -> dict[str, float]:
@@ -140,11 +120,11 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, candidates:
                      f"{config.victim.arch!r}")
   with common.x64(dtype == jnp.float64):
     model = models.build_model(config.victim)
-    twin = flax_twin(model)
+    twin = flax_twin(model, dtype)
     params = models.init_params(model, jax.random.key(0), SHAPE, dtype)
     layout = lambda tree: jax.tree.map(lambda t: (t.shape, t.dtype), tree)
     if layout(models.init_params(twin, jax.random.key(0), SHAPE, dtype)) != layout(params):
-      raise ValueError("FlaxConvNet's parameters are not ConvNet's (names, shapes, dtypes): "
+      raise ValueError("nn.Conv's ConvNet parameters are not ConvNet's (names, shapes, dtypes): "
                        f"{layout(params)}")
     m = candidates or config.attack.candidates_per_image * 2 * config.data.n_per_class
     images, lambdas, labels = common.decoreco_candidates(
