@@ -13,11 +13,8 @@ import hashlib
 import logging as std_logging
 import os
 import platform
-import signal
 import sys
-import threading
 import time
-import _thread
 
 from absl import app, flags, logging
 from ml_collections import config_flags
@@ -76,7 +73,6 @@ def run(main) -> None:
   # JAX's backend probe logs "Unable to initialize backend 'tpu'" at INFO on every machine
   # without a TPU; its warnings and errors still show.
   std_logging.getLogger("jax._src.xla_bridge").setLevel(std_logging.WARNING)
-  _sigint_to_main_thread()
 
   def with_devices(argv):
     import matplotlib  # noqa: PLC0415  (see the imports above)
@@ -103,32 +99,6 @@ def run(main) -> None:
             f"{config_flags.get_config_filename(flags.FLAGS['config'])}; --debug shows "
             "the traceback)", status=2)
   app.run(with_devices, flags_parser=parse_flags)
-
-
-def _sigint_to_main_thread() -> None:
-  """Ctrl-C reaches the main thread as KeyboardInterrupt, never one of XLA's threads.
-
-  A SIGINT is delivered to any thread that does not block it. Landing on one of XLA's
-  worker threads, it left the computation the main thread waited on unfinished, and the
-  run never ended (twice in CI; the stacks: the main thread in ``np.asarray`` of a result,
-  tests/test_cli.py's Ctrl-C test). So SIGINT is blocked here, before JAX starts a thread
-  (the threads started later inherit the block), and one thread of ours takes it with
-  `signal.sigwait` and raises KeyboardInterrupt in the main thread, which sees it when the
-  computation it waits on returns. Left alone where SIGINT is not at Python's default
-  handler (ignored, as in a background job, or set by the caller) or outside the main
-  thread. This process starts no children, which would inherit the block.
-  """
-  if (threading.current_thread() is not threading.main_thread()
-      or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-    return
-  signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-
-  def forward() -> None:
-    while True:
-      signal.sigwait({signal.SIGINT})
-      _thread.interrupt_main(signal.SIGINT)
-
-  threading.Thread(target=forward, name="sigint", daemon=True).start()
 
 
 def _interrupted(workdir: str | None) -> str:
