@@ -102,11 +102,20 @@ def test_the_main_job_section_times_both_lower_levels_on_the_same_starts(capsys)
 def test_the_conv_section_times_conv3x3_and_nn_conv_on_the_same_network(capsys):
   """The :smoke CNN (channels (4, 8)), 4 candidates, 2 scan steps: both computations at the
   top level and in the scan, each row with both networks' ms / step and their ratio, and
-  the agreement check passed (it raises otherwise) with its differences printed."""
+  the agreement check passed (it raises otherwise) with its differences printed; then
+  the DecoReco iteration in both autodiff orders, with their ratio, and their agreement."""
   from benchmarks import conv
+  from trdr.attacks import decoreco
   from trdr.configs import decoreco_cnn
   conv.run(decoreco_cnn.get_config("smoke"), steps=2, repeats=1, candidates=4)
   out = capsys.readouterr().out
+  out, orders = out.split("The DecoReco iteration's autodiff order", 1)
+  first, second = decoreco.AUTODIFF_ORDERS
+  assert f"| {first}, ms / step | {second}, ms / step | {first} / {second} |" in orders
+  (row,) = [line for line in orders.splitlines() if line.startswith("| ")
+            and "ms / step" not in line]
+  a, b, ratio = [cell.strip() for cell in row.strip().strip("|").split("|")]
+  assert float(ratio[:-1]) == pytest.approx(float(a) / float(b), rel=2e-3, abs=6e-3)
   assert "ConvNet channels (4, 8), m = 4 candidates 32×32×3, float32, median of 1" in out
   assert "| computation | where | Conv3x3, ms / step | nn.Conv, ms / step | " in out
   rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
@@ -119,9 +128,10 @@ def test_the_conv_section_times_conv3x3_and_nn_conv_on_the_same_network(capsys):
     # ms to 4 digits, the ratio to 2 decimals
     assert float(ratio[:-1]) == pytest.approx(float(theirs) / float(ours), rel=2e-3, abs=6e-3)
   checked = dict(item.rsplit(" ", 1) for item in
-                 out.split("The same network: ")[1].split("): ", 1)[1].strip().split(", "))
-  assert set(checked) == {"logits", "∇x logistic loss", "DecoReco loss", "DecoReco ∇x",
-                          "DecoReco ∇λ"}
+                 orders.split("The same network: ")[1].split("): ", 1)[1].strip().split(", "))
+  compared = ("DecoReco loss", "DecoReco ∇x", "DecoReco ∇λ")
+  assert set(checked) == {"logits", "∇x logistic loss", *compared} | {
+      f"{name} ({second} vs {first})" for name in compared}
   gate = conv.RTOL_EPS * float(jnp.finfo(jnp.float32).eps)
   assert all(float(v) <= gate for v in checked.values()), checked
 

@@ -95,6 +95,21 @@ def test_loss_and_gradients_match_per_sample_reference(x64, form):
 
 
 
+def _small_cnn_problem(form, activation, m=4, shape=(8, 8, 3), seed=1):
+  """`_small_problem` for a small `models.ConvNet` (3 × 3 convs, pooling): (model, θ,
+  candidates, multipliers, labels)."""
+  num_outputs = 3 if form == "multiclass" else 1
+  model = models.ConvNet(channels=(4, 5), pool=True, activation=activation,
+                         num_outputs=num_outputs, first_scale=0.5)
+  params = models.init_params(model, jax.random.key(seed), shape, jnp.float64)
+  rng = np.random.default_rng(seed)
+  images = jnp.asarray(0.8 * rng.normal(size=(m, *shape)))
+  lambdas = jnp.asarray(rng.uniform(-0.1, 1.0, size=m))
+  labels = (jnp.asarray(rng.integers(0, num_outputs, size=m)) if form == "multiclass"
+            else jnp.asarray(np.repeat([-1.0, 1.0], m // 2)))
+  return model, params, images, lambdas, labels
+
+
 @pytest.mark.parametrize("form", ["binary", "multiclass"])
 def test_cnn_loss_and_gradients_match_per_sample_reference(x64, form):
   """The KKT term Σ λ_i y_i ∇θΦ(x_i; θ*) over a convolutional victim (`models.ConvNet`,
@@ -102,16 +117,8 @@ def test_cnn_loss_and_gradients_match_per_sample_reference(x64, form):
   gradients summed, value and ∇(x, λ). Tolerance: `RTOL_F64`'s argument holds here too;
   the CNN has 8·8·3 = 192 inputs and 3·3·4 + 3·3·4·5 = 216 weights a sum at most runs over,
   so the reordered float64 sums differ by ~√216·ε ≈ 3e-15 relative, 3e4 below 1e-10."""
-  num_outputs = 3 if form == "multiclass" else 1
-  model = models.ConvNet(channels=(4, 5), pool=True, activation=decoreco.relu_sigmoid_backward(
-      ALPHA), num_outputs=num_outputs, first_scale=0.5)
-  shape, m = (8, 8, 3), 4
-  params = models.init_params(model, jax.random.key(1), shape, jnp.float64)
-  rng = np.random.default_rng(1)
-  images = jnp.asarray(0.8 * rng.normal(size=(m, *shape)))
-  lambdas = jnp.asarray(rng.uniform(-0.1, 1.0, size=m))
-  labels = (jnp.asarray(rng.integers(0, num_outputs, size=m)) if form == "multiclass"
-            else jnp.asarray(np.repeat([-1.0, 1.0], m // 2)))
+  model, params, images, lambdas, labels = _small_cnn_problem(
+      form, decoreco.relu_sigmoid_backward(ALPHA))
   apply_fn = lambda p, x: model.apply({"params": p}, x)
   kw = dict(apply_fn=apply_fn, form=form, weight_decay=0.3)
   ours = jax.jit(jax.value_and_grad(
@@ -124,6 +131,39 @@ def test_cnn_loss_and_gradients_match_per_sample_reference(x64, form):
   assert abs(float(value - expected)) < RTOL_F64 * abs(float(expected))
   assert _rel_err(gx, rx) < RTOL_F64
   assert _rel_err(gl, rl) < RTOL_F64
+
+
+@pytest.mark.parametrize("form", ["binary", "weight_decay", "multiclass"])
+@pytest.mark.parametrize("victim_kind", ["mlp", "cnn"])
+def test_autodiff_orders_match_per_sample_reference(x64, victim_kind, form):
+  """`decoreco.autodiff_loss_and_grad` in both orders (`AUTODIFF_ORDERS`: reverse mode
+  twice, and a VJP in x of a JVP in θ) gives the per-sample reference's value and ∇(x, λ),
+  on the ReLU victim as the attack sees it (derivative sigmoid(αz), whose own derivative
+  both orders differentiate). Tolerance: `RTOL_F64`'s argument (and the CNN test's above):
+  the same products summed in other orders."""
+  relu = decoreco.relu_sigmoid_backward(ALPHA)
+  if victim_kind == "cnn":
+    model, params, images, lambdas, labels = _small_cnn_problem(form, "relu")
+  else:
+    params, images, lambdas, labels, _ = _small_problem(form, "relu")
+    model = models.HaimMLP(widths=(6, 5), activation="relu", all_biases=True,
+                           num_outputs=3 if form == "multiclass" else 1)
+  reference = jax.jit(jax.value_and_grad(functools.partial(
+      _reference_loss, apply_fn=lambda p, x: model.clone(activation=relu).apply(
+          {"params": p}, x), form=form, weight_decay=0.3), argnums=(1, 2)), static_argnums=3)
+  expected, (rx, rl) = reference(params, images, lambdas, tuple(np.asarray(labels).tolist()))
+  settings = {k: v for k, v in PRIOR.items() if k != "lambda_min"}
+  for order in decoreco.AUTODIFF_ORDERS:
+    loss_and_grad = jax.jit(decoreco.autodiff_loss_and_grad(
+        model, params, labels, form=form, weight_decay=0.3, order=order, **settings))
+    value, (gx, gl) = loss_and_grad(images, lambdas, jnp.asarray(ALPHA),
+                                    jnp.asarray(PRIOR["lambda_min"]))
+    assert abs(float(value - expected)) < RTOL_F64 * abs(float(expected)), order
+    assert _rel_err(gx, rx) < RTOL_F64, order
+    assert _rel_err(gl, rl) < RTOL_F64, order
+  with pytest.raises(ValueError, match="unknown autodiff order 'sideways'"):
+    decoreco.autodiff_loss_and_grad(model, params, labels, form=form, order="sideways")
+
 
 def test_weight_decay_form_differs_from_binary_only_by_the_scale_of_theta(x64):
   params, images, lambdas, labels, apply_fn = _small_problem("binary", "softplus")

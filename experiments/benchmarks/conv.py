@@ -16,8 +16,13 @@ steps in):
     of a vector-Jacobian product in θ; in the scan, `decoreco.run_steps`, the attack's own
     code path).
 
+and then, on the Conv3x3 network, the DecoReco iteration in each of
+`trdr.attacks.decoreco.AUTODIFF_ORDERS` (reverse mode twice; a VJP in x of a JVP in θ, the
+CNN config's `attack.autodiff_order`), inside `lax.scan`, with the ratio of the two.
+
 Before anything is timed, both networks' logits, their ∇x and the DecoReco loss and
-gradients are checked to agree to the rounding of the dtype (`check_agreement`: max |Δ| at
+gradients are checked to agree to the rounding of the dtype (and so are the two orders'
+loss and gradients) (`check_agreement`: max |Δ| at
 most `RTOL_EPS` ε times the largest entry; for the logits, which cancel, times the largest
 output of the network with |θ| on |x|, which bounds their sums' terms; a wrong convolution
 shows in the gradients); a larger difference raises. Then all calls are
@@ -108,6 +113,25 @@ def _calls(net: nn.Module, params, config: ml_collections.ConfigDict, images, la
   return calls, compared
 
 
+def _order_calls(net: nn.Module, params, config: ml_collections.ConfigDict, images, lambdas,
+                 labels, steps: int, dtype, order: str):
+  """(call of ``steps`` scanned DecoReco iterations with autodiff in ``order``, {name: array}
+  to compare: its loss and gradients at the start)."""
+  a = config.attack.copy_and_resolve_references()
+  a.autodiff_order = order
+  loss_and_grad = decoreco.make_loss_and_grad(victim.Victim(net, params, config.victim, {}),
+                                              a, labels)
+  hparams = decoreco.Hyperparameters(*(jnp.asarray(v, dtype) for v in (
+      a.init_scale, a.lr, a.lambda_min, a.alpha)))
+  state = decoreco.init_state(images, lambdas)
+  scan_step = jax.jit(lambda s: decoreco.run_steps(
+      s, hparams, steps, loss_and_grad=loss_and_grad, lambda_lr=a.lambda_lr,
+      momentum=a.momentum))
+  loss, (dx, dl) = jax.jit(loss_and_grad)(images, lambdas, hparams.alpha, hparams.lambda_min)
+  return (lambda: scan_step(state)), {"DecoReco loss": loss, "DecoReco ∇x": dx,
+                                      "DecoReco ∇λ": dl}
+
+
 def run(config: ml_collections.ConfigDict, steps: int, repeats: int, candidates: int = 0,
         dtype=jnp.float32) -> None:
   """Prints the section for the CNN victim of the DecoReco ``config``: ``candidates``
@@ -142,8 +166,16 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, candidates:
          for name, ours in built["Conv3x3"][1].items()}, dtype)
     calls = {(net, *key): call for net, (net_calls, _) in built.items()
              for key, call in net_calls.items()}
+    ordered = {order: _order_calls(model, params, config, images, lambdas, labels, steps,
+                                   dtype, order) for order in decoreco.AUTODIFF_ORDERS}
+    first, second = decoreco.AUTODIFF_ORDERS
+    differences |= {f"{name} ({second} vs {first})": d for name, d in check_agreement(
+        {name: (ordered[first][1][name], ordered[second][1][name], None)
+         for name in ordered[first][1]}, dtype).items()}
+    calls |= {("order", order): call for order, (call, _) in ordered.items()}
     times = common.timed_alternately(calls, repeats)
-  ms = {key: 1e3 * float(np.median(t)) / (steps if key[2] == "scan" else 1)
+  ms = {key: 1e3 * float(np.median(t)) / (steps if key[-1] == "scan" or key[0] == "order"
+                                           else 1)
         for key, t in times.items()}
   what = {"grad": "∇x of the logistic loss (forward + backward)",
           "decoreco": "one DecoReco iteration (`decoreco.attack_step`)"}
@@ -161,6 +193,10 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, candidates:
       ours, theirs = ms[("Conv3x3", computation, place)], ms[("nn.Conv", computation, place)]
       print(f"| {what[computation]} | {where[place]} | {ours:.4g} | {theirs:.4g} | "
             f"{theirs / ours:.2f}× |")
+  print(f"\nThe DecoReco iteration's autodiff order (`attack.autodiff_order`), Conv3x3, "
+        f"inside `lax.scan`, {steps} steps:\n\n| {first}, ms / step | {second}, ms / step | "
+        f"{first} / {second} |\n|---:|---:|---:|\n| {ms[('order', first)]:.4g} | "
+        f"{ms[('order', second)]:.4g} | {ms[('order', first)] / ms[('order', second)]:.2f}× |")
   print("\nThe same network: max |Δ| / scale, nn.Conv vs Conv3x3 (scale: the largest "
         "|entry| of Conv3x3's, for the logits of its network with |θ| on |x|; gate "
         f"{RTOL_EPS} ε = {RTOL_EPS * float(jnp.finfo(dtype).eps):.1e}): "

@@ -201,31 +201,82 @@ def init_state(images: jax.Array, lambdas: jax.Array) -> AttackState:
 LossAndGrad = Callable[..., tuple[jax.Array, tuple[jax.Array, jax.Array]]]
 
 
+# How `autodiff_loss_and_grad` differentiates the residual, whose ∇x involves second
+# derivatives of Φ (a mixed ∂x ∂θ): `AUTODIFF_ORDERS`, the name an attack config's
+# ``attack.autodiff_order`` gives (configs/decoreco_cifar.py).
+AUTODIFF_ORDERS = ("reverse_over_reverse", "forward_over_reverse")
+
+
 def autodiff_loss_and_grad(model, params: Params, labels: jax.Array, *, form: str = "binary",
                            weight_decay: float = 0.0, x_min: float = -1.0,
-                           x_max: float = 1.0, lambda_weight: float = 5.0) -> LossAndGrad:
+                           x_max: float = 1.0, lambda_weight: float = 5.0,
+                           order: str = "reverse_over_reverse") -> LossAndGrad:
   """(images, lambdas, alpha, lambda_min) -> (L, (∂L/∂x, ∂L/∂λ)) by JAX autodiff.
 
-  `stationarity_loss` for the victim ``model`` (a `trdr.models.HaimMLP`, or any Flax
-  module with an ``activation`` attribute) with its activation replaced by
-  `relu_sigmoid_backward(alpha)`; α and λ_min may be traced (vmapped sweeps).
+  `stationarity_loss` for the victim ``model`` (a `trdr.models.HaimMLP`, a
+  `trdr.models.ConvNet`, or any Flax module with an ``activation`` attribute) with its
+  activation replaced by `relu_sigmoid_backward(alpha)`; α and λ_min may be traced
+  (vmapped sweeps). Two ways to the same gradients (``order``, `AUTODIFF_ORDERS`):
+
+    * "reverse_over_reverse": `jax.value_and_grad` of the loss, i.e. reverse mode through
+      the vector-Jacobian product g(x) = (1/m) Σ_j λ_j ∇θ s_j that the residual holds.
+    * "forward_over_reverse": with d = c θ − g(x) held fixed, ∇x ||d||² = −2 ∇x ⟨d, g(x)⟩
+      and ⟨d, g(x)⟩ = (1/m) ⟨λ, J d⟩, J d = Σ_tensors ∂θ s · d the Jacobian-vector product
+      in θ (forward mode); so ∂residual/∂x = −(2/m) (∂(J d)/∂x)ᵀ λ, one VJP in x of that
+      JVP, and ∂residual/∂λ = −(2/m) J d, with no extra pass. The same derivatives of the
+      same rules (a ReLU's surrogate derivative sigmoid(αz) and its derivative α σ'(αz)
+      enter both alike), summed in another order: equal to rounding
+      (tests/test_decoreco.py). Faster where the network's backward pass is costly to
+      differentiate again (the CNN: `make benchmark-conv` prints both, side by side).
 
   Args:
     model: Flax module; ``model.clone(activation=...)`` must be valid.
     params: θ*.
     labels: float[m] (±1) or int[m] (multiclass), the candidates' labels.
     form, weight_decay, x_min, x_max, lambda_weight: as in `stationarity_loss`.
+    order: a name in `AUTODIFF_ORDERS`.
   Returns:
     The function; L float[], gradients float[m, H, W, C] and float[m].
+  Raises:
+    ValueError: unknown form or order.
   """
-  def loss(images, lambdas, alpha, lambda_min):
-    attack_model = model.clone(activation=relu_sigmoid_backward(alpha))
-    apply_fn = lambda p, x: attack_model.apply({"params": p}, x)
-    return stationarity_loss(params, images, lambdas, labels, apply_fn=apply_fn, form=form,
-                             weight_decay=weight_decay, x_min=x_min, x_max=x_max,
-                             lambda_min=lambda_min, lambda_weight=lambda_weight)
+  if order not in AUTODIFF_ORDERS:
+    raise ValueError(f"unknown autodiff order {order!r}; known: {list(AUTODIFF_ORDERS)}")
+  if form not in FORMS:
+    raise ValueError(f"unknown stationarity form {form!r}; known: {sorted(FORMS)}")
+  prior = dict(x_min=x_min, x_max=x_max, lambda_weight=lambda_weight)
 
-  return jax.value_and_grad(loss, argnums=(0, 1))
+  def apply_fn(alpha):
+    attack_model = model.clone(activation=relu_sigmoid_backward(alpha))
+    return lambda p, x: attack_model.apply({"params": p}, x)
+
+  def loss(images, lambdas, alpha, lambda_min):
+    return stationarity_loss(params, images, lambdas, labels, apply_fn=apply_fn(alpha),
+                             form=form, weight_decay=weight_decay, lambda_min=lambda_min,
+                             **prior)
+
+  if order == "reverse_over_reverse":
+    return jax.value_and_grad(loss, argnums=(0, 1))
+
+  outputs, scale = FORMS[form]
+
+  def forward_over_reverse(images, lambdas, alpha, lambda_min):
+    _check(form, images, lambdas, labels)
+    m = images.shape[0]
+    apply = apply_fn(alpha)
+    s = lambda p, x: outputs(apply(p, x), labels)        # float[m]
+    _, vjp = jax.vjp(lambda p: s(p, images), params)
+    (combination,) = vjp(lambdas / m)                     # g = (1/m) Σ_j λ_j ∇θ s_j
+    d = optax.tree.sub(optax.tree.scale(scale(weight_decay), params), combination)
+    jd, vjp_x = jax.vjp(lambda x: jax.jvp(lambda p: s(p, x), (params,), (d,))[1], images)
+    (jd_x,) = vjp_x(lambdas)
+    penalty, (prior_x, prior_l) = jax.value_and_grad(
+        functools.partial(prior_penalty, lambda_min=lambda_min, **prior),
+        argnums=(0, 1))(images, lambdas)
+    return (optax.tree.norm(d, squared=True) + penalty,
+            (prior_x - (2.0 / m) * jd_x, prior_l - (2.0 / m) * jd))
+
+  return forward_over_reverse
 
 
 def attack_step(state: AttackState, hparams: Hyperparameters, *, loss_and_grad: LossAndGrad,
@@ -280,10 +331,12 @@ def make_loss_and_grad(target: victim.Victim, attack_config, labels: jax.Array) 
   "gradient_norm", `gradient_norm.loss` with E the victim's objective plus the pixel box
   prior (λ unused). For a ReLU Haim MLP with one output the fused
   `kkt_mlp.value_and_grad` computes the same loss (unless ``attack_config.fused`` is
-  False); otherwise JAX autodiff does.
+  False); otherwise JAX autodiff does (`autodiff_loss_and_grad`, in the order
+  ``attack_config.autodiff_order``; a config without the key: "reverse_over_reverse").
 
   Raises:
-    ValueError: unknown form, or a form that does not fit the victim's outputs.
+    ValueError: unknown form or autodiff order, or a form that does not fit the victim's
+      outputs.
   """
   a, v = attack_config, target.config
   if a.form == "gradient_norm":
@@ -311,7 +364,8 @@ def make_loss_and_grad(target: victim.Victim, attack_config, labels: jax.Array) 
     return fused
   return autodiff_loss_and_grad(target.model, target.params, labels, form=a.form,
                                 weight_decay=weight_decay, x_min=a.x_min, x_max=a.x_max,
-                                lambda_weight=a.lambda_weight)
+                                lambda_weight=a.lambda_weight,
+                                order=a.get("autodiff_order", AUTODIFF_ORDERS[0]))
 
 
 def fused_applies(target: victim.Victim) -> bool:

@@ -47,6 +47,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   for c in config.victims.values():
     c.float64 = smoke   # ":cpu" in float32, as the report's DecoReco runs
     c.attack.init_scale, c.attack.lr, c.attack.lambda_min, c.attack.alpha = B9DFYSPX
+    # the CNN's autodiff order on both (the MLP's fused kkt_mlp does not read it)
+    c.attack.autodiff_order = "forward_over_reverse"
   config.eval = ml_collections.ConfigDict()
   config.eval.ssim_level = 0.4
   config.eval.n_show = 8 if smoke else 16   # training images per victim in cnn.png

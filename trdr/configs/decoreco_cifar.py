@@ -99,6 +99,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.hparams_keep = ()   # settings kept from here, not hparams_file (Fig. 5: σ)
   config.attack.grid_batch_size = 0    # attacks per vmapped batch and device; 0: all
   config.attack.fused = True           # kkt_mlp for ReLU Haim MLPs (else autodiff)
+  # How autodiff (not kkt_mlp) differentiates the KKT residual: a name in
+  # trdr.attacks.decoreco.AUTODIFF_ORDERS (the same gradients to rounding; the CNN's is faster)
+  config.attack.autodiff_order = "reverse_over_reverse"
 
   config.init = ml_collections.ConfigDict()
   config.init.kind = "gaussian"  # a trdr.attacks.init.INITS name: gaussian, uniform, ...

@@ -88,7 +88,8 @@ EXECUTION_KEYS = frozenset({"attack.checkpoint_every"})
 # Keys added to the configs after runs were made, each with the value that gives what those
 # runs computed: a saved config without the key was run with that value (the same run).
 ADDED_KEYS = {"victim.init": "default", "victim.later_init": "flax", "victim.flow_time": None,
-              "data.training_set": None, "attack.stop_loss": 0.0, "attack.stop_grad_norm": 0.0}
+              "data.training_set": None, "attack.stop_loss": 0.0, "attack.stop_grad_norm": 0.0,
+              "attack.autodiff_order": "reverse_over_reverse"}
 
 
 def config_change(old: Any, new: Any, shown: int = 4) -> str:
