@@ -19,12 +19,13 @@ accuracy and the seconds.
 
 Variants: "cpu" (configs/decoreco_*.py:cpu: n = 100, 5,000 iterations on m = 200, CNN
 channels (16, 32), float32 as the report's DecoReco runs) with TWO seeds, not three: a
-seed's pair takes about 13 minutes on a 2-core CPU (AVX2), most of it the CNN's 5,000
-attack steps (matrix products over 3 × 3 patches, `trdr.models.Conv3x3`; `make
-benchmark-conv`), so a third seed would not fit the issue's 25-minute budget; rows are
+seed's pair takes about 11 minutes on a 2-core CPU (AVX2), most of it the CNN's 5,000
+attack steps (matrix products over 3 × 3 patches, `trdr.models.Conv3x3`, differentiated
+forward-over-reverse; `make benchmark-conv`), so a third seed would not fit the issue's
+25-minute budget; rows are
 reused, so `--config.seeds=0,1,2` adds one later. "smoke" (n = 10, CNN channels (4, 8),
 MLP widths (32, 32), 40 iterations, float64, one seed): about a minute, for tests.
-Expected runtime: ":cpu" about 27 minutes on a 2-core CPU (rows are written as each run
+Expected runtime: ":cpu" about 23 minutes on a 2-core CPU (rows are written as each run
 finishes and a rerun reuses them); ":smoke" about a minute.
 """
 
