@@ -331,3 +331,108 @@ def test_bilevel_hypergradient_on_a_cnn_matches_a_finite_difference(x64):
                                           hyper)
   # The test can fail: a wrong sign or a missing term moves the derivative by O(itself).
   assert abs(directional) > 100 * bound, (directional, bound)
+
+
+@pytest.mark.slow  # trains in PyTorch, then a DecoReco run
+def test_a_pytorch_trained_cnn_loads_with_torchs_phi_and_decoreco_runs_on_it(tmp_path):
+  """Acceptance 1 of the CNN issue, end to end: a CNN of trdr's shape trained in PyTorch
+  (float32, full-batch gradient descent on the logistic loss of configs/decoreco_cnn.py:
+  smoke's training images) and saved as a user saves one (torch.save(state_dict)) loads
+  into trdr with Φ equal to PyTorch's to float32 rounding, and DecoReco attacks it at
+  :smoke with the architecture read from the file.
+
+  The rounding bound (`_float32_forward_error`): each side's Φ is within a layer-by-layer
+  forward-error bound of the exact Φ of the same θ and x, whatever order (or convolution
+  algorithm) it sums in, so the two differ by at most twice that. It is far below |Φ|,
+  so a wrong layout (a flatten order, a transposed kernel) would fail it."""
+  torch = pytest.importorskip("torch")
+  from trdr import data, experiment   # noqa: PLC0415
+  from trdr.runtime import files   # noqa: PLC0415
+  from trdr.victim import pretrained   # noqa: PLC0415
+
+  class Net(torch.nn.Module):
+    def __init__(self):
+      super().__init__()
+      self.c0 = torch.nn.Conv2d(3, 4, 3, padding=1)
+      self.c1 = torch.nn.Conv2d(4, 8, 3, padding=1, bias=False)
+      self.fc = torch.nn.Linear(8 * 8 * 8, 1, bias=False)
+
+    def forward(self, x):
+      h = torch.nn.functional.avg_pool2d(torch.relu(self.c0(x)), 2)
+      h = torch.nn.functional.avg_pool2d(torch.relu(self.c1(h)), 2)
+      return self.fc(h.flatten(1))[:, 0]
+
+  config = decoreco_cnn.get_config("smoke")
+  task = data.make_task(config.data)
+  to_torch = lambda a: torch.from_numpy(np.ascontiguousarray(a.transpose(0, 3, 1, 2),
+                                                             np.float32))
+  x, y = to_torch(task.train_images), torch.from_numpy(task.train_labels.astype(np.float32))
+  torch.manual_seed(0)
+  net = Net()
+  optimizer = torch.optim.SGD(net.parameters(), lr=0.1)   # 0.5 kills every ReLU here
+  with torch.no_grad():
+    before = torch.nn.functional.softplus(-y * net(x)).mean().item()
+  for _ in range(50):
+    optimizer.zero_grad()
+    torch.nn.functional.softplus(-y * net(x)).mean().backward()
+    optimizer.step()
+  with torch.no_grad():
+    after = torch.nn.functional.softplus(-y * net(x)).mean().item()
+    theirs = net(to_torch(task.test_images)).numpy()
+  assert after < before   # trained, not the initialisation
+  torch.save(net.state_dict(), tmp_path / "model.pth")
+
+  config.victim.load = str(tmp_path / "model.pth")
+  resolved = pretrained.resolve(config, task.train_images.shape[1:])
+  assert resolved.victim.arch == "cnn" and tuple(resolved.victim.channels) == (4, 8)
+  with jax.enable_x64(True):   # the :smoke config's float64
+    loaded = pretrained.load(resolved, task)
+    theta = jax.tree.map(lambda t: np.asarray(t, np.float32), loaded.params)
+  images = jnp.asarray(task.test_images, jnp.float32)
+  ours = np.asarray(loaded.model.apply({"params": theta}, images))
+  bound = _float32_forward_error(theta, np.asarray(images))
+  assert np.all(np.abs(ours - theirs) <= 2 * bound), (np.abs(ours - theirs), bound)
+  assert np.max(2 * bound) < 0.01 * np.max(np.abs(theirs))   # the check can fail
+
+  config.attack.steps, config.attack.log_every = 20, 20
+  experiment.run(config, str(tmp_path / "run"), "attack")
+  summary = files.read_json(tmp_path / "run" / experiment.SUMMARY_FILE)
+  assert summary["candidates"] == 2 * len(task.train_images)
+  assert np.isfinite(summary["final_loss"])
+  assert set(summary["kkt_premise"]["relative"]) == {"conv_0/bias", "conv_0/kernel",
+                                                     "conv_1/kernel", "output/kernel"}
+  predicted = np.where(net(x).detach().numpy() >= 0, 1.0, -1.0)
+  # the report's accuracy: a mean of n = 10 booleans, k/n exact in float32
+  assert round(summary["victim"]["train_accuracy"] * len(x)) == int(
+      np.sum(predicted == task.train_labels))
+
+
+def _float32_forward_error(theta, images):
+  """A bound on |Φ̂ − Φ| of the (4, 8)-channel ConvNet of `test_a_pytorch_trained_cnn_...`,
+  Φ̂ computed in float32 in any summation order, to first order in u = 2⁻²⁴ (Higham,
+  *Accuracy and Stability of Numerical Algorithms*, §3.1): a sum of k terms is within
+  γ_k = k·u/(1 − k·u) times the sum of their magnitudes, and an error e in a layer's input
+  reaches its output as at most |W| e (ReLU is 1-Lipschitz, the poolings average: a sum of
+  4, then × 1/4, a power of two). Layer by layer, with the actual activations (float64):
+  conv_0 (27 products and a bias), ReLU, pooling, conv_1 (36), ReLU, pooling, head (512)."""
+  gamma = lambda k: k * 2.0 ** -24 / (1 - k * 2.0 ** -24)
+  conv = lambda h, k: jax.lax.conv_general_dilated(
+      h, k, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"),
+      precision=jax.lax.Precision.HIGHEST)
+  pool = lambda h: h.reshape(h.shape[0], h.shape[1] // 2, 2, h.shape[2] // 2, 2,
+                             h.shape[3]).mean(axis=(2, 4))
+  with jax.enable_x64(True):
+    t = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), theta)
+    h = jnp.asarray(images, jnp.float64)
+    k0, b0, k1 = t["conv_0"]["kernel"], t["conv_0"]["bias"], t["conv_1"]["kernel"]
+    w = t["output"]["kernel"]
+    z = conv(h, k0) + b0
+    error = gamma(28) * (conv(jnp.abs(h), jnp.abs(k0)) + jnp.abs(b0))
+    h = pool(jax.nn.relu(z))
+    error = pool(error) + gamma(4) * h
+    z = conv(h, k1)
+    error = conv(error, jnp.abs(k1)) + gamma(36) * conv(h, jnp.abs(k1))
+    h = pool(jax.nn.relu(z)).reshape(h.shape[0], -1)
+    error = pool(error).reshape(h.shape[0], -1) + gamma(4) * h
+    out = jnp.abs(w[:, 0]) @ error.T + gamma(512) * (jnp.abs(w[:, 0]) @ h.T)
+    return np.asarray(out)
