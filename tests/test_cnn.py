@@ -1,6 +1,7 @@
 """The convolutional victim (`trdr.models.ConvNet`, configs/decoreco_cnn.py): its layers and
-initialisation as stated, the positive homogeneity DecoReco's KKT premise relies on, a
-DecoReco run on it at :smoke with its KKT premise fitted per tensor, and the bilevel attack
+initialisation as stated, the positive homogeneity DecoReco's KKT premise relies on, a CNN
+trained in PyTorch loaded and attacked by DecoReco at :smoke with its KKT premise fitted
+per tensor (trdr's own GD training of the CNN: tests/test_cnn_study.py), and the bilevel attack
 on it (configs/bilevel_cnn.py): a :smoke landscape and its hypergradient against a finite
 difference."""
 
@@ -83,23 +84,6 @@ def test_bad_settings_name_what_is_wrong():
 
 
 @pytest.mark.slow  # a DecoReco run
-def test_decoreco_runs_on_the_cnn_with_its_premise_fitted(tmp_path):
-  """configs/decoreco_cnn.py:smoke end to end: trained by the MLP's GD recipe to 100 %
-  training accuracy, attacked by DecoReco through autodiff over the CNN, and the KKT
-  premise fitted on every tensor of the CNN's θ*."""
-  from trdr import experiment   # noqa: PLC0415
-  from trdr.runtime import files   # noqa: PLC0415
-  config = decoreco_cnn.get_config("smoke")
-  config.attack.steps, config.attack.log_every = 20, 20
-  experiment.run(config, str(tmp_path), "attack")
-  summary = files.read_json(tmp_path / experiment.SUMMARY_FILE)
-  assert summary["victim"]["train_accuracy"] == 1.0
-  premise = summary["kkt_premise"]
-  assert set(premise["relative"]) == {"conv_0/bias", "conv_0/kernel", "conv_1/kernel",
-                                      "output/kernel"}
-  assert premise["first_layer"].startswith("conv_0") and premise["n"] == 10
-
-
 def _victim(seed=0, channels=(4, 8), shape=(16, 16, 3)):
   from trdr.victim import cache   # noqa: PLC0415
   import ml_collections   # noqa: PLC0415
@@ -399,8 +383,10 @@ def test_a_pytorch_trained_cnn_loads_with_torchs_phi_and_decoreco_runs_on_it(tmp
   summary = files.read_json(tmp_path / "run" / experiment.SUMMARY_FILE)
   assert summary["candidates"] == 2 * len(task.train_images)
   assert np.isfinite(summary["final_loss"])
-  assert set(summary["kkt_premise"]["relative"]) == {"conv_0/bias", "conv_0/kernel",
-                                                     "conv_1/kernel", "output/kernel"}
+  premise = summary["kkt_premise"]   # fitted on every tensor of the CNN's θ*
+  assert set(premise["relative"]) == {"conv_0/bias", "conv_0/kernel", "conv_1/kernel",
+                                      "output/kernel"}
+  assert premise["first_layer"].startswith("conv_0") and premise["n"] == len(x)
   predicted = np.where(net(x).detach().numpy() >= 0, 1.0, -1.0)
   # the report's accuracy: a mean of n = 10 booleans, k/n exact in float32
   assert round(summary["victim"]["train_accuracy"] * len(x)) == int(
