@@ -85,31 +85,40 @@ def check_agreement(pairs: dict, dtype) -> dict[str, float]:
   return out
 
 
-def _calls(net: nn.Module, params, config: ml_collections.ConfigDict, images, lambdas,
-           labels, steps: int, dtype):
-  """({(computation, where): call}, {name: array} to compare) of one network."""
+def _decoreco_calls(net: nn.Module, params, config: ml_collections.ConfigDict, images,
+                    lambdas, labels, steps: int, dtype):
+  """({where: call} of one DecoReco iteration, "top" and ``steps`` of them in "scan"; {name:
+  array} to compare: the loss and its gradients at the start), with ``config``'s attack."""
   a = config.attack
-  attack_net = net.clone(activation=decoreco.relu_sigmoid_backward(a.alpha))
-  logits = lambda x: attack_net.apply({"params": params}, x)
-  grad_x = jax.grad(lambda x: jnp.mean(jax.nn.softplus(-labels * logits(x))))
   loss_and_grad = decoreco.make_loss_and_grad(
       victim.Victim(net, params, config.victim, {}), a, labels)
   hparams = decoreco.Hyperparameters(*(jnp.asarray(v, dtype) for v in (
       a.init_scale, a.lr, a.lambda_min, a.alpha)))
   state = decoreco.init_state(images, lambdas)
   settings = dict(loss_and_grad=loss_and_grad, lambda_lr=a.lambda_lr, momentum=a.momentum)
+  top_step = jax.jit(lambda s: decoreco.attack_step(s, hparams, **settings))
+  scan_step = jax.jit(lambda s: decoreco.run_steps(s, hparams, steps, **settings))
+  loss, (dx, dl) = jax.jit(loss_and_grad)(images, lambdas, hparams.alpha, hparams.lambda_min)
+  return ({"top": lambda: top_step(state), "scan": lambda: scan_step(state)},
+          {"DecoReco loss": loss, "DecoReco ∇x": dx, "DecoReco ∇λ": dl})
+
+
+def _calls(net: nn.Module, params, config: ml_collections.ConfigDict, images, lambdas,
+           labels, steps: int, dtype):
+  """({(computation, where): call}, {name: array} to compare) of one network."""
+  attack_net = net.clone(activation=decoreco.relu_sigmoid_backward(config.attack.alpha))
+  logits = lambda x: attack_net.apply({"params": params}, x)
+  grad_x = jax.grad(lambda x: jnp.mean(jax.nn.softplus(-labels * logits(x))))
   top_grad = jax.jit(grad_x)
   scan_grad = jax.jit(lambda x: jax.lax.scan(
       lambda x, _: (x - STEP_SIZE * grad_x(x), None), x, None, length=steps)[0])
-  top_step = jax.jit(lambda s: decoreco.attack_step(s, hparams, **settings))
-  scan_step = jax.jit(lambda s: decoreco.run_steps(s, hparams, steps, **settings))
+  steps_calls, compared = _decoreco_calls(net, params, config, images, lambdas, labels,
+                                          steps, dtype)
   calls = {("grad", "top"): lambda: top_grad(images),
            ("grad", "scan"): lambda: scan_grad(images),
-           ("decoreco", "top"): lambda: top_step(state),
-           ("decoreco", "scan"): lambda: scan_step(state)}
-  loss, (dx, dl) = jax.jit(loss_and_grad)(images, lambdas, hparams.alpha, hparams.lambda_min)
+           **{("decoreco", where): call for where, call in steps_calls.items()}}
   compared = {"logits": jax.jit(logits)(images), "∇x logistic loss": top_grad(images),
-              "DecoReco loss": loss, "DecoReco ∇x": dx, "DecoReco ∇λ": dl}
+              **compared}
   return calls, compared
 
 
@@ -117,19 +126,10 @@ def _order_calls(net: nn.Module, params, config: ml_collections.ConfigDict, imag
                  labels, steps: int, dtype, order: str):
   """(call of ``steps`` scanned DecoReco iterations with autodiff in ``order``, {name: array}
   to compare: its loss and gradients at the start)."""
-  a = config.attack.copy_and_resolve_references()
-  a.autodiff_order = order
-  loss_and_grad = decoreco.make_loss_and_grad(victim.Victim(net, params, config.victim, {}),
-                                              a, labels)
-  hparams = decoreco.Hyperparameters(*(jnp.asarray(v, dtype) for v in (
-      a.init_scale, a.lr, a.lambda_min, a.alpha)))
-  state = decoreco.init_state(images, lambdas)
-  scan_step = jax.jit(lambda s: decoreco.run_steps(
-      s, hparams, steps, loss_and_grad=loss_and_grad, lambda_lr=a.lambda_lr,
-      momentum=a.momentum))
-  loss, (dx, dl) = jax.jit(loss_and_grad)(images, lambdas, hparams.alpha, hparams.lambda_min)
-  return (lambda: scan_step(state)), {"DecoReco loss": loss, "DecoReco ∇x": dx,
-                                      "DecoReco ∇λ": dl}
+  c = config.copy_and_resolve_references()
+  c.attack.autodiff_order = order
+  calls, compared = _decoreco_calls(net, params, c, images, lambdas, labels, steps, dtype)
+  return calls["scan"], compared
 
 
 def run(config: ml_collections.ConfigDict, steps: int, repeats: int, candidates: int = 0,

@@ -83,9 +83,13 @@ FORMS: dict[str, tuple[Callable, Callable[[float], Any]]] = {
 }
 
 
-def _check(form, images, lambdas, labels):
+def _check_form(form):
   if form not in FORMS:
     raise ValueError(f"unknown stationarity form {form!r}; known: {sorted(FORMS)}")
+
+
+def _check(form, images, lambdas, labels):
+  _check_form(form)
   m = images.shape[0]
   if lambdas.shape != (m,) or labels.shape != (m,):
     raise ValueError(f"expected lambdas and labels of shape ({m},) for {m} images, got "
@@ -242,8 +246,7 @@ def autodiff_loss_and_grad(model, params: Params, labels: jax.Array, *, form: st
   """
   if order not in AUTODIFF_ORDERS:
     raise ValueError(f"unknown autodiff order {order!r}; known: {list(AUTODIFF_ORDERS)}")
-  if form not in FORMS:
-    raise ValueError(f"unknown stationarity form {form!r}; known: {sorted(FORMS)}")
+  _check_form(form)
   prior = dict(x_min=x_min, x_max=x_max, lambda_weight=lambda_weight)
 
   def apply_fn(alpha):
