@@ -410,6 +410,38 @@ def test_a_landscapes_starts_are_searched_as_mixtures_of_the_three_sets(monkeypa
     evaluate.reconstructions(x0[:, ::-1], task.mean, sets, mixture=mixture)
 
 
+@pytest.mark.slow  # three :smoke landscape runs
+def test_a_process_searches_the_same_starts_once(tmp_path, monkeypatch):
+  """The report runs the affine victim's pure starts again under other optimisers: the
+  second run with the same starts, sets and evaluation settings takes the first run's start
+  numbers (no second search; they are that search's, so the exact ones), while a run with
+  other starts (another seed) searches its own."""
+  from trdr.experiment import runner   # noqa: PLC0415
+  monkeypatch.setattr(runner, "_START_EVALUATIONS", type(runner._START_EVALUATIONS)())  # pylint: disable=protected-access
+  searched = []   # a landscape's start images are the searches with a mixture
+  search = ssim.nearest_neighbours_per_set
+  monkeypatch.setattr(ssim, "nearest_neighbours_per_set", lambda q, s, **k: searched.append(
+      k.get("mixture") is not None) or search(q, s, **k))
+  config = smoke_config()
+  config.attack.steps, config.attack.log_every = 3, 3
+  config.eval.uniform_start_tols = ()
+  other_step = config.copy_and_resolve_references()
+  other_step.attack.optimizer, other_step.attack.lr_schedule = "sgd", "constant"
+  other_seed = config.copy_and_resolve_references()
+  other_seed.seed = other_seed.data.seed = 1
+  runs = {}
+  for name, c in (("first", config), ("other_step", other_step), ("other_seed", other_seed)):
+    experiment.run(c, str(tmp_path / name), "landscape")
+    runs[name] = files.read_json(tmp_path / name / experiment.LANDSCAPE_FILE)
+  assert searched.count(True) == 2   # the start images: the first run's and the other seed's
+  start_keys = [k for k in runs["first"][0] if k.startswith(evaluate.START)]
+  assert start_keys
+  for first, again, other in zip(runs["first"], runs["other_step"], runs["other_seed"]):
+    assert {k: first[k] for k in start_keys} == {k: again[k] for k in start_keys}
+  assert any(first[k] != other[k] for first, other in zip(runs["first"], runs["other_seed"])
+             for k in start_keys)
+
+
 @pytest.mark.slow
 def test_command_line_with_user_npz_and_class_override(subprocess_env, tmp_path):
   """The README's override example on a user .npz of 28×28 grayscale images, run with

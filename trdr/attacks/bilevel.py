@@ -343,22 +343,30 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
     start = start_point(state)
     (loss, (theta, info)), grad = jax.value_and_grad(upper_loss, has_aux=True)(
         state.images, start)
-    updates, opt_state = optimizer.update(
-        grad, state.opt_state, state.images, value=loss, grad=grad,
-        value_fn=lambda x: upper_loss(x, start)[0])
-    images = optax.apply_updates(state.images, updates)
-    if attack_config.project:
-      images = jnp.clip(images, box[0], box[1])
     # The outer stopping rule: at a point where l or its gradient is small enough the
-    # images (and the optimiser's state) stay; the step count and θ(x) move on.
+    # images (and the optimiser's state) stay; the step count and θ(x) move on. Decided
+    # before the update, which a held step skips (`lax.cond`): the line search's trial
+    # points are lower-level solves each, and at a held point l is within the solves'
+    # noise of its floor, where the Armijo test fails to its last backtracking step.
+    # (Vmapped, as a batched grid on GPU/TPU, the cond computes both sides and selects.)
     stopped = jnp.asarray(False)
     if stop_loss > 0:
       stopped |= loss <= stop_loss
     if stop_grad_norm > 0:
       stopped |= optax.tree.norm(grad) <= stop_grad_norm
-    images = jnp.where(stopped, state.images, images)
-    opt_state = jax.tree.map(lambda new, old: jnp.where(stopped, old, new), opt_state,
-                             state.opt_state)
+
+    def update(_):
+      updates, opt_state = optimizer.update(
+          grad, state.opt_state, state.images, value=loss, grad=grad,
+          value_fn=lambda x: upper_loss(x, start)[0])
+      images = optax.apply_updates(state.images, updates)
+      if attack_config.project:
+        images = jnp.clip(images, box[0], box[1])
+      return images, opt_state
+
+    hold = lambda _: (state.images, state.opt_state)
+    images, opt_state = (jax.lax.cond(stopped, hold, update, None)
+                         if stop_loss > 0 or stop_grad_norm > 0 else update(None))
     new_state = AttackState(images, opt_state, theta, state.step + 1)
     return new_state, StepMetrics(loss, info.grad_norm, info.num_iter,
                                   stopped.astype(jnp.int32))

@@ -305,7 +305,8 @@ def outer_step(runs, config) -> dict:
     affine run's numbers, "adam_attack": its optimiser settings, "steps", "stop_loss",
     "stopping": {"adam_stop", "linesearch_stop": the pure starts' numbers with the steps
     held by the rule ("held")}, "seeds": {seed: {step (`OUTER_STEPS`): `affine_verdicts`}}
-    for seed 0 and the report's repeat seeds}) and outer_step.md.
+    for seed 0 (every step) and the report's repeat seeds (Adam and
+    ``config.paper.outer_step.seed_steps``)}) and outer_step.md.
   """
   affine = config.paper.affine
   per_lr = {}
@@ -331,9 +332,14 @@ def outer_step(runs, config) -> dict:
         adam_dir = run_dir(seed_workdir(workdir, seed), "affine")
         adam_config = seed_config(affine, seed)
         experiment.run_or_reuse("landscape", adam_config, adam_dir)
-      dirs = {"adam": adam_dir, "plain": _plain_step_run(adam_config, adam_dir, float(chosen)),
-              **_stopping_runs(adam_config, adam_dir, float(chosen), stop_loss)}
-      table["seeds"][str(seed)] = {step: affine_verdicts(dirs[step]) for step in OUTER_STEPS}
+      steps = OUTER_STEPS if not seed else ("adam", *config.paper.outer_step.seed_steps)
+      dirs = {"adam": adam_dir}
+      if "plain" in steps:
+        dirs["plain"] = _plain_step_run(adam_config, adam_dir, float(chosen))
+      dirs |= _stopping_runs(adam_config, adam_dir, float(chosen), stop_loss,
+                             [s for s in ("adam_stop", "linesearch_stop") if s in steps])
+      table["seeds"][str(seed)] = {step: affine_verdicts(dirs[step])
+                                   for step in OUTER_STEPS if step in dirs}
       if not seed:
         table["stopping"] = {step: _pure_numbers(files.read_json(os.path.join(
             dirs[step], experiment.LANDSCAPE_FILE))) for step in ("adam_stop", "linesearch_stop")}
@@ -344,16 +350,16 @@ def outer_step(runs, config) -> dict:
 
 
 def _stopping_runs(affine: ml_collections.ConfigDict, adam_dir: str, lr: float,
-                   stop_loss: float) -> dict[str, str]:
+                   stop_loss: float, names=("adam_stop", "linesearch_stop")) -> dict[str, str]:
   """The affine run ``affine`` (Adam, in ``adam_dir``) again with the outer stopping rule
   at ``stop_loss``: with Adam ("adam_stop") and with eq. 7's step and a backtracking line
-  search, the step at most η = ``lr`` ("linesearch_stop"); the Adam run's θ*, no Table 1
-  re-solves from U(0, 1) (Figs. 1–3 do not read them). Run or reused in the folder
-  outer_step/ beside ``adam_dir``. Returns {name: directory}."""
+  search, the step at most η = ``lr`` ("linesearch_stop"), those of ``names``; the Adam
+  run's θ*, no Table 1 re-solves from U(0, 1) (Figs. 1–3 do not read them). Run or reused
+  in the folder outer_step/ beside ``adam_dir``. Returns {name: directory}."""
   out = {}
-  for name, overrides in (("adam_stop", {}),
-                          ("linesearch_stop", {"optimizer": "sgd_linesearch", "lr": float(lr),
-                                               "lr_schedule": "constant"})):
+  every = {"adam_stop": {}, "linesearch_stop": {"optimizer": "sgd_linesearch", "lr": float(lr),
+                                                "lr_schedule": "constant"}}
+  for name, overrides in ((n, every[n]) for n in names):
     c = affine.copy_and_resolve_references()
     c.attack.update(overrides)
     c.attack.stop_loss = float(stop_loss)
@@ -434,6 +440,10 @@ def _outer_step_markdown(table: dict) -> str:
         f"{rows[s]['upper_loss']:.3g}" for s in ("noise", "ground_truth", "partition")) + " |")
   if chosen is None:
     return "\n".join(lines + ["", "Every η diverged: no plain-step run to set beside."]) + "\n"
+  grid = sorted(map(float, table["lrs"]))
+  if len(grid) > 1 and float(chosen) in (grid[0], grid[-1]):
+    lines += ["", f"η = {chosen} lies at the grid's edge: the grid does not bracket the η "
+              "that the rule would choose, which may lie beyond it."]
   lines += ["", "| start | outer step | ‖θ*−θ‖² | SSIM to the nearest training image "
             "(start) | SSIM to the nearest partition image (start) | L2 to train |",
             "|---|---|---:|---:|---:|---:|"]
@@ -461,7 +471,8 @@ def _outer_step_markdown(table: dict) -> str:
                      f"{r['param_distance']:.3g} | {r['ssim_to_train']:.3f} "
                      f"({r[START + 'ssim_to_train']:.3f}) | {r['l2_to_train']:.3g} |")
   seeds = table["seeds"]
-  steps = [s for s in OUTER_STEPS if all(s in both for both in seeds.values())]
+  # Every step seed 0 ran (the repeat seeds may run fewer: paper_figures.py's seed_steps).
+  steps = [s for s in OUTER_STEPS if s in seeds[min(seeds, key=int)]]
   lines += ["", "The report's rules on the affine victim alone under each outer step (the "
             "start images' verdict in brackets), per seed (the data draw, the victim's "
             f"initialisation and the starts; the same η = {chosen} on every seed). Eq. 7, "
@@ -473,7 +484,7 @@ def _outer_step_markdown(table: dict) -> str:
     for name in both["adam"]:
       lines.append(f"| {seed} | {name} | " + " | ".join(
           f"{both[s][name]['verdict']} ({both[s][name]['baseline']['verdict']})"
-          for s in steps) + " |")
+          if s in both else "not repeated" for s in steps) + " |")
   lines += ["", f"The checks on which eq. 7's plain step disagrees with {adam['optimizer']}:",
             "", "| seed | artefact | checks that differ |", "|---|---|---|"]
   for seed, both in seeds.items():
@@ -498,8 +509,9 @@ def fig2_steps(outer: dict) -> list[dict]:
   first = seeds[min(seeds, key=int)]
   return [{"step": step, "words": OUTER_STEPS[step], "verdict": first[step]["fig2"]["verdict"],
            "baseline": first[step]["fig2"]["baseline"]["verdict"],
-           "seeds": {seed: both[step]["fig2"]["verdict"] for seed, both in seeds.items()}}
-          for step in OUTER_STEPS if all(step in both for both in seeds.values())]
+           "seeds": {seed: both[step]["fig2"]["verdict"] for seed, both in seeds.items()
+                     if step in both}}
+          for step in OUTER_STEPS if step in first]
 
 
 def readings_attack(runs, config) -> dict:

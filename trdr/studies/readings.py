@@ -63,15 +63,25 @@ def _victim(config: ml_collections.ConfigDict, task, init: str, directory: str):
   return victim.load_or_train(c, task, os.path.join(directory, f"victim_{init}"))
 
 
-def _resolver(target, labels, ll):
-  """jit(x, θ0 -> (l, ||∇θE||, iterations)): θ(x) re-solved by L-BFGS from θ0."""
-  def resolve(x, theta0):
+def _resolver(target, ll):
+  """jit(x, labels, θ0, θ* -> (l, ||∇θE||, iterations)): θ(x) re-solved by L-BFGS from θ0,
+  for any victim with ``target``'s network and weight decay (θ* an argument, so the two
+  victims of `solves` share one program)."""
+  def resolve(x, labels, theta0, theta_star):
     energy = lambda p: victim.energy(p, x, labels, apply_fn=target.apply,
                                      weight_decay=target.config.weight_decay)
     theta, info = victim.minimize_energy(energy, theta0, max_iter=ll.max_iter, tol=ll.tol,
                                          memory_size=ll.memory_size)
-    return bilevel.param_distance(target.params, theta), info.grad_norm, info.num_iter
+    return bilevel.param_distance(theta_star, theta), info.grad_norm, info.num_iter
   return jax.jit(resolve)
+
+
+def _devices() -> list:
+  """The devices `solves` spreads its re-solves over: every local CPU device (each solve is
+  small enough that two at once on two CPU devices finish sooner than one after the other,
+  with the same bits), else the default device alone."""
+  cpus = jax.local_devices(backend="cpu") if jax.default_backend() == "cpu" else []
+  return cpus or [jax.local_devices()[0]]
 
 
 def solves(config: ml_collections.ConfigDict, directory: str,
@@ -112,12 +122,13 @@ def solves(config: ml_collections.ConfigDict, directory: str,
                             if np.isscalar(v.metadata["report"][k])}
   if on_solve is not None:
     on_solve(out)
+  # Every re-solve is dispatched at once, in turn over `_devices` (JAX runs them
+  # asynchronously, each device's in order), and read back in ``order``.
+  resolve, devices, pending = _resolver(victims["default"], ll), _devices(), []
   for reading in order:
     start, init, _ = READINGS[reading]
     target = victims[init]
-    resolve = _resolver(target, labels, ll)
     once = models.uniform_params(jax.random.fold_in(key, 2), target.params)
-    out["readings"][reading] = {}
     for i, name in enumerate(IMAGE_SETS):
       if start == "uniform":
         theta0 = models.uniform_params(jax.random.fold_in(key, 10 + i), target.params)
@@ -125,13 +136,16 @@ def solves(config: ml_collections.ConfigDict, directory: str,
         theta0 = target.initial_params(task.train_images.shape[1:])
       else:
         theta0 = once if start == "uniform_once" else target.params
-      distance, grad_norm, num_iter = resolve(jnp.asarray(images[name], dtype), theta0)
-      out["readings"][reading][name] = dataclasses.asdict(Solve(
-          float(distance), float(grad_norm), int(num_iter)))
-      logging.info("reading (%s), %s: l = %.4e, ||∇θE|| = %.2e after %d iterations",
-                   reading, name, float(distance), float(grad_norm), int(num_iter))
-      if on_solve is not None:
-        on_solve(out)
+      device = devices[len(pending) % len(devices)]
+      arguments = (jnp.asarray(images[name], dtype), labels, theta0, target.params)
+      pending.append((reading, name, resolve(*jax.device_put(arguments, device))))
+  for reading, name, (distance, grad_norm, num_iter) in pending:
+    out["readings"].setdefault(reading, {})[name] = dataclasses.asdict(Solve(
+        float(distance), float(grad_norm), int(num_iter)))
+    logging.info("reading (%s), %s: l = %.4e, ||∇θE|| = %.2e after %d iterations",
+                 reading, name, float(distance), float(grad_norm), int(num_iter))
+    if on_solve is not None:
+      on_solve(out)
   return out
 
 
