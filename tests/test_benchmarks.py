@@ -80,16 +80,17 @@ def test_the_evaluation_section_finds_the_same_neighbours_and_counts_its_product
 
 
 def test_the_main_job_section_times_both_lower_levels_on_the_same_starts(capsys):
-  """The :smoke main job, smaller (9 grid points x 20 images, one chunk of 10 outer steps:
-  the section, not the size, is tested), run whole with each lower level: every phase and
-  its ratio printed, and the start images' fields, which no lower level touches, equal to
-  the bit (|Δ| 0)."""
+  """The :smoke main job, smaller (the 4 pure grid points x 20 images, one chunk of 10 outer
+  steps: the section, not the size, is tested), run whole with each lower level: every
+  phase and its ratio printed, and the start images' fields, which no lower level touches,
+  equal to the bit (|Δ| 0)."""
   from trdr.configs import bilevel_affine
   config = bilevel_affine.get_config("smoke")
   config.data.n_per_class, config.attack.steps = 10, config.attack.log_every
+  config.init.lambda1 = config.init.lambda2 = (0.0, 1.0)
   main_job.run(config, repeats=1)
   out = capsys.readouterr().out
-  assert "9 grid points x 20 images, 10 outer steps" in out
+  assert "4 grid points x 20 images, 10 outer steps" in out
   for phase in (*main_job.PHASES, "whole run"):
     line = next(line for line in out.splitlines() if line.startswith(phase))
     assert line.rstrip().endswith("x"), line

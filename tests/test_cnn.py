@@ -193,7 +193,7 @@ def test_bilevel_attack_runs_on_a_cnn_and_reports_its_lower_level(tmp_path):
   from trdr.configs import bilevel_cnn   # noqa: PLC0415
   from trdr.runtime import files   # noqa: PLC0415
   config = bilevel_cnn.get_config("smoke")
-  config.attack.steps, config.attack.log_every = 10, 10
+  config.attack.steps, config.attack.log_every = 5, 5
   experiment.run(config, str(tmp_path), "landscape")
   summary = files.read_json(tmp_path / experiment.SUMMARY_FILE)
   assert summary["victim"]["grad_norm"] < config.victim.tol < config.attack.lower_level.tol

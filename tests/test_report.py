@@ -2,6 +2,7 @@
 end to end (the membership rules: tests/test_membership_rules.py)."""
 
 import itertools
+import json
 import os
 import pathlib
 import re
@@ -483,6 +484,19 @@ def test_the_report_carries_membership_only_where_make_membership_has_run(
   page = markdown.report_page(results, "", measured, "smoke")
   assert "![Membership: with certainty](membership.png)" in page
   assert all(table in page for table in _MEMBERSHIP_TABLES)
+
+  # Measured before trdr added a run key (rundir.ADDED_KEYS): the same runs, while the key
+  # holds its added value (the behaviour of before); another value is a change.
+  old = json.loads(files.dumps_json(measured))
+  del old["config"]["attacks"]["decoreco_mlp"]["attack"]["autodiff_order"]
+  files.write_json(target / membership.MEASURED_FILE, old)
+  assert files.dumps_json(membership.read(config.membership, str(target))) == (
+      files.dumps_json(old))
+  config.membership.attacks.decoreco_mlp.attack.autodiff_order = "forward_over_reverse"
+  with pytest.raises(ValueError, match=r"differs in attacks\.decoreco_mlp\.attack\.autodiff"):
+    membership.read(config.membership, str(target))
+  config = report_config.get_config("smoke")
+  files.write_json(target / membership.MEASURED_FILE, measured)
 
   config.membership.shadows += 1
   with pytest.raises(ValueError, match=r"differs in shadows\b"):

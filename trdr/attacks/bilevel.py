@@ -345,10 +345,9 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
         state.images, start)
     # The outer stopping rule: at a point where l or its gradient is small enough the
     # images (and the optimiser's state) stay; the step count and θ(x) move on. Decided
-    # before the update, which a held step skips (`lax.cond`): the line search's trial
-    # points are lower-level solves each, and at a held point l is within the solves'
-    # noise of its floor, where the Armijo test fails to its last backtracking step.
-    # (Vmapped, as a batched grid on GPU/TPU, the cond computes both sides and selects.)
+    # before the update, which a held step skips (`lax.cond`): it would be discarded, and
+    # the line search's trial points are lower-level solves each. (Vmapped, as a batched
+    # grid on GPU/TPU, the cond computes both sides and selects: the same result.)
     stopped = jnp.asarray(False)
     if stop_loss > 0:
       stopped |= loss <= stop_loss

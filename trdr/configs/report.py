@@ -15,7 +15,7 @@ about an hour at ":cpu"), repeat_seeds / repeat_runs
 (the repeats over seeds, into WORKDIR/seeds/seed_{s}). Finished runs are reused; see
 trdr/report/claims.py and trdr/report/verdicts.py for the rules.
 
-Expected runtime: ":cpu" about 67 minutes on a 2-core CPU (AVX2, compilation cache warm);
+Expected runtime: ":cpu" about 57 minutes on a 2-core CPU (AVX2, compilation cache warm);
 ":smoke" about 2–5 minutes;
 paper size several hours on one GPU (not yet run).
 """

@@ -655,6 +655,22 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   return measured
 
 
+def _differing_keys(had: dict, wanted: dict) -> list[str]:
+  """The dotted keys where the configuration membership.json recorded (``had``) and the one
+  asked for (``wanted``), both as `files.to_jsonable` makes them, differ; an attack's run
+  key added to trdr after the measurement (`rundir.ADDED_KEYS`: absent from ``had``, at
+  its added value, the behaviour of before, in ``wanted``) is the same run, not a change."""
+  ours = traverse_util.flatten_dict(wanted, sep=".")
+  theirs = traverse_util.flatten_dict(had, sep=".")
+
+  def added(key):
+    parts = key.split(".", 2)   # attacks.<name>.<the run config's key>
+    return (key not in theirs and len(parts) == 3 and parts[0] == "attacks"
+            and parts[2] in rundir.ADDED_KEYS and ours[key] == rundir.ADDED_KEYS[parts[2]])
+  return sorted(k for k in ours.keys() | theirs.keys()
+                if ours.get(k) != theirs.get(k) and not added(k))
+
+
 def read(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
   """What `run` measured under ``config`` into ``workdir`` (its membership.json), or None
   when it has not finished there. The report (`trdr.report.run`) reads it rather than
@@ -670,13 +686,11 @@ def read(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
     return None
   measured = files.read_json(path)
   wanted, had = files.to_jsonable(config), measured.get("config")
-  if had != wanted:
+  keys = None if had is None else _differing_keys(had, wanted)
+  if keys is None or keys:
     if had is None:
       why = "it was written before membership.json recorded its configuration"
     else:
-      ours = traverse_util.flatten_dict(wanted, sep=".")
-      theirs = traverse_util.flatten_dict(had, sep=".")
-      keys = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
       why = f"its configuration differs in {', '.join(keys[:8])}" + (
           f" and {len(keys) - 8} more" if len(keys) > 8 else "")
     raise ValueError(f"{path} was not measured under this configuration ({why}); rerun "
