@@ -25,7 +25,7 @@ minimum of its non-convex E, and the training images then do not minimise the up
 ill-posed problem. `--config.paper.one_hidden.attack.lower_level.start=uniform` runs the
 literal reading.
 outer_step: the affine run again with eq. 7's plain gradient step (`make outer-step`).
-Expected runtime: ":cpu" about 3 minutes on a 2-core CPU, the outer step about 5 minutes
+Expected runtime: ":cpu" about 3 minutes on a 2-core CPU, the outer step about 4 minutes
 more, Table 1's readings about 7 and the attacks under each reading about 8; ":smoke"
 under a minute; paper size about 30 minutes on one GPU for the one-hidden victim (not yet
 run to the end).
