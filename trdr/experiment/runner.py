@@ -50,6 +50,7 @@ from absl import logging
 
 from trdr import data, models, victim
 from trdr.attacks import ATTACKS, Attack
+from trdr.attacks import bilevel
 from trdr.attacks import init as inits
 from trdr.evaluation import evaluate, records
 from trdr.experiment import loop
@@ -591,11 +592,15 @@ def training_images_distance(target: victim.Victim, attack_config: ml_collection
     start = target.initial_params(task.train_images.shape[1:])
   else:
     start = models.uniform_params(key, target.params)
-  theta, info = victim.minimize_energy(lambda p: energy(p, x, y), start,
-                                       max_iter=ll.max_iter, tol=ll.tol,
-                                       memory_size=ll.memory_size)
-  distance = float(sum(jnp.sum(jnp.square(a - b)) for a, b in zip(
-      jax.tree.leaves(target.params), jax.tree.leaves(theta))))
+  # One program (eagerly, the L-BFGS set-up and the distance would compile op by op).
+  @jax.jit
+  def resolve(start, x, y, theta_star):
+    theta, info = victim.minimize_energy(lambda p: energy(p, x, y), start,
+                                         max_iter=ll.max_iter, tol=ll.tol,
+                                         memory_size=ll.memory_size)
+    return bilevel.param_distance(theta_star, theta), info
+  distance, info = resolve(start, x, y, target.params)
+  distance = float(distance)
   out = {"l_training_images": distance, "start": ll.start,
          "grad_norm": float(info.grad_norm), "num_iter": int(info.num_iter)}
   logging.info("Bilevel premise: l(x_GT) = ||θ* − θ(x_GT)||² = %.3g at the training images, "
