@@ -338,6 +338,7 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
 
   stop_loss = float(attack_config.get("stop_loss", 0.0))
   stop_grad_norm = float(attack_config.get("stop_grad_norm", 0.0))
+  stopping = stop_loss > 0 or stop_grad_norm > 0
 
   def step(state):
     start = start_point(state)
@@ -364,8 +365,7 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
       return images, opt_state
 
     hold = lambda _: (state.images, state.opt_state)
-    images, opt_state = (jax.lax.cond(stopped, hold, update, None)
-                         if stop_loss > 0 or stop_grad_norm > 0 else update(None))
+    images, opt_state = jax.lax.cond(stopped, hold, update, None) if stopping else update(None)
     new_state = AttackState(images, opt_state, theta, state.step + 1)
     return new_state, StepMetrics(loss, info.grad_norm, info.num_iter,
                                   stopped.astype(jnp.int32))

@@ -72,10 +72,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # ends at the lowest upper loss l, the attack's own objective: chosen without looking at
   # a training image. Grid and rule fixed before the runs; the report says when the chosen
   # η lies at the grid's edge (then the grid does not bracket the best η). ":cpu" runs the
-  # decade grid's middle three: on the whole grid (0.01 … 1000) the rule chose 10 there,
-  # the smaller η left the noise start's l higher and 100 and 1000 diverged alike, so the
-  # outer three cannot change the choice while 1 and 100 bracket it (their runs' minutes
-  # keep `make figures` within its hour).
+  # decade grid's middle three, which keeps `make figures` within its hour: the whole
+  # grid's ":cpu" run (its table in docs/verdicts.md as of commit 095e3f4) chose 10 with 1
+  # and 100 on either side, so the outer three cannot change the choice.
   config.outer_step = ml_collections.ConfigDict()
   config.outer_step.lrs = {"smoke": (1.0, 10.0), "cpu": (1.0, 10.0, 100.0)}.get(
       variant, (0.01, 0.1, 1.0, 10.0, 100.0, 1000.0))
@@ -83,8 +82,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # beyond Adam, the affine run itself): eq. 7's step plain and with the line search, the
   # paper's step, everywhere; Adam with the stopping rule, which differs from Adam only
   # at the steps the rule holds (the ground-truth start's), on seed 0 alone below paper size.
-  config.outer_step.seed_steps = ("plain", "adam_stop", "linesearch_stop") if not variant \
-      else ("plain", "linesearch_stop")
+  config.outer_step.seed_steps = (("plain", "adam_stop", "linesearch_stop") if not variant
+                                  else ("plain", "linesearch_stop"))
   # Table 1 under each reading of the paper's random θ0 (trdr/studies/readings.py): the
   # one-hidden victim of this variant, with ReLU (the paper's) and softplus, over seeds.
   # Its victims and re-solves share one L-BFGS budget (max_iter, tol), so that under

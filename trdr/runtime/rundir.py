@@ -92,6 +92,12 @@ ADDED_KEYS = {"victim.init": "default", "victim.later_init": "flax", "victim.flo
               "attack.autodiff_order": "reverse_over_reverse"}
 
 
+def added_key(key: str, value: Any) -> bool:
+  """Whether ``key`` (dotted, of a run config) is one of `ADDED_KEYS` at ``value``, its added
+  value: a saved config without the key was run with it (the same run)."""
+  return key in ADDED_KEYS and value == ADDED_KEYS[key]
+
+
 def config_change(old: Any, new: Any, shown: int = 4) -> str:
   """How config ``new`` differs from ``old`` (each as `to_jsonable` makes it): the first
   ``shown`` differing dotted keys in key order, as "key: old -> new" (absent where a
@@ -102,7 +108,7 @@ def config_change(old: Any, new: Any, shown: int = 4) -> str:
   def walk(a, b, key):
     if key[1:] in EXECUTION_KEYS:
       return []
-    if a is absent and key[1:] in ADDED_KEYS and b == ADDED_KEYS[key[1:]]:
+    if a is absent and added_key(key[1:], b):
       return []
     if isinstance(a, dict) and isinstance(b, dict):
       return [line for k in sorted(set(a) | set(b))

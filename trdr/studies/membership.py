@@ -666,7 +666,7 @@ def _differing_keys(had: dict, wanted: dict) -> list[str]:
   def added(key):
     parts = key.split(".", 2)   # attacks.<name>.<the run config's key>
     return (key not in theirs and len(parts) == 3 and parts[0] == "attacks"
-            and parts[2] in rundir.ADDED_KEYS and ours[key] == rundir.ADDED_KEYS[parts[2]])
+            and rundir.added_key(parts[2], ours[key]))
   return sorted(k for k in ours.keys() | theirs.keys()
                 if ours.get(k) != theirs.get(k) and not added(k))
 
