@@ -338,6 +338,38 @@ def test_identical_grid_points_are_evaluated_once(monkeypatch):
         np.testing.assert_array_equal(out[k][g], v)
 
 
+def test_identical_grid_points_are_re_solved_once(monkeypatch, x64):
+  """`evaluate.param_distances` re-solves bit-identical grid points once and gives each
+  its own ||θ* − θ(x)||². On ridge regression, E(θ) = ½||Xθ − y||² + ½ wd ||θ||², θ(x) has
+  a closed form. Error argument: L-BFGS stops at ||∇E|| < tol, and E is wd-strongly convex,
+  so ||θ − θ(x)|| ≤ δ = tol / wd, and | ||θ* − θ||² − ||θ* − θ(x)||² | ≤ (2||θ* − θ(x)|| + δ) δ;
+  the distinct points' exact distances differ by far more, so a point given another's
+  number fails."""
+  wd, tol = 0.1, 1e-10
+  rng = np.random.default_rng(0)
+  labels = jnp.asarray([-1.0, 1.0, -1.0, 1.0])
+  images = rng.random((5, 4, 2, 2, 1))
+  images[2] = images[0]
+  images[4] = images[1]
+  energy = lambda theta, x, y: 0.5 * (
+      jnp.sum((x.reshape(x.shape[0], -1) @ theta["w"] - y) ** 2) + wd * jnp.sum(theta["w"] ** 2))
+  theta_star = {"w": jnp.asarray(rng.normal(size=4))}
+  mapped = []
+  grid_map = evaluate.sharding.grid_map
+  monkeypatch.setattr(evaluate.sharding, "grid_map", lambda fn, xs, *a, **k: (
+      mapped.append(xs.shape) or grid_map(fn, xs, *a, **k)))
+  out = evaluate.param_distances(energy, theta_star, images, labels, tol=tol, max_iter=100,
+                                 memory_size=10, batch=1)
+  assert mapped == [(3, 4, 2, 2, 1)]  # points 0, 1 and 3 only
+  for g in range(5):
+    x = images[g].reshape(4, -1)
+    exact = np.linalg.solve(x.T @ x + wd * np.eye(4), x.T @ np.asarray(labels))
+    gap = np.linalg.norm(np.asarray(theta_star["w"]) - exact)
+    delta = tol / wd
+    assert abs(out[g] - gap**2) <= (2 * gap + delta) * delta
+  assert out[2] == out[0] and out[4] == out[1]
+
+
 def test_search_progress_counts_each_distinct_pair_once_and_changes_nothing():
   """`evaluate.reconstructions`' ``progress`` (the runner logs the time left from it): called
   as blocks finish, with the (image, candidate) pairs done rising to all of this call's

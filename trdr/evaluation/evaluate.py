@@ -285,8 +285,11 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
     devices: the devices the grid is sharded over (None: all local ones; a run passes
       `trdr.experiment.loop.grid_layout`'s).
   Returns:
-    float[G] for a float ``tol``, float[G, T] for a sequence.
+    float[G] for a float ``tol``, float[G, T] for a sequence. Bit-identical grid points
+    (a landscape's λ2 = 0 points share one noise start, and then one trajectory) are
+    re-solved once and their distance copied, so they are equal.
   """
+  distinct, spread = sharding.distinct_points(np.asarray(images))
   labels = jnp.asarray(labels)
   start = theta_star if theta_init is None else theta_init
 
@@ -307,7 +310,8 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
   # re-solves from U(0, 1): > 20 s, which XLA logs as a rendezvous "may be stuck").
   others = any(d.process_index != jax.process_index() for d in devices or ())
   grid = jax.jit(lambda xs: sharding.grid_map(fn, xs, batch, devices, replicate=others))
-  return np.asarray(grid(images))[:len(images)]  # padding rows dropped
+  solved = np.asarray(grid(jnp.asarray(images)[distinct]))[:len(distinct)]  # padding dropped
+  return solved[spread]
 
 
 def trajectory(x0, mean, sets: dict[str, np.ndarray], traced, display: str = "pixels"):
