@@ -22,36 +22,35 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# XLA's flags differ by role; each process keeps the session's own XLA_FLAGS (under
-# .ci/run the AVX2 pin) and adds those below that they do not name already, so a flag
-# given in XLA_FLAGS stands for every process (`XLA_FLAGS="--xla_backend_optimization_level=3
+# Every process of the session (the controller, the xdist workers, and every subprocess:
+# the :smoke report and membership runs, the command-line, resume, multi-process and
+# GPU-check tests, `like_the_runs`) compiles with the flags below, added to the session's
+# own XLA_FLAGS (under .ci/run the AVX2 pin) where those do not name them, so a flag given
+# in XLA_FLAGS stands for every process (`XLA_FLAGS="--xla_backend_optimization_level=3
 # --xla_cpu_use_fusion_emitters=true" pytest` compiles everything as users' runs are).
+# Set here, before JAX starts its backend; the workers and subprocesses inherit them.
 #
-# The test processes (the controller and the xdist workers) compile with LLVM's backend
-# optimisation off (level 0) and XLA's older CPU emitters (set below, before JAX starts its
-# backend; the workers inherit them): their cost is compiling many small programs that then
-# run for milliseconds, and both settings cut it (the fusion emitters build an MLIR
-# pipeline per kernel, a floor under every compilation; XLA's HLO passes, fusion and
-# layout, still run).
-#
-# Every subprocess (`subprocess_env`: the :smoke report and membership runs, the command-
-# line, resume, multi-process and GPU-check tests, `like_the_runs`) compiles at LLVM level
-# 1 with the older emitters: those runs execute their programs for seconds, which level 0
-# slows, and compile hundreds, which the default level and the fusion emitters slow; so
-# the :smoke report runs faster than at level 0 or at the default level, with either
-# emitters (`experiments/report.py --config=configs/report.py:smoke` from an empty cache
-# under each shows it).
+# XLA's older CPU emitters: the fusion emitters build an MLIR pipeline per kernel, a floor
+# under each of the session's thousands of compilations (XLA's HLO passes, fusion and
+# layout, still run). LLVM's backend optimisation at level 1: once this machine has run the
+# suite, the session's programs come from the persistent compilation cache below, not the
+# compiler, and then what costs is running them, which level 0 slows (the :smoke report's
+# and the CNN's lower-level solves most). From an empty cache level 0 compiles faster, so a
+# machine's first session is slower at level 1 than it would be at 0, and every later one
+# faster. Measured by running the suite twice into a new cache under each level, e.g.
+# `TRDR_TEST_XLA_CACHE=/tmp/c0 XLA_FLAGS=--xla_backend_optimization_level=0 pytest`:
+# the first run takes the empty cache's time, the second the kept cache's.
 #
 # The tests hold under any of these settings: tolerances are argued from rounding, and a
 # bitwise comparison is only made between programs compiled under the same flags. A test
 # that asks for the bits of a subprocess's result computes its own side in a subprocess
-# too (`like_the_runs`). The one comparison of two different programs, 8 devices against
-# one (tests/test_sharding.py), needs XLA to generate the same per-point code for both,
-# which the fusion emitters do and the older ones do not: it sets its own flags.
+# too (`like_the_runs`: the same flags, devices and precision as the run's process). The
+# one comparison of two different programs, 8 devices against one (tests/test_sharding.py),
+# needs XLA to generate the same per-point code for both, which the fusion emitters do
+# and the older ones do not: it sets its own flags.
 _OPT_LEVEL_FLAG = "--xla_backend_optimization_level"
 _EMITTER_FLAG = "--xla_cpu_use_fusion_emitters"
-_TEST_PROCESS_FLAGS = ((_OPT_LEVEL_FLAG, 0), (_EMITTER_FLAG, "false"))
-_SUBPROCESS_FLAGS = ((_OPT_LEVEL_FLAG, 1), (_EMITTER_FLAG, "false"))
+_SESSION_FLAGS = ((_OPT_LEVEL_FLAG, 1), (_EMITTER_FLAG, "false"))
 
 
 def _with_flags(flags: str, added) -> str:
@@ -60,11 +59,7 @@ def _with_flags(flags: str, added) -> str:
                              if flag not in flags]).strip()
 
 
-# The session's own flags, set once, by the first process (the controller), before it adds
-# the test processes' flags, which the workers inherit.
-_SESSION_XLA_FLAGS = "TRDR_TEST_SESSION_XLA_FLAGS"
-os.environ.setdefault(_SESSION_XLA_FLAGS, os.environ.get("XLA_FLAGS", ""))
-os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), _TEST_PROCESS_FLAGS)
+os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), _SESSION_FLAGS)
 
 
 def _enable_x64():
@@ -186,7 +181,6 @@ def pytest_configure(config):
 def _subprocess_env() -> dict[str, str]:
   session_cache = os.path.join(os.environ[_SESSION_DIR], "xla_cache")
   return {**_cache_env(session_cache), **os.environ,  # the persistent cache, if on
-          "XLA_FLAGS": _with_flags(os.environ[_SESSION_XLA_FLAGS], _SUBPROCESS_FLAGS),
           "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p),
           # One CPU device, not one per core (`trdr.runtime.sharding.set_cpu_devices`): the
           # subprocesses run beside the two workers, so a second device would only add a
@@ -204,12 +198,13 @@ def subprocess_env() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def like_the_runs(subprocess_env):
-  """Runs Python source in a subprocess with `subprocess_env`, so with the XLA flags of the
-  background runs and the other subprocesses (not the test processes' own, above), and
-  returns what it printed; fails the test with its error output if it fails.
+  """Runs Python source in a subprocess with `subprocess_env`, so as the background runs
+  and the other subprocesses run (their XLA flags, one CPU device, JAX's settings fresh
+  rather than what the test process's earlier tests left), and returns what it printed;
+  fails the test with its error output if it fails.
 
   For a test that computes again what a background run computed and asks for the same
-  bits: only programs compiled under the same flags give them."""
+  bits: only the same programs, compiled under the same flags, give them."""
   def run(source: str) -> str:
     done = subprocess.run([sys.executable, "-c", source], env=subprocess_env, cwd=REPO,
                           capture_output=True, text=True, timeout=_REPORT_TIMEOUT_S)
