@@ -32,13 +32,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #
 # XLA's older CPU emitters: the fusion emitters build an MLIR pipeline per kernel, a floor
 # under each of the session's thousands of compilations (XLA's HLO passes, fusion and
-# layout, still run). LLVM's backend optimisation at level 1: once this machine has run the
-# suite, the session's programs come from the persistent compilation cache below, not the
-# compiler, and then what costs is running them, which level 0 slows (the :smoke report's
-# and the CNN's lower-level solves most). From an empty cache level 0 compiles faster, so a
-# machine's first session is slower at level 1 than it would be at 0, and every later one
-# faster. Measured by running the suite twice into a new cache under each level, e.g.
-# `TRDR_TEST_XLA_CACHE=/tmp/c0 XLA_FLAGS=--xla_backend_optimization_level=0 pytest`:
+# layout, still run). LLVM's backend optimisation at level 1: level 0 compiles each program
+# faster, but once this machine has run the suite its programs come from the persistent
+# compilation cache below, not the compiler, and then what costs is running them, which
+# level 0 slows (the :smoke report's and the CNN's lower-level solves, the DP study's
+# training most). Measured by running the suite twice into a new cache under each level,
+# e.g. `TRDR_TEST_XLA_CACHE=/tmp/c0 XLA_FLAGS=--xla_backend_optimization_level=0 pytest`:
 # the first run takes the empty cache's time, the second the kept cache's.
 #
 # The tests hold under any of these settings: tolerances are argued from rounding, and a
