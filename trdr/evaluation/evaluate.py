@@ -289,7 +289,8 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
     (a landscape's λ2 = 0 points share one noise start, and then one trajectory) are
     re-solved once and their distance copied, so they are equal.
   """
-  distinct, spread = sharding.distinct_points(np.asarray(images))
+  images = np.asarray(images)
+  distinct, spread = sharding.distinct_points(images)
   labels = jnp.asarray(labels)
   start = theta_star if theta_init is None else theta_init
 
@@ -310,7 +311,7 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
   # re-solves from U(0, 1): > 20 s, which XLA logs as a rendezvous "may be stuck").
   others = any(d.process_index != jax.process_index() for d in devices or ())
   grid = jax.jit(lambda xs: sharding.grid_map(fn, xs, batch, devices, replicate=others))
-  solved = np.asarray(grid(jnp.asarray(images)[distinct]))[:len(distinct)]  # padding dropped
+  solved = np.asarray(grid(images[distinct]))[:len(distinct)]  # padding rows dropped
   return solved[spread]
 
 

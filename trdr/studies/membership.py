@@ -686,13 +686,13 @@ def read(config: ml_collections.ConfigDict, workdir: str) -> dict | None:
     return None
   measured = files.read_json(path)
   wanted, had = files.to_jsonable(config), measured.get("config")
-  keys = None if had is None else _differing_keys(had, wanted)
-  if keys is None or keys:
-    if had is None:
-      why = "it was written before membership.json recorded its configuration"
-    else:
-      why = f"its configuration differs in {', '.join(keys[:8])}" + (
-          f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+  why = None
+  if had is None:
+    why = "it was written before membership.json recorded its configuration"
+  elif keys := _differing_keys(had, wanted):
+    why = f"its configuration differs in {', '.join(keys[:8])}" + (
+        f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+  if why:
     raise ValueError(f"{path} was not measured under this configuration ({why}); rerun "
                      "the membership experiment into that directory (`make membership`, or "
                      "experiments/membership.py with the same config: finished runs and "
