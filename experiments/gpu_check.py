@@ -22,9 +22,9 @@ before it wrote stays):
               `VICTIM_LR` (20,000 epochs), not at their lr 0.01 for 10⁶ epochs, which does
               not fit the window; its KKT premise (`trdr.victim.kkt`) is recorded.
               Counts of training images reconstructed (SSIM ≥ 0.4, windows 11 and 3,
-              and as best buddies) beside the same counts on the start images; the reconstructions beside their
-              nearest training images (decoreco_grid.png); one iteration's time by trdr
-              and by the PyTorch transcription of the reference
+              and as best buddies) beside the same counts on the start images; the
+              reconstructions beside their nearest training images (decoreco_grid.png);
+              one iteration's time by trdr and by the PyTorch transcription of the reference
               (experiments/benchmarks/torch_reference.py) on the same device, alternated.
   one_hidden  the paper-size one-hidden ReLU victim (eq. 9, width 6144, n = 500, float32,
               configs/bilevel_one_hidden.py) trained by L-BFGS to ||∇θE|| < the lower

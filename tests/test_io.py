@@ -21,7 +21,6 @@ from trdr.attacks.protocol import Attack
 from trdr.configs import bilevel_affine
 from trdr.evaluation import records
 from trdr.experiment import loop
-from trdr.report import artefacts
 from trdr.studies import membership
 from trdr.runtime import files, rundir
 from trdr.victim import solver

@@ -167,8 +167,8 @@ def test_haim_et_al_s_recipe_leaves_the_smaller_kkt_residual(x64):
     params0 = victim.cache.initial_params(config.victim, model, task.train_images.shape[1:],
                                           jnp.float64)
     params, _ = victim.train_gd(model, params0, task, config.victim)
-    fit = kkt.fit(lambda p, x: model.apply({"params": p}, x), params, task.train_images,
-                  task.train_labels)
+    apply_fn = lambda p, x, model=model: model.apply({"params": p}, x)
+    fit = kkt.fit(apply_fn, params, task.train_images, task.train_labels)
     first[init] = fit.relative[fit.first_layer]
   assert decoreco_cifar.get_config("smoke").victim.later_init == "pytorch"
   assert first["pytorch"] < first["flax"]

@@ -468,7 +468,7 @@ def test_a_process_searches_the_same_starts_once(tmp_path, monkeypatch):
   assert searched.count(True) == 2   # the start images: the first run's and the other seed's
   start_keys = [k for k in runs["first"][0] if k.startswith(evaluate.START)]
   assert start_keys
-  for first, again, other in zip(runs["first"], runs["other_step"], runs["other_seed"]):
+  for first, again in zip(runs["first"], runs["other_step"]):
     assert {k: first[k] for k in start_keys} == {k: again[k] for k in start_keys}
   assert any(first[k] != other[k] for first, other in zip(runs["first"], runs["other_seed"])
              for k in start_keys)

@@ -194,8 +194,9 @@ def test_too_few_images_read_as_too_few_in_every_table_and_figure():
                "fprs": [0.001, 0.01], "natural_threshold": 0.15, "confidence": 0.95,
                "fractions": [{"attack": "a", "kind": "b", "stage": "reconstruction", "rows": [
                    {"threshold": 0.15, "natural": 0, "fraction_member": float("nan"),
-                    "start_member_agree": None}]}], "labels": {"windows": [11, 3], "member_min_ssim": 0.4,
-                                           "non_member_max_ssim": 0.3}}
+                    "start_member_agree": None}]}],
+               "labels": {"windows": [11, 3], "member_min_ssim": 0.4,
+                          "non_member_max_ssim": 0.3}}
   figures.membership_figure(measured)
   results = claims.verdicts({"membership": measured})
   page = markdown.membership_page(measured, results)

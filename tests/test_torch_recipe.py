@@ -105,7 +105,7 @@ def _gd_amplification(model, theta0, task, config, iterations=6):
   for _ in range(iterations):
     jtj_v = normal(v)
     growth = np.linalg.norm(flat(jtj_v))   # → ‖J‖² as v aligns with the top singular vector
-    v = jax.tree.map(lambda t: t / growth, jtj_v)
+    v = jax.tree.map(lambda t, growth=growth: t / growth, jtj_v)
   return float(np.sqrt(growth))
 
 

@@ -623,7 +623,8 @@ def _readings_attack_markdown(table: dict) -> str:
     lines.append(f"| {label} {row['words']}{mark} | {row['victim_grad_norm']:.1e} | "
                  f"{ll.get('fraction_converged', float('nan')):.0%} | "
                  f"{ll.get('grad_norm_max', float('nan')):.1e} | " + " | ".join(
-                     f"{row['verdicts'][a]['verdict']} ({row['verdicts'][a]['baseline']['verdict']})"
+                     f"{row['verdicts'][a]['verdict']} "
+                     f"({row['verdicts'][a]['baseline']['verdict']})"
                      for a in READING_ARTEFACTS) + " |")
   cols = list(TABLE1_COLUMNS)
   lines += ["", "Table 1's one-hidden row under each reading: ||θ* − θ||² after the attack / "

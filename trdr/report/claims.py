@@ -29,7 +29,7 @@ class Claim(NamedTuple):
     needs: the evidence it reads, as paths into the evidence dict ("pure/affine",
       "results/tuned", "table1", "membership"): the claim is judged only where all are
       present (a seed's repeats hold some runs only).
-    check: (evidence, rules) -> outcome (`trdr.report.verdict_rules.verdict_of`'s dict).
+    check: (evidence, rules) -> outcome (`trdr.report.verdicts.verdict_of`'s dict).
     images: image files relative to the report's work directory, shown in its section.
     own_baseline: the check sets its baseline itself (membership: the same rule on the
       start images, from its own measurements); otherwise `verdicts` applies the check to

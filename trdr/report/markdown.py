@@ -259,7 +259,7 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
   Args:
     results: artefact -> verdict dict (`verdicts`, plus "membership").
     table1_md: Table 1 as Markdown (`trdr.report.artefacts.table1`, table1.md, and
-      `trdr.report.artefacts.table1_readings` after it).
+      `trdr.studies.readings.table1_readings` after it).
     measured: `trdr.studies.membership.measure` output; None where the membership
       experiment has not run (its section then says so, with no figure or tables).
     variant: the config variant ("", "cpu" or "smoke"), named in the header.

@@ -378,7 +378,8 @@ def headline_reading(table: dict, activation: str, tol: float,
 
 
 HEADLINE_RULE = ("the most literal reading of the paper's random θ0 ((a), (c), (b), (e) in "
-                 "that order; of those whose attacks ran) under which, in every seed of Table 1's readings, the training "
+                 "that order; of those whose attacks ran) under which, in every seed of Table 1's "
+                 "readings, the training "
                  "images minimise l and the victim and every re-solve reach the lower "
                  "level's tolerance; where none does, (e) (every solve from θ*, the reading "
                  "nearest the main runs', whose solves warm-start from θ*), marked as the "

@@ -230,7 +230,7 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
   ]
   for cell in table(rows, config):
     rs = cell["rows"]
-    get = lambda f: [f(r) for r in rs]
+    get = lambda f, rs=rs: [f(r) for r in rs]
     lines.append(
         f"| {cell['init']} | {cell['time']} | {cell['setting']} | "
         f"{spread(get(lambda r: r['epochs']), ',.0f')} | "

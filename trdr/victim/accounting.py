@@ -1,4 +1,4 @@
-"""Privacy accounting of the DP-SGD victims (`trdr.victim.private`): ε at δ, and μ of GDP.
+"""Privacy accounting of the DP-SGD victims (`trdr.victim.dp_sgd`): ε at δ, and μ of GDP.
 
 The mechanism is T steps of the Gaussian mechanism on the sum of per-example gradients
 clipped to norm C, with noise N(0, σ²C² I), each step on all n training points (full
