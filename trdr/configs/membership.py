@@ -45,9 +45,11 @@ Variants: "" (paper-size attacks: 50,000 DecoReco iterations; one GPU), "cpu" (n
 affine and 200 one-hidden bilevel steps, 5,000 DecoReco iterations), "smoke" (n = 40,
 seconds per attack, for tests: enough images for every attack's positive control to show
 membership by the pooled test; two victims cannot decide the tests over victims);
-five victims per attack, two at ":smoke"; eight shadow victims per victim (offline LiRA),
+five victims per attack, two at ":smoke", and two selection victims (the adversary's,
+one at ":smoke"); eight shadow victims per victim (offline LiRA),
 two at ":smoke".
-Expected runtime: ":cpu" about 65 minutes on a 2-core CPU; ":smoke" about 1.5 minutes.
+Expected runtime: ":cpu" about 90 minutes on a 2-core CPU (65 before the two selection
+victims); ":smoke" about 2 minutes.
 """
 
 import ml_collections
@@ -107,6 +109,16 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     attack.eval.ssim_thresholds = ()
   # The victims: independent data draws of the same recipe (`victim_config`).
   config.victims = (0, 1) if variant == "smoke" else (0, 1, 2, 3, 4)
+  # The adversary's own victims of the same recipe (its shadows: it trains them, attacks
+  # them and knows their training sets), on which it selects its score
+  # (`trdr.report.membership_rules.select`, docs/membership.md "One adversary's answer");
+  # never tested. Their data draws are apart from the victims' seeds.
+  config.selection_victims = (2,) if variant == "smoke" else (5, 6)
+  # "Left its start": a reconstruction whose SSIM to its own start image is below the
+  # labels' non-member bound (non_member_max_ssim): as unlike its start as a non-member is
+  # unlike every training image, so the start is not what the adversary recognises in it
+  # (the public-start confound, `trdr.report.membership_rules`).
+  config.left_start_max_ssim = 0.3
   # Offline LiRA's shadow victims per victim (the attack's recipe on public data that never
   # contains a scored image: `trdr.studies.membership.shadow_victims`); the issue asks ≥ 8.
   config.shadows = 2 if variant == "smoke" else 8

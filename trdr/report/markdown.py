@@ -87,13 +87,9 @@ def _interval(ci) -> str:
 
 
 def tpr_cell(row: dict, fpr: str) -> str:
-  """A row's TPR at FPR ``fpr`` (a key of ``row["tpr_at_fpr"]``), or "—, N too small" with
-  its count when it has fewer than 1 / FPR non-members: then no threshold has a false
-  positive to spare, and the number is the TPR at FPR 0, not at ``fpr``."""
-  needed = 1.0 / float(fpr)
-  if row["non_members"] < needed:
-    return f"—, N too small ({row['non_members']} < {needed:.0f})"
-  return _fmt(row["tpr_at_fpr"][fpr])
+  """A row's TPR at FPR ``fpr`` as the sentences quote it (`membership_rules.tpr_text`: "—,
+  N too small" with its count when the row has fewer than 1 / FPR non-members)."""
+  return membership_rules.tpr_text(row, fpr)
 
 
 def _top(row: dict) -> str:

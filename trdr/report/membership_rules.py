@@ -47,9 +47,11 @@ alarm, reported), oracle (training images only: (i) must say "can tell with cert
 else the attack's "cannot tell with certainty" is underpowered).
 """
 
+import functools
 import math
 
 import numpy as np
+import scipy.optimize
 import scipy.stats
 
 from trdr.evaluation import roc
@@ -59,10 +61,43 @@ from trdr.report.verdicts import (NOT_REPRODUCED, NOT_TESTED, PARTLY, REPRODUCED
 CAN_TELL, CANNOT_TELL, TOO_FEW = "can tell", "cannot tell", "too few"
 # A group whose "can tell" its start images already give (the attack adds nothing).
 START_TELLS = "the start already tells"
+# A public-start group that tells, but not on its reconstructions that left their start
+# image: what the adversary recognises may be the start, not the training image.
+LEFT_NOT = "not where the reconstructions left their start"
+# A group whose shadows have no score with an AUC: the adversary has nothing to select.
+NOT_SELECTED = "no score selected on the shadows"
 STAGES = ("reconstruction", "start")
 
 
 # ------------------------------------------------------ (ii) better than chance
+
+
+def detectable_effect(sd: float, victims: int, alpha: float, power: float) -> float:
+  """The smallest |AUC − 0.5| that the two-sided one-sample t-test of ``victims`` AUCs
+  (spread ``sd``) rejects at level ``alpha`` with probability ``power``: δ = λ·sd/√k, λ
+  the noncentrality at which the noncentral t (scipy.stats.nct, k − 1 degrees of
+  freedom) exceeds the critical value t₁₋α/₂ in absolute value with probability
+  ``power`` (exact for normal AUCs; the central-t sum t₁₋α/₂ + t_power understates it:
+  with 5 victims at α = 0.05 / 11, 2.99 against 3.23 sd/√k). Returns float ≥ 0; NaN with
+  fewer than two victims."""
+  if victims < 2:
+    return float("nan")
+  return float(_noncentrality(int(victims), float(alpha), float(power)) * sd
+               / math.sqrt(victims))
+
+
+@functools.lru_cache(maxsize=64)
+def _noncentrality(victims: int, alpha: float, power: float) -> float:
+  """λ of `detectable_effect` (it depends on the victims, level and power only)."""
+  df = victims - 1
+  crit = scipy.stats.t.ppf(1 - alpha / 2, df)
+  nct = scipy.stats.nct
+  # The lower tail as the upper tail at −λ: nct.cdf is NaN far in its tail.
+  gap = lambda lam: nct.sf(crit, df, lam) + nct.sf(crit, df, -lam) - power
+  high = crit + scipy.stats.norm.ppf(power) + 1.0
+  while gap(high) < 0:
+    high *= 2
+  return float(scipy.optimize.brentq(gap, 0.0, high, xtol=1e-10))
 
 
 def victims_test(row: dict, rules: dict = RULES, tests: int = 1) -> dict:
@@ -70,8 +105,9 @@ def victims_test(row: dict, rules: dict = RULES, tests: int = 1) -> dict:
   clusters): {"victims": k, "p": the two-sided one-sample t-test of the victims' AUCs
   against 0.5, "detectable": the smallest |AUC − 0.5| it detects with
   ``rules["membership_power"]`` at level (1 − confidence) / ``tests``, from the victims'
-  spread}; p and detectable NaN with fewer than two victims (an equal AUC on every
-  victim: p 0 away from 0.5, 1 at it; detectable 0)."""
+  spread (`detectable_effect`: the noncentral t); above 0.5 no AUC can show it}; p and
+  detectable NaN with fewer than two victims (an equal AUC on every victim: p 0 away
+  from 0.5, 1 at it; detectable 0)."""
   values = np.asarray([v for v in row.get("per_cluster", ()) if v is not None], np.float64)
   values = values[np.isfinite(values)]
   k = len(values)
@@ -81,11 +117,8 @@ def victims_test(row: dict, rules: dict = RULES, tests: int = 1) -> dict:
   if sd == 0.0:
     return {"victims": k, "p": float(values[0] == 0.5), "detectable": 0.0}
   alpha = (1.0 - rules["membership_confidence"]) / tests
-  t = scipy.stats.t
-  detectable = (t.ppf(1 - alpha / 2, k - 1) + t.ppf(rules["membership_power"], k - 1)) * (
-      sd / math.sqrt(k))
   return {"victims": k, "p": float(scipy.stats.ttest_1samp(values, 0.5).pvalue),
-          "detectable": float(detectable)}
+          "detectable": detectable_effect(sd, k, alpha, rules["membership_power"])}
 
 
 def chance_answer(row: dict, rules: dict = RULES, tests: int = 1) -> str:
@@ -106,38 +139,89 @@ def chance_answer(row: dict, rules: dict = RULES, tests: int = 1) -> str:
   return CANNOT_TELL if equivalence(low, high, rules) == "chance" else UNDERPOWERED
 
 
-def best_start(starts: dict) -> dict | None:
-  """The start images' most separating score (largest pooled |AUC − 0.5| among the start
-  rows with an AUC): what an adversary holding the start images can already tell with its
-  best score, the baseline `paired_difference` compares with; None when no start row has
-  enough members and non-members (the start images tell nothing)."""
-  told = [r for r in starts.values() if r.get("informative")]
-  return max(told, key=lambda r: abs(r["auc"] - 0.5), default=None)
+def select(selection: list[dict]) -> dict | None:
+  """The adversary's score, chosen on its shadow victims (docs/membership.md, "One
+  adversary's answer"; the rule fixed before the rerun): among the rows of ``selection``
+  (`trdr.studies.membership.measure`'s "selection": the same attack, start kind and score
+  on the shadow victims' reconstructions, whose membership the adversary knows) that have
+  an AUC on at least one shadow victim, the score with the largest |mean per-victim AUC −
+  0.5|, the first in ``selection``'s order on a tie; oriented to its side of 0.5 (a score
+  whose shadows' AUC is below 0.5 is used reversed). Why this rule: the shadows are drawn
+  from the adversary's recipe as the victims are, so the mean AUC over them estimates what
+  each score separates on a victim, and the adversary commits to one score before seeing
+  the targets. Since the shadows are other victims than the targets, the selected score's
+  test on the targets is one test at the full level: under no signal it is a single
+  score's test, whatever the number of scores.
+
+  Returns:
+    {"score", "side": ±1.0, "shadow auc": the mean over shadow victims, "shadow victims":
+    how many had both classes}, or None (no row with an AUC: no score selected).
+  """
+  best = None
+  for row in selection:
+    values = [v for v in row.get("per_cluster", ()) if v is not None and np.isfinite(v)]
+    if not row.get("informative") or not values:
+      continue
+    mean = float(np.mean(values))
+    if best is None or abs(mean - 0.5) > abs(best["shadow auc"] - 0.5):
+      best = {"score": row["score"], "side": 1.0 if mean >= 0.5 else -1.0,
+              "shadow auc": mean, "shadow victims": len(values)}
+  return best
 
 
-def paired_difference(row: dict, start: dict | None, rules: dict = RULES) -> dict:
-  """What the attack adds to what its start images give, for one score: per victim the
-  reconstructions' separation from chance minus the start images', each AUC oriented to
-  its own row's side of 0.5 (s·(AUC − 0.5), s the sign of the pooled AUC − 0.5; positive:
-  the reconstructions tell more), ``start`` the start images' row to compare with (the
-  report: their best score, `best_start`); None or a row without an AUC (too few
-  members) counts as no separation on every victim. Returns {"difference": the mean over
-  victims, "ci": its t interval, "victims": k, "adds": the interval above 0} (NaN, and
-  "adds" False, with fewer than two victims)."""
+def start_score(score: str) -> str:
+  """The score of the start images that ``score`` of the reconstructions is paired with: the
+  same score (`best_of_k` is k at the start: the start's half of the maximum)."""
+  return score.removeprefix("best_of_")
+
+
+def paired_difference(row: dict, start: dict | None, side: float = 1.0,
+                      rules: dict = RULES) -> dict:
+  """What the attack adds to what its start images give, with one score: per victim the
+  score's separation on the reconstructions minus the same score's on that victim's own
+  start images, both oriented by ``side`` (the adversary's orientation, `select`):
+  side·(AUC_rec − 0.5) − side·(AUC_start − 0.5); positive: the reconstructions tell more.
+
+  Args:
+    row: the reconstructions' row of the score (per_cluster, cluster_ids).
+    start: the start images' row of the same score (`start_score`), or None.
+  Returns:
+    {"baseline": True, "difference": the mean over the victims that have an AUC at both
+    stages, "ci": its t interval over them, "victims": k, "adds": the interval above 0}
+    (NaN and "adds" False with fewer than two victims); or {"baseline": False, "why":
+    "no paired baseline (…)"} where the start images have no such score or too few
+    members or non-members for its AUC: no difference is made up (a start that tells
+    nothing is not a start at chance).
+  """
+  if start is None:
+    return {"baseline": False, "why": "no paired baseline (the start images have no such "
+                                      "score)", "adds": False}
+  if not start.get("informative"):
+    return {"baseline": False, "adds": False,
+            "why": f"no paired baseline (the start images have {start['members']} members "
+                   f"and {start['non_members']} non-members, too few for an AUC)"}
   recon = dict(zip(row.get("cluster_ids", ()), row.get("per_cluster", ())))
-  side = lambda r: 1.0 if r["auc"] >= 0.5 else -1.0
-  if start is not None and start.get("informative"):
-    base = {c: None if a is None else side(start) * (a - 0.5)
-            for c, a in zip(start["cluster_ids"], start["per_cluster"])}
-  else:
-    base = dict.fromkeys(recon, 0.0)
-  diff = [side(row) * (recon[c] - 0.5) - base[c] for c in recon
-          if c in base and recon[c] is not None and base[c] is not None
-          and np.isfinite(recon[c]) and np.isfinite(base[c])]
+  base = dict(zip(start.get("cluster_ids", ()), start.get("per_cluster", ())))
+  finite = lambda a: a is not None and np.isfinite(a)
+  diff = [side * (recon[c] - 0.5) - side * (base[c] - 0.5) for c in recon
+          if c in base and finite(recon[c]) and finite(base[c])]
   low, high = roc.mean_ci(diff, rules["membership_confidence"]) if len(diff) > 1 else (
       float("nan"), float("nan"))
-  return {"difference": float(np.mean(diff)) if diff else float("nan"), "ci": [low, high],
-          "victims": len(diff), "adds": bool(np.isfinite(low) and low > 0)}
+  return {"baseline": True, "difference": float(np.mean(diff)) if diff else float("nan"),
+          "ci": [low, high], "victims": len(diff), "adds": bool(np.isfinite(low) and low > 0)}
+
+
+def holm(p_values: dict, alpha: float) -> list:
+  """The keys of ``p_values`` ({key: p}) that Holm's step-down procedure rejects at
+  family-wise level ``alpha`` (the i-th smallest p against alpha / (m − i + 1), stopping
+  at the first that is not below); NaN never rejects."""
+  ordered = sorted((p, k) for k, p in p_values.items() if np.isfinite(p))
+  m, out = len(p_values), []
+  for i, (p, k) in enumerate(ordered):
+    if p >= alpha / (m - i):
+      break
+    out.append(k)
+  return out
 
 
 # ------------------------------------------------------------ (i) with certainty
@@ -199,6 +283,31 @@ def _fpr(rules: dict) -> str:
   return f"{rules['membership_fpr']:g}"
 
 
+def tpr_text(row: dict, fpr: str) -> str:
+  """A row's TPR at FPR ``fpr`` (a key of ``row["tpr_at_fpr"]``) as the tables and the
+  sentences print it: three decimals, or "—, N too small (n < 1 / FPR)" where the row has
+  fewer than 1 / FPR non-members (no threshold then has a false positive to spare: the
+  number would be the TPR at FPR 0, not at ``fpr``), or "—" where the row has no AUC."""
+  needed = 1.0 / float(fpr)
+  if row["non_members"] < needed:
+    return f"—, N too small ({row['non_members']} < {needed:.0f})"
+  value = row.get("tpr_at_fpr", {}).get(fpr)
+  return "—" if value is None or not np.isfinite(value) else f"{value:.3f}"
+
+
+def _tpr(row: dict, rules: dict) -> str | None:
+  """`tpr_text` at the rule's FPR; None for a row without an AUC."""
+  return tpr_text(row, _fpr(rules)) if row.get("informative") else None
+
+
+def detectable_text(effect: float) -> str:
+  """A detectable |AUC − 0.5| in words: "detects |AUC − 0.5| ≥ x", or "no effect detectable
+  at this size" where x > 0.5 (no AUC in [0, 1] is that far from chance) or undefined."""
+  if not np.isfinite(effect) or effect > 0.5:
+    return "no effect detectable at this size"
+  return f"detects |AUC − 0.5| ≥ {effect:.3f}"
+
+
 def _victims_text(row: dict) -> str:
   low, high = row["ci"]
   return (f"AUC per victim {row['victim_mean']:.3f} [{low:.3f}, {high:.3f}] over "
@@ -206,41 +315,55 @@ def _victims_text(row: dict) -> str:
           else f"AUC {row['auc']:.3f} [{low:.3f}, {high:.3f}]")
 
 
-def _chance_group(rows: list[dict], starts: dict, rules: dict) -> dict:
-  """One attack × start kind under (ii): each informative score's answer and what the
-  attack adds (`paired_difference`), and the group's status: "can tell" (a score tells
-  and the attack adds it), "cannot tell" (every score), the start already tells (every
-  "can tell" is the start's; no score underpowered), "underpowered" or "too few"."""
+def _chance_group(rows: list[dict], starts: dict, selection: list[dict], rules: dict,
+                  left: dict | None = None) -> dict:
+  """One attack × start kind under (ii): one adversary's answer, the score it selects on its
+  shadows (`select`) tested on the target victims at the full level (`chance_answer`, one
+  test), and what the attack adds to it (`paired_difference` with the same score on the
+  start images). The group's status: that answer; "the start already tells" where the
+  paired difference is not above 0; `LEFT_NOT` where ``left`` (the same group on the
+  reconstructions that left their start, judged alike) does not tell; `NOT_SELECTED`
+  without a selected score (no shadow row with an AUC); "too few" where the selected
+  score has no AUC on the targets. Every score's own test is described ("scores"), and
+  the scores whose test rejects under Holm's correction across the group are listed as
+  what a stronger adversary (one that picks the score after seeing the targets' answers)
+  could tell ("stronger")."""
   informative = [r for r in rows if r.get("informative")]
   if not informative:
     return {"status": TOO_FEW, "rows": rows, "scores": {}}
-  scores, detectable = {}, []
-  statuses = []
+  alpha = 1.0 - rules["membership_confidence"]
+  chosen = select(selection)
+  scores = {}
   for r in informative:
-    answer = chance_answer(r, rules, tests=len(informative))
-    test = victims_test(r, rules, tests=len(informative))
-    detectable.append(test["detectable"])
-    entry = {"answer": answer, "auc": r["auc"], "ci": r["ci"], "p victims": test["p"],
-             "victims": test["victims"], "detectable |AUC − 0.5|": test["detectable"],
-             f"TPR at {_fpr(rules)} FPR": r["tpr_at_fpr"][_fpr(rules)]}
-    if answer == CAN_TELL:
-      paired = paired_difference(r, best_start(starts), rules)
-      entry["paired difference (reconstruction − start)"] = paired
-      answer = CAN_TELL if paired["adds"] else START_TELLS
-    entry["status"] = answer
-    scores[r["score"]] = entry
-    statuses.append(answer)
-  if CAN_TELL in statuses:
-    status = CAN_TELL
-  elif all(s == CANNOT_TELL for s in statuses):
-    status = CANNOT_TELL
-  elif UNDERPOWERED in statuses:
-    status = UNDERPOWERED
-  else:
-    status = START_TELLS
-  finite = [d for d in detectable if np.isfinite(d)]
-  return {"status": status, "rows": informative, "scores": scores,
-          "detectable": max(finite) if finite else float("nan")}
+    test = victims_test(r, rules)
+    scores[r["score"]] = {
+        "answer": chance_answer(r, rules), "auc": r["auc"], "ci": r["ci"],
+        "p victims": test["p"], "victims": test["victims"],
+        "detectable |AUC − 0.5|": test["detectable"],
+        f"TPR at {_fpr(rules)} FPR": _tpr(r, rules), "selected": False}
+  stronger = holm({s: e["p victims"] for s, e in scores.items()}, alpha)
+  out = {"rows": informative, "scores": scores, "selection": chosen, "stronger": stronger}
+  if left is not None:
+    out["left start"] = left
+  if chosen is None:
+    return {**out, "status": NOT_SELECTED}
+  entry = scores.get(chosen["score"])
+  if entry is None:
+    return {**out, "status": TOO_FEW, "selected": chosen["score"]}
+  entry["selected"] = True
+  status = entry["answer"]
+  if status == CAN_TELL:
+    row = next(r for r in informative if r["score"] == chosen["score"])
+    paired = paired_difference(row, starts.get(start_score(chosen["score"])), chosen["side"],
+                               rules)
+    entry["paired difference (reconstruction − start)"] = paired
+    if paired["baseline"] and not paired["adds"]:
+      status = START_TELLS
+    elif left is not None and left["status"] != CAN_TELL:
+      status = LEFT_NOT
+  entry["status"] = status
+  return {**out, "status": status, "selected": chosen["score"],
+          "detectable": entry["detectable |AUC − 0.5|"]}
 
 
 def _certainty_group(rows: list[dict], starts: dict, min_members: int, rules: dict) -> dict:
@@ -253,8 +376,7 @@ def _certainty_group(rows: list[dict], starts: dict, min_members: int, rules: di
   scores, statuses = {}, []
   for r in scored:
     entry = certainty(r, min_members, rules, scores=len(scored))
-    entry[f"TPR at {_fpr(rules)} FPR"] = (r["tpr_at_fpr"][_fpr(rules)]
-                                          if r.get("informative") else None)
+    entry[f"TPR at {_fpr(rules)} FPR"] = _tpr(r, rules)
     status = entry["answer"]
     if status == CAN_TELL:
       given = any(certainty(s, min_members, rules, scores=len(starts))["answer"] == CAN_TELL
@@ -288,13 +410,34 @@ def judge(measured: dict, claim: str, stage: str = "reconstruction",
           rules: dict = RULES) -> dict:
   """Every attack × start kind of ``stage`` under ``claim`` ("certainty": (i), "chance":
   (ii)): {(attack, kind): the group (`_certainty_group` / `_chance_group`)}. On the start
-  stage nothing is paired (the start images are the baseline)."""
+  stage nothing is paired (the start images are the baseline) and the score is the one
+  selected on the shadows' reconstructions, at the start (`start_score`). The rows
+  restricted to reconstructions that left their start ("restricted_from") are judged as
+  part of their group ("left start"), not as a group of their own."""
   min_members = int(measured.get("min_per_class", 10))
+  window = measured.get("labels", {}).get("windows", [None])[0]
+  selection = {}
+  for row in measured.get("selection", ()):
+    if row.get("window") == window:
+      key = (row["attack"], row["kind"])
+      selection.setdefault(key, []).append(
+          row if stage == "reconstruction" else {**row, "score": start_score(row["score"])})
+  groups = _groups(measured, stage)
   out = {}
-  for (attack, kind), rows in _groups(measured, stage).items():
+  for (attack, kind), rows in groups.items():
+    if any("restricted_from" in r for r in rows):
+      continue
+    if claim == "certainty":
+      starts = _starts(measured, attack, kind) if stage == "reconstruction" else {}
+      out[(attack, kind)] = _certainty_group(rows, starts, min_members, rules)
+      continue
     starts = _starts(measured, attack, kind) if stage == "reconstruction" else {}
-    out[(attack, kind)] = (_certainty_group(rows, starts, min_members, rules)
-                           if claim == "certainty" else _chance_group(rows, starts, rules))
+    chosen = selection.get((attack, kind), [])
+    left = None
+    for (a, k), restricted in groups.items():
+      if a == attack and any(r.get("restricted_from") == kind for r in restricted):
+        left = _chance_group(restricted, starts, selection.get((a, k), []), rules)
+    out[(attack, kind)] = _chance_group(rows, starts, chosen, rules, left)
   return out
 
 
@@ -338,8 +481,17 @@ def _outcome(measured: dict, claim: str, stage: str, rules: dict) -> tuple[dict,
   for (attack, kind), g in groups.items():
     name = f"{attack}, {kind}"
     numbers[f"{name}: answers"] = {s: _entry_text(e, claim, rules) for s, e in g["scores"].items()}
-    if claim == "chance" and "detectable" in g:
-      numbers[f"{name}: detectable |AUC − 0.5|"] = g["detectable"]
+    if claim == "chance":
+      numbers[f"{name}: the adversary's score (selected on the shadows)"] = _selection_text(
+          g)
+      if "detectable" in g:
+        numbers[f"{name}: detectable |AUC − 0.5|"] = detectable_text(g["detectable"])
+      if g.get("stronger"):
+        numbers[f"{name}: a stronger adversary can tell with (Holm across scores)"] = g[
+            "stronger"]
+      if "left start" in g:
+        numbers[f"{name}: on the reconstructions that left their start"] = _group_text(
+            g["left start"], rules)
     if claim == "certainty" and g.get("needed") is not None:
       numbers[f"{name}: members needed to show certainty, members"] = [g["needed"],
                                                                        g["members"]]
@@ -352,13 +504,17 @@ def _outcome(measured: dict, claim: str, stage: str, rules: dict) -> tuple[dict,
       checks[f"{name}: {_CHECK[claim]}"] = True
     elif status == UNDERPOWERED:
       underpowered.append(name)
+    elif status == NOT_SELECTED:
+      underpowered.append(f"{name} ({NOT_SELECTED})")
     elif status == START_TELLS:
       start_tells.append(name)
+    elif status == LEFT_NOT:
+      start_tells.append(f"{name} (it tells, but {LEFT_NOT})")
   for attack, c in controls.items():
     numbers[f"{attack}: controls (positive detects, negative false alarm, oracle certain)"] = [
         c["positive"], c["negative"], c["oracle"]]
   if underpowered:
-    numbers["underpowered (no score tells; not every score can say it cannot)"] = underpowered
+    numbers["underpowered (neither tells nor cannot tell)"] = underpowered
   if start_tells:
     numbers["the start already tells (the attack adds nothing; not counted)"] = start_tells
   verdict = None
@@ -374,7 +530,7 @@ def _outcome(measured: dict, claim: str, stage: str, rules: dict) -> tuple[dict,
 
 def _entry_text(e: dict, claim: str, rules: dict) -> str:
   fpr = f"TPR at {_fpr(rules)} FPR"
-  tpr = "" if e.get(fpr) is None else f"; {fpr} {e[fpr]:.3f}"
+  tpr = "" if e.get(fpr) is None else f"; {fpr} {e[fpr]}"
   if claim == "certainty":
     if e["answer"] == TOO_FEW:
       return TOO_FEW
@@ -382,14 +538,34 @@ def _entry_text(e: dict, claim: str, rules: dict) -> str:
             f"precision {e['precision']:.3f} ≥ {e['lower']:.3f}; largest upper bound "
             f"{e['upper']:.3f}; certainty needs ≥ {e['needed']} members named without a "
             f"non-member{tpr})")
-  text = (f"{e['status']} (AUC {e['auc']:.3f}, per victim [{e['ci'][0]:.3f}, "
-          f"{e['ci'][1]:.3f}], p over {e['victims']} victims {e['p victims']:.1e}; "
-          f"detects |AUC − 0.5| ≥ {e['detectable |AUC − 0.5|']:.3f}{tpr}")
+  text = (f"{e.get('status', e['answer'])} (AUC {e['auc']:.3f}, per victim "
+          f"[{e['ci'][0]:.3f}, {e['ci'][1]:.3f}], p over {e['victims']} victims "
+          f"{e['p victims']:.1e}; {detectable_text(e['detectable |AUC − 0.5|'])}{tpr}")
   paired = e.get("paired difference (reconstruction − start)")
-  if paired:
+  if paired and paired["baseline"]:
     text += (f"; reconstruction − start {paired['difference']:+.3f} "
-             f"[{paired['ci'][0]:+.3f}, {paired['ci'][1]:+.3f}]")
+             f"[{paired['ci'][0]:+.3f}, {paired['ci'][1]:+.3f}] over {paired['victims']} "
+             "victims")
+  elif paired:
+    text += f"; {paired['why']}"
   return text + ")"
+
+
+def _selection_text(g: dict) -> str:
+  chosen = g.get("selection")
+  if chosen is None:
+    return NOT_SELECTED if g["status"] != TOO_FEW else "—"
+  return (f"{chosen['score']}{' (reversed)' if chosen['side'] < 0 else ''}, AUC "
+          f"{chosen['shadow auc']:.3f} over {chosen['shadow victims']} shadow victims")
+
+
+def _group_text(g: dict, rules: dict) -> str:
+  """One group's (ii) answer with its deciding numbers: the selected score's entry."""
+  if g["status"] in (TOO_FEW, NOT_SELECTED) or g.get("selected") not in g["scores"]:
+    most = max(g["rows"], key=lambda r: min(r["members"], r["non_members"]), default=None)
+    return f"{g['status']}" + (f" ({most['members']} members, {most['non_members']} "
+                               "non-members)" if most else "")
+  return f"{g['selected']}: {_entry_text(g['scores'][g['selected']], 'chance', rules)}"
 
 
 def _verdict(measured: dict, claim: str, rules: dict) -> dict:
@@ -432,34 +608,49 @@ def membership_not_run() -> dict:
 
 def sentences(groups: dict, claim: str, rules: dict = RULES) -> list[str]:
   """One plain sentence per attack × start kind: the group's answer under ``claim`` with
-  the deciding number."""
+  the deciding numbers, each read from the group's own record (the one the tables print):
+  under (ii) the score the adversary selected on its shadows, what a stronger adversary
+  could tell, and for the public starts the reconstructions that left their start."""
   out = []
   for (attack, kind), g in groups.items():
     status = g["status"]
-    if status == TOO_FEW:
+    if status == TOO_FEW and not g.get("selected"):
       most = max(g["rows"], key=lambda r: min(r["members"], r["non_members"]), default=None)
       text = "too few natural-looking members" + ("" if claim == "certainty" else
                                                     " or non-members") + " to measure" + (
           f" ({most['members']} members, {most['non_members']} non-members)" if most else "")
+    elif claim == "chance":
+      text = {CAN_TELL: "an adversary can tell better than chance",
+              CANNOT_TELL: "an adversary cannot tell (at chance)",
+              UNDERPOWERED: "underpowered",
+              START_TELLS: "the start images already tell as much (the attack adds nothing)",
+              LEFT_NOT: f"an adversary can tell, but {LEFT_NOT} (not counted)",
+              NOT_SELECTED: NOT_SELECTED,
+              TOO_FEW: "too few natural-looking members or non-members for the selected "
+                       "score"}[status]
+      text += f" ({_group_text(g, rules)}; selected on the shadows: {_selection_text(g)})"
+      stronger = [s for s in g.get("stronger", ()) if s != g.get("selected")]
+      if stronger:
+        text += (f"; a stronger adversary, choosing after the answers, can tell with "
+                 f"{', '.join(stronger)} (Holm across {len(g['scores'])} scores)")
+      if "left start" in g:
+        text += ("; on the reconstructions that left their start: "
+                 + _group_text(g["left start"], rules))
     else:
       deciding = _deciding(g, status)
       text = {CAN_TELL: "an adversary can tell", CANNOT_TELL: "an adversary cannot tell",
               UNDERPOWERED: "underpowered", START_TELLS: "the start images already tell "
               "as much (the attack adds nothing)"}[status]
-      if claim == "certainty" and status in (CAN_TELL, CANNOT_TELL):
+      if status in (CAN_TELL, CANNOT_TELL):
         text += " with certainty"
-      if claim == "chance" and status in (CAN_TELL, CANNOT_TELL):
-        text += " better than chance" if status == CAN_TELL else " (at chance)"
       text += f" ({deciding[0]}: {_entry_text(deciding[1], claim, rules)})"
     out.append(f"{attack}, {kind} starts: {text}.")
   return out
 
 
 def _deciding(group: dict, status: str) -> tuple[str, dict]:
-  """The score that decides ``status``: the one with that status (under (ii) the smallest
-  victims' p, under (i) the largest lower bound), else the one farthest from deciding."""
+  """The score that decides ``status`` under (i): the one with that status with the
+  largest lower bound, else the one farthest from deciding."""
   items = list(group["scores"].items())
   same = [(s, e) for s, e in items if e["status"] == status] or items
-  if "p victims" in same[0][1]:
-    return min(same, key=lambda se: (np.nan_to_num(se[1]["p victims"], nan=2.0)))
   return max(same, key=lambda se: np.nan_to_num(se[1]["lower"], nan=-1.0))

@@ -75,6 +75,9 @@ BOTH = ("neg_loss", "margin", "neg_grad_norm", "loo", "lira")
 SCORES.update({f"best_of_{k}": f"max over the start and the reconstruction of {k}"
                for k in BOTH})
 STAGES = ("reconstruction", "start")
+# The start kind of `measure`'s rows restricted to reconstructions that left their start
+# image (SSIM to it < ``config.left_start_max_ssim``): "public, left start".
+LEFT_START = ", left start"
 
 
 def gradient_norms(target: victim.Victim, images, labels, batch: int = 16) -> np.ndarray:
@@ -320,7 +323,8 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
     {"kind": str[N], "seed": int[N], "victim": int[N] (the run's data draw, ``data.seed``),
      "start_member": int8[N] (`init.start_membership`), "grid_point": int[N], and per stage
      of `STAGES`: {"member", "non_member", "member_ssim", "member_l2", "best_buddy":
-     bool[N], "natural_ssim": float[N], "scores": {name: float[N]}}},
+     bool[N], "natural_ssim": float[N], "scores": {name: float[N]}}; the reconstruction
+     stage also "start_ssim": float[N], each reconstruction's SSIM to its own start},
     N = G · m images, grid point-major. Every score is a function of its own image (and,
     for λ_i, of its own candidate's multiplier): nothing is broadcast from a grid point.
   Raises:
@@ -386,11 +390,32 @@ def per_image(run_dir: str, chunk_size: int = 500, loo_per_start: int = 0,
                             results[prefix + "partition_ssim"], levels, chunk_size, windows)
       out[stage] = {**{k: v.reshape(-1) for k, v in truth.items()},
                     "natural_ssim": natural, "scores": scores}
+  out["reconstruction"]["start_ssim"] = _start_ssim(results, mean, display)
   both = out["reconstruction"]["scores"], out["start"]["scores"]
   for k in BOTH:
     if k in both[0] and k in both[1]:  # NaN (a score not computed for the image) stays NaN
       both[0][f"best_of_{k}"] = np.maximum(both[0][k], both[1][k])
   return out
+
+
+def _start_ssim(results, mean, display: str) -> np.ndarray:
+  """SSIM (window 11, the labels' first) of each reconstruction to its own start image, both
+  as displayed: float64[G · m], grid point-major. How far the attack moved the image away
+  from what the adversary started from (`measure`'s "left start" rows)."""
+  shown = [np.asarray(evaluate.to_display(results[k], mean, display))
+           for k in ("final_images", "initial_images")]
+  flat = [x.reshape((-1, *x.shape[-3:])) for x in shown]
+  return np.asarray(ssim.ssim(*flat), np.float64).reshape(-1)
+
+
+def start_ssim_of_run(run_dir: str) -> np.ndarray:
+  """`_start_ssim` of a finished "membership" run (for a scores file written before
+  `per_image` kept it): float64[G · m]."""
+  rundir.check_finished(run_dir, experiment.MEMBERSHIP_FILE)
+  with experiment.load_results(run_dir) as saved:
+    results = dict(saved)
+  mean = None if results["mean"].size == 0 else results["mean"]
+  return _start_ssim(results, mean, str(results["display"]))
 
 
 def _victim_spread(row: dict) -> dict:
@@ -412,6 +437,12 @@ def concatenate(parts: list[dict]) -> dict:
   first = parts[0]
   return {k: concatenate([p[k] for p in parts]) if isinstance(first[k], dict)
           else np.concatenate([p[k] for p in parts]) for k in first}
+
+
+def _subset(per: dict, keep) -> dict:
+  """`per_image` output (or `concatenate`'s) restricted to the images ``keep`` (bool[N])."""
+  return {k: _subset(v, keep) if isinstance(v, dict) else np.asarray(v)[keep]
+          for k, v in per.items()}
 
 
 def _fraction(x, mask) -> float:
@@ -486,14 +517,40 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
       ci_bootstrap, clusters, cluster_ids, per_cluster) and victim_mean, victim_std; one
       row per label window of ``config.label_windows`` that `per_image` computed}], "controls":
       [{"attack", "control" (positive | negative | oracle), "score", "informative", the
-      same}] (`_control_rows`), "fractions": [{"attack",
+      same}] (`_control_rows`), "selection": the rows of the reconstructions of the shadow
+      victims ``config.selection_victims`` (one window, the first; the adversary selects
+      its score on them: `trdr.report.membership_rules.select`), "selection_victims",
+      "left_start_max_ssim", "fractions": [{"attack",
       "kind", "stage", "rows": [...]}], "roc": {"attack/kind/score": [fpr, tpr]} (the
       reconstructions' curves), "natural_threshold", "fprs", "confidence", "min_per_class"}.
     AUCs count natural-looking images with a finite score only; fewer than min_per_class
-    members or non-members: "informative" False and no AUC.
+    members or non-members: "informative" False and no AUC. Every row but "selection"'s
+    counts the target victims only (``config.victims``: the images of a victim of
+    ``selection_victims`` are the adversary's, never tested). The public starts have
+    further rows, kind "public, left start" ("restricted_from": "public"): the
+    reconstructions whose SSIM to their own start (`per_image`'s "start_ssim") is below
+    ``config.left_start_max_ssim``.
   """
-  rows, fractions, curves, controls = [], [], {}, []
+  rows, fractions, curves, controls, selection = [], [], {}, [], []
+  shadows = tuple(config.get("selection_victims", ()))
+  left = config.get("left_start_max_ssim")
+
+  def row_of(attack, kind, stage, score, window, suffix, values, mask, per, s):
+    scored = mask & (s["natural_ssim"] >= config.natural_threshold) & np.isfinite(values)
+    keep = scored & (s["member" + suffix] | s["non_member" + suffix])
+    label = s["member" + suffix][keep]
+    row = {"attack": attack, "kind": kind, "stage": stage, "score": score,
+           "window": window, "members": int(label.sum()),
+           "non_members": int((~label).sum()), "excluded": int(np.sum(scored & ~keep)),
+           "top": roc.precision_at_top(values[keep], label, config.precision_sizes)}
+    row["informative"] = min(row["members"], row["non_members"]) >= config.min_per_class
+    if row["informative"]:
+      row.update(_summary(values[keep], label, per["victim"][keep], config))
+    return row, keep, label
+
   for attack, per in images.items():
+    shadow = np.isin(per["victim"], shadows)
+    per_all, per = per, _subset(per, ~shadow)   # the target victims; the shadows select
     if "mixed" in per["kind"]:
       controls += _control_rows(per, config, attack)
     for kind in dict.fromkeys(per["kind"].tolist()):
@@ -504,23 +561,38 @@ def measure(images: dict, config: ml_collections.ConfigDict) -> dict:
             s, in_kind, config.natural_thresholds, per["start_member"])})
         for window, suffix in _label_windows(config, s):
           for score, values in s["scores"].items():
-            scored = (in_kind & (s["natural_ssim"] >= config.natural_threshold)
-                      & np.isfinite(values))
-            keep = scored & (s["member" + suffix] | s["non_member" + suffix])
-            label = s["member" + suffix][keep]
-            row = {"attack": attack, "kind": kind, "stage": stage, "score": score,
-                   "window": window, "members": int(label.sum()),
-                   "non_members": int((~label).sum()), "excluded": int(np.sum(scored & ~keep)),
-                   "top": roc.precision_at_top(values[keep], label, config.precision_sizes)}
-            row["informative"] = (min(row["members"], row["non_members"])
-                                  >= config.min_per_class)
-            if row["informative"]:
-              row.update(_summary(values[keep], label, per["victim"][keep], config))
-              if stage == "reconstruction" and not suffix:
-                curves[f"{attack}/{kind}/{score}"] = [
-                    c.tolist() for c in roc.roc_curve(values[keep], label)]
+            row, keep, label = row_of(attack, kind, stage, score, window, suffix, values,
+                                      in_kind, per, s)
+            if row["informative"] and stage == "reconstruction" and not suffix:
+              curves[f"{attack}/{kind}/{score}"] = [
+                  c.tolist() for c in roc.roc_curve(values[keep], label)]
             rows.append(row)
+      # The public starts again, on the reconstructions that left their start image
+      # (`trdr.report.membership_rules`: the public-start confound).
+      restricted = []
+      if kind == "public" and left is not None and "start_ssim" in per["reconstruction"]:
+        restricted = [(f"{kind}{LEFT_START}", per["reconstruction"]["start_ssim"] < left)]
+      for name, extra in restricted:
+        s = per["reconstruction"]
+        for score, values in s["scores"].items():
+          rows.append({**row_of(attack, name, "reconstruction", score,
+                                config.label_windows[0], "", values, in_kind & extra, per,
+                                s)[0], "restricted_from": kind})
+      # What the adversary sees on its shadow victims (`config.selection_victims`): the same
+      # rows of the reconstructions, from which it selects its score.
+      if shadow.any():
+        sel = _subset(per_all, shadow)
+        s, in_sel = sel["reconstruction"], sel["kind"] == kind
+        groups = [(kind, in_sel)] + [
+            (f"{kind}{LEFT_START}", in_sel & (s["start_ssim"] < left))
+            for _ in restricted]
+        for name, mask in groups:
+          for score, values in s["scores"].items():
+            selection.append(row_of(attack, name, "reconstruction", score,
+                                    config.label_windows[0], "", values, mask, sel, s)[0])
   return {"rows": rows, "controls": controls, "fractions": fractions, "roc": curves,
+          "selection": selection, "selection_victims": [int(v) for v in shadows],
+          "left_start_max_ssim": None if left is None else float(left),
           "natural_threshold": float(config.natural_threshold),
           "labels": {"member_min_ssim": float(config.member_min_ssim),
                      "non_member_max_ssim": float(config.non_member_max_ssim),
@@ -584,8 +656,11 @@ def per_image_or_reuse(path: str, run_dir: str, chunk_size: int = 500, loo_per_s
       with open(path, "rb") as f, np.load(f) as saved:  # f: closed if np.load fails
         if str(saved[_KEY]) == inputs:
           logging.info("Reusing the per-image scores %s", path)
-          return traverse_util.unflatten_dict(
-              {k: saved[k] for k in saved.files if k != _KEY}, sep="/")
+          flat = {k: saved[k] for k in saved.files if k != _KEY}
+          if "reconstruction/start_ssim" not in flat:   # written before it was kept
+            flat["reconstruction/start_ssim"] = start_ssim_of_run(run_dir)
+            files.save_npz(path, **flat, **{_KEY: np.asarray(inputs)})
+          return traverse_util.unflatten_dict(flat, sep="/")
       logging.info("%s holds the scores of other results or settings: scoring again", path)
     except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as e:
       logging.warning("%s cannot be read (%s: %s): scoring again", path, type(e).__name__, e)
@@ -624,7 +699,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
           f"{os.path.join(workdir, name)} holds a membership run of one victim (the layout "
           "before config.victims); delete it or choose another work directory")
     parts, counts = [], []
-    for v in config.victims:
+    for v in (*config.victims, *config.get("selection_victims", ())):
       one = membership_config.victim_config(attack, v)
       directory = run_dir(workdir, name, v)
       seconds = [time.perf_counter()]
