@@ -56,3 +56,24 @@ def test_times_that_do_not_increase_are_refused(tmp_path):
   config.times = ("loss", 1.0)   # the loss stop at :smoke is past time 1
   with pytest.raises(ValueError, match="config.times must increase"):
     victim_recipe.run(config, str(tmp_path))
+
+
+def test_the_reading_says_more_or_fewer_best_buddies_not_a_signed_count():
+  """docs/victim_recipe.md printed "it recovers -18 best buddies": a difference read as a
+  count. PyTorch's cells at 2 and 3 best buddies against Flax's 12 and 11 read "18 fewer
+  best buddies … than Flax's"; equal counts "as many … as"."""
+  config = _config()
+  config.seeds = (0, 1)
+  config.times = ("loss",)
+
+  def row(init, seed, buddies):
+    return {"init": init, "time": "loss", "seed": seed, "setting": config.settings[0],
+            "kkt": {"first_layer": "d", "relative": {"d": 0.1}, "residual_total": 1.0},
+            "recovered": {"w11_bb": buddies}, "final_loss": 2.0}
+
+  rows = [row("pytorch", 0, 2), row("pytorch", 1, 3), row("flax", 0, 12), row("flax", 1, 11)]
+  text = victim_recipe.reading(rows, config)
+  assert "it recovers 18 fewer best buddies (w11) in total than Flax's" in text, text
+  assert "-18" not in text
+  rows[0]["recovered"]["w11_bb"], rows[1]["recovered"]["w11_bb"] = 12, 11
+  assert "as many best buddies (w11) in total as Flax's" in victim_recipe.reading(rows, config)

@@ -253,6 +253,13 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
   return "\n".join(lines) + "\n"
 
 
+def _more_or_fewer(difference: int, what: str) -> str:
+  """A signed count difference in words: "18 fewer best buddies", "3 more …", "as many …"."""
+  if difference == 0:
+    return f"as many {what}"
+  return f"{abs(difference)} {'more' if difference > 0 else 'fewer'} {what}"
+
+
 def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
   """Which initialisation leaves the smaller first-layer residual and recovers more, at each
   time, computed from the rows (per seed, paired), stated as measured."""
@@ -273,7 +280,8 @@ def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
       out.append(
           f"Time {time_}, {setting}: PyTorch's initialisation leaves the smaller first-layer "
           f"residual in {smaller} of {len(pairs)} seed{'s' if len(pairs) > 1 else ''}; "
-          f"it recovers {more:+d} best buddies (w11) in total against Flax's there.")
+          f"it recovers {_more_or_fewer(more, 'best buddies (w11)')} in total "
+          + ("as" if more == 0 else "than") + " Flax's there.")
   for init in config.inits:
     for setting in config.settings:
       trend = []
