@@ -67,7 +67,7 @@ def test_the_reading_says_more_or_fewer_best_buddies_not_a_signed_count():
   config.times = ("loss",)
 
   def row(init, seed, buddies):
-    return {"init": init, "time": "loss", "seed": seed, "setting": config.settings[0],
+    return {"init": init, "time": "loss", "seed": seed, "setting": next(iter(config.settings)),
             "kkt": {"first_layer": "d", "relative": {"d": 0.1}, "residual_total": 1.0},
             "recovered": {"w11_bb": buddies}, "final_loss": 2.0}
 
