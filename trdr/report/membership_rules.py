@@ -25,20 +25,26 @@ all — k images named without one non-member — are reported as the row's powe
 
 **(ii) better than chance** takes the victims as the unit of replication (the images of
 one victim are not independent): a score tells when the t-test of the victims' own AUCs
-against 0.5 rejects at 1 − confidence, Bonferroni-divided over the group's scores; it
-cannot tell when their t interval lies inside 0.5 ± ``equivalence_margin`` (an
-equivalence test); otherwise it is underpowered. The pooled AUC over all images, its
-p-value and the bootstrap intervals describe; they do not decide. Each row states the
-smallest |AUC − 0.5| its test detects with ``membership_power``.
+against 0.5 rejects at 1 − confidence; it cannot tell when their t interval lies inside
+0.5 ± ``equivalence_margin`` (an equivalence test); otherwise it is underpowered. A
+group's answer is one adversary's: the score it selects on its shadow victims (`select`:
+victims of the same recipe that it attacked itself, ``measured["selection"]``), tested
+once on the target victims; the other scores are described, and those that tell under
+Holm's correction across the group are reported as what a stronger adversary could tell.
+The pooled AUC over all images, its p-value and the bootstrap intervals describe; they do
+not decide. Each row states the smallest |AUC − 0.5| its test detects with
+``membership_power`` (`detectable_effect`, the noncentral t).
 
 **Each reconstruction against its own start.** A "can tell" counts against the paper only
 where the attack adds it to what the adversary's start images already give: for (ii) the
-paired per-victim difference between the reconstructions' separation from chance and that
-of the start images' best score (`best_start`: the adversary holds its starts and any
-score of them; a start stage without enough members tells nothing) has its t interval
-above 0; for (i) no score names the start images' members with certainty. A "can tell"
-that the start already gives is reported as such ("the start already tells") and is
-neither a pass nor a failure.
+per-victim difference between the selected score's separation on the reconstructions and
+the same score's on that victim's own start images (`paired_difference`; "no paired
+baseline" where the starts have too few members: then the "can tell" counts) has its t
+interval above 0; for (i) no score names the start images' members with certainty. A
+"can tell" that the start already gives is reported as such ("the start already tells")
+and is neither a pass nor a failure. A public-start group's "can tell" counts only where
+its reconstructions that left their start image (`measure`'s "public, left start" rows)
+tell as well (`LEFT_NOT` otherwise: the adversary may recognise the start).
 
 **Controls** (`trdr.studies.membership`'s, on the mixed starts): positive (training vs
 partition starts after the attack: (ii) must tell, else the attack's "cannot tell" is
