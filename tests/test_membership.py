@@ -491,6 +491,38 @@ def test_a_victims_scores_are_kept_and_reused_while_their_inputs_are_unchanged(
   assert (workdir / measured).read_bytes() == pathlib.Path(source, measured).read_bytes()
 
 
+def test_a_scores_file_without_start_ssim_gains_it_without_scoring_again(
+    smoke_membership_dir, tmp_path, monkeypatch):
+  """A victim's kept scores written before `per_image` kept "start_ssim" (each
+  reconstruction's SSIM to its own start, the public-start confound's input) gain it from
+  the run's images, without scoring again (no leave-one-out re-solve), equal to what
+  `per_image` kept, and the file is rewritten with it."""
+  smoke = membership_config.get_config("smoke")
+  attack = "bilevel_affine"
+  workdir = tmp_path / "membership"
+  shutil.copytree(smoke_membership_dir, workdir)
+  path = membership.scores_path(str(workdir), attack, 0)
+  with np.load(path) as kept:
+    flat = {k: kept[k] for k in kept.files}
+  expected = flat.pop("reconstruction/start_ssim")
+  files.save_npz(path, **flat)   # as trdr before "start_ssim" wrote it
+
+  def scored_again(*args, **kwargs):
+    raise AssertionError("scored again")
+
+  monkeypatch.setattr(membership, "per_image", scored_again)
+  shadows = membership.shadow_victims(membership_config.victim_config(
+      smoke.attacks[attack], 0), smoke.shadows, membership.shadow_dir(str(workdir), attack, 0))
+  out = membership.per_image_or_reuse(
+      path, membership.run_dir(str(workdir), attack, 0), smoke.chunk_size,
+      smoke.loo_per_start, (smoke.member_min_ssim, smoke.non_member_max_ssim),
+      tuple(smoke.label_windows), shadows, smoke.natural_threshold)
+  np.testing.assert_array_equal(out["reconstruction"]["start_ssim"], expected)
+  with np.load(path) as kept:
+    np.testing.assert_array_equal(kept["reconstruction/start_ssim"], expected)
+  assert np.all((expected >= -1) & (expected <= 1 + 1e-6))
+
+
 def test_the_controls_see_membership_at_smoke(smoke_membership_dir):
   """On the :smoke membership runs: after each attack, training-image starts are told from
   partition-image starts by the pooled test (the positive control's signal is there), and

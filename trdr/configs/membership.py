@@ -48,8 +48,9 @@ membership by the pooled test; two victims cannot decide the tests over victims)
 five victims per attack, two at ":smoke", and two selection victims (the adversary's,
 one at ":smoke"); eight shadow victims per victim (offline LiRA),
 two at ":smoke".
-Expected runtime: ":cpu" about 90 minutes on a 2-core CPU (65 before the two selection
-victims); ":smoke" about 2 minutes.
+Expected runtime: ":cpu" about 65 minutes on a 2-core CPU and ":smoke" about 1.5 minutes,
+measured before the selection victims, which add the runs, shadows and scores of two more
+victims per attack (one at ":smoke"): not yet measured.
 """
 
 import ml_collections
