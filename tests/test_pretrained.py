@@ -385,5 +385,10 @@ def test_a_loaded_theta_star_far_from_stationary_is_warned_about(tmp_path, caplo
     loaded = pretrained.load(pretrained.resolve(config, IMAGE_SHAPE), task)
   accuracy = loaded.metadata["report"]["train_accuracy"]
   assert accuracy < 1
-  assert [f"{100 * accuracy:.1f}% of the task's training set" in r.getMessage()
+  assert [f"{100 * accuracy:.1f}% of the given training set" in r.getMessage()
           for r in caplog.records] == [True]
+  # ... naming its likely causes, each with how to check it
+  message = caplog.records[0].getMessage()
+  for cause in ("(1) the architecture", "(2) the preprocessing", "(3) the data",
+                "evaluate the model in its own framework on the same images"):
+    assert cause in message, cause

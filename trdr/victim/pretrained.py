@@ -398,7 +398,9 @@ def stated(found: list[dict], victim_config: ml_collections.ConfigDict, image_sh
       raise ValueError(f"victim.file.activation is {given.activation!r}; known: "
                        f"{STATED['activation']}")
     out.activation = given.activation
-  out.update(_stated_preprocessing(victim_config, int(image_shape[-1])))
+  preprocessing = _stated_preprocessing(victim_config, int(image_shape[-1]))
+  if preprocessing["input_shift"] or preprocessing["input_scale"]:
+    out.update(preprocessing)
   return out
 
 
