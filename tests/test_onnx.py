@@ -337,7 +337,8 @@ def test_an_exported_max_pooled_cnn_is_attacked_at_smoke_with_published_settings
   config.victim.file.update(pooling="max", activation="relu", padding=1)
   resolved = pretrained.resolve(config, task.train_images.shape[1:])
   assert resolved.victim.arch == "cnn" and resolved.victim.pool == "max"
-  loaded = pretrained.load(resolved, task)
+  with jax.enable_x64(True):   # the :smoke config's float64
+    loaded = pretrained.load(resolved, task)
   via_pth = np.asarray(loaded.model.apply(
       {"params": jax.tree.map(lambda a: jnp.asarray(a, jnp.float32), loaded.params)},
       jnp.asarray(images)))

@@ -391,6 +391,8 @@ def stated(found: list[dict], victim_config: ml_collections.ConfigDict, image_sh
       raise ValueError(
           f"victim.file.pooling is {given.pooling!r}, but the head's {head} inputs say "
           f"{'a 2 × 2 pooling after each convolution' if inferred else 'no pooling'}")
+    if "pool" in out:   # a ConfigDict keeps a field's type: a bool here before "max"
+      del out["pool"]
     out.pool = _POOL[given.pooling]
     out.activation = given.activation
   elif given.get("activation") is not None:
