@@ -72,8 +72,8 @@ def _float32_bound(victim_config, theta, images):
         counts[kind] += 1
         kernel, bias = t[name]["kernel"], t[name].get("bias", jnp.zeros(v["out"][0]))
         if kind == "conv":
-          patch = lambda a, fill=0.0: jnp.concatenate(
-              models._windows(a, v["kernel"], v["stride"], v["pad"], fill), axis=-1)
+          patch = lambda a, v=v: jnp.concatenate(
+              models._windows(a, v["kernel"], v["stride"], v["pad"], 0.0), axis=-1)
           h, err, kernel = patch(h), patch(err), kernel.reshape(-1, kernel.shape[-1])
         n = kernel.shape[0]
         err = err @ jnp.abs(kernel) + _gamma(n + 1) * (jnp.abs(h) @ jnp.abs(kernel)
