@@ -55,7 +55,8 @@ def _float32_bound(victim_config, theta, images):
       if kind == "relu":
         h = jax.nn.relu(h)
       elif kind == "flatten":
-        flat = lambda a: a.transpose(0, 3, 1, 2).reshape(a.shape[0], -1)
+        flat = lambda a, v=v: (a if v.get("order") == ("nhwc",) else a.transpose(
+            0, 3, 1, 2)).reshape(a.shape[0], -1)
         h, err = flat(h), flat(err)
       elif kind in ("maxpool", "avgpool"):
         views = models._windows(h, v["kernel"], v["stride"], v["pad"],
@@ -87,6 +88,8 @@ def _onnxruntime(path, images):
   ort = pytest.importorskip("onnxruntime")
   session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
   feed = np.ascontiguousarray(images.transpose(0, 3, 1, 2), np.float32)
+  if session.get_inputs()[0].shape[1:] == list(images.shape[1:]):   # NHWC (Keras)
+    feed = np.ascontiguousarray(images, np.float32)
   if len(session.get_inputs()[0].shape) == 2:
     feed = feed.reshape(len(feed), -1)
   return session.run(None, {session.get_inputs()[0].name: feed})[0]
@@ -171,6 +174,42 @@ def test_a_pytorch_cnn_with_max_pooling_exported_to_onnx_gives_onnxruntimes_logi
   with torch.no_grad():   # and the export is the network
     reference = net(torch.from_numpy(images.transpose(0, 3, 1, 2).copy())).numpy()
   assert np.all(np.abs(ours - reference) <= 2 * bound)
+
+
+def test_a_keras_cnn_converted_by_tf2onnx_gives_onnxruntimes_logits(tmp_path):
+  """Keras 3 (TensorFlow) through tf2onnx's ``from_function`` (its ``from_keras`` fails on
+  Keras 3): an NHWC input transposed to NCHW, a 3 × 3 "same" conv, ReLU, max pooling, a
+  5 × 5 "valid" conv, average pooling, the transpose back and Keras' channels-last flatten
+  with its computed Reshape, two dense layers. trdr's logits equal onnxruntime's within
+  twice `_float32_bound`."""
+  tf = pytest.importorskip("tensorflow")
+  tf2onnx = pytest.importorskip("tf2onnx")
+  keras = tf.keras
+  keras.utils.set_random_seed(0)
+  model = keras.Sequential([
+      keras.Input((16, 16, 3)), keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
+      keras.layers.MaxPooling2D(2), keras.layers.Conv2D(6, 5, activation="relu"),
+      keras.layers.AveragePooling2D(2), keras.layers.Flatten(),
+      keras.layers.Dense(5, activation="relu", bias_initializer="ones"),
+      keras.layers.Dense(2, bias_initializer="ones")])
+  path = str(tmp_path / "keras.onnx")
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    warnings.simplefilter("ignore", FutureWarning)
+    tf2onnx.convert.from_function(
+        tf.function(lambda x: model(x)), output_path=path,
+        input_signature=(tf.TensorSpec((None, 16, 16, 3), tf.float32, name="x"),))
+  images = np.random.default_rng(2).random((5, 16, 16, 3)).astype(np.float32)
+  ours, config, theta = _trdr(path, images)
+  assert [s.split()[0] for s in config.layers] == [
+      "conv", "relu", "maxpool", "conv", "relu", "avgpool", "flatten", "dense", "relu",
+      "dense"]
+  assert config.layers[6] == "flatten nhwc" and "pad=0,0,0,0" in config.layers[3]
+  theirs = _onnxruntime(path, images)
+  bound = _float32_bound(config, theta, images)
+  assert np.all(np.abs(ours - theirs) <= 2 * bound), (np.abs(ours - theirs), bound)
+  assert np.max(2 * bound) < 0.01 * np.max(np.abs(theirs))
+  np.testing.assert_allclose(ours, model(images).numpy(), atol=float(np.max(2 * bound)))
 
 
 def _graph(nodes, initializers, input_shape, output="y", path=None):

@@ -360,13 +360,16 @@ def parse_layer(spec: str) -> tuple[str, dict[str, tuple[int, ...]]]:
   bias=0|1``; ``dense out=F bias=0|1``; ``maxpool`` / ``avgpool kernel= stride= pad=``
   (avgpool also ``count_pad=0|1``: whether padded zeros count in the mean); ``relu`` (the
   model's activation); ``flatten`` (the feature map flattened channels first, NCHW, as
-  PyTorch's ``x.flatten(1)`` and ONNX's Flatten).
+  PyTorch's ``x.flatten(1)`` and ONNX's Flatten), or ``flatten nhwc`` (channels last, as
+  Keras flattens).
 
   Raises:
     ValueError: an unknown kind, a key the kind lacks or does not take, or a value that is
       not integers.
   """
   kind, *tokens = spec.split()
+  if tokens == ["nhwc"] and kind == "flatten":
+    return kind, {"order": ("nhwc",)}
   needed = {"conv": {"out", "kernel", "stride", "pad", "bias"}, "dense": {"out", "bias"},
             "maxpool": {"kernel", "stride", "pad"},
             "avgpool": {"kernel", "stride", "pad", "count_pad"},
@@ -462,7 +465,8 @@ class Sequential(nn.Module):
       if kind == "relu":
         h = act(h)
       elif kind == "flatten":
-        h = h.transpose(0, 3, 1, 2).reshape(h.shape[0], -1)
+        h = (h if v.get("order") == ("nhwc",) else h.transpose(0, 3, 1, 2)).reshape(
+            h.shape[0], -1)
       elif kind in ("maxpool", "avgpool"):
         fill = -jnp.inf if kind == "maxpool" else 0.0
         views = _windows(h, v["kernel"], v["stride"], v["pad"], fill)

@@ -15,6 +15,10 @@ TensorFlow, jax2onnx) holds both, so nothing about the architecture is guessed.
   * Relu; MaxPool and AveragePool (ceil_mode 0, dilation 1);
   * Flatten (axis 1) and a Reshape to (N, features): channels first (NCHW), as ONNX and
     PyTorch flatten; Identity.
+  * Keras / TensorFlow graphs (tf2onnx): an input N × H × W × C transposed to NCHW by its
+    first node, a Transpose back to NHWC before the flatten (Keras flattens channels last),
+    and the shape computation of a Reshape (Shape, Gather, Cast, Slice, Concat, Unsqueeze,
+    Squeeze on shapes), evaluated at a batch size of `_BATCH` (`_shape_op`).
 
 Any sequential graph of them: convolutions, poolings, then one or more linear layers
 (LeNet-style), or linear layers alone. Anything else (another operator, an attribute of
@@ -38,6 +42,40 @@ def _onnx():
     raise ModuleNotFoundError("reading an .onnx file needs the onnx package: pip install "
                               "'trdr[onnx]'") from e
   return onnx
+
+
+# A batch size no image dimension is likely to equal: a shape computation (`_shape_op`)
+# evaluated at it shows which of its entries is the batch's.
+_BATCH = 7919
+_SHAPE_OPS = ("Gather", "Cast", "Slice", "Concat", "Unsqueeze", "Squeeze")
+
+
+def _shape_op(onnx, node, inputs: list) -> np.ndarray:
+  """The value of ``node`` (an operator of `_SHAPE_OPS`) on the constant ``inputs``: how
+  tf2onnx computes the target shape of a Keras flatten's Reshape from a Shape node."""
+  attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+  x = np.asarray(inputs[0])
+  if node.op_type == "Gather":
+    return np.take(x, np.asarray(inputs[1]), axis=attrs.get("axis", 0))
+  if node.op_type == "Cast":
+    return x
+  if node.op_type == "Concat":
+    return np.concatenate([np.atleast_1d(np.asarray(i)) for i in inputs], axis=attrs["axis"])
+  if node.op_type in ("Unsqueeze", "Squeeze"):
+    axes = inputs[1] if len(inputs) > 1 and inputs[1] is not None else attrs.get("axes")
+    axes = tuple(int(a) for a in np.atleast_1d(axes)) if axes is not None else None
+    if node.op_type == "Unsqueeze":
+      return np.expand_dims(x, axes)
+    return np.squeeze(x, axes)
+  starts, ends = np.atleast_1d(inputs[1]), np.atleast_1d(inputs[2])   # Slice
+  axes = np.atleast_1d(inputs[3]) if len(inputs) > 3 and inputs[3] is not None else range(
+      len(starts))
+  steps = np.atleast_1d(inputs[4]) if len(inputs) > 4 and inputs[4] is not None else [1] * len(
+      starts)
+  index = [slice(None)] * x.ndim
+  for a, b, e, t in zip(axes, starts, ends, steps):
+    index[int(a)] = slice(int(b), int(e), int(t))
+  return x[tuple(index)]
 
 
 def read(path: str, image_shape) -> dict:
@@ -78,15 +116,21 @@ def read(path: str, image_shape) -> dict:
           for d in inputs[0].type.tensor_type.shape.dim]
   layers, params = [], {}
   shape = (channels, height, width)   # the current tensor's shape without the batch axis
+  nhwc = False   # the map is channels last (a Keras graph's input, or before its flatten)
+  sizes = {}   # the chain's tensors' full shapes, at a batch of _BATCH (for Shape nodes)
+  full = lambda: [_BATCH, *((shape[1], shape[2], shape[0]) if nhwc else shape)]
   if dims[1:] == [channels * height * width]:
-    layers.append("flatten")
+    layers.append("flatten")   # a flat input: taken as NCHW-flattened (PyTorch's x.view)
     shape = (channels * height * width,)
+  elif dims[1:] == [height, width, channels] and dims[1:] != [channels, height, width]:
+    nhwc = True   # a Keras / TensorFlow graph: its first node transposes to NCHW
   elif dims[1:] != [channels, height, width]:
     raise ValueError(f"the graph's input {inputs[0].name!r} has shape {dims}; trdr's images "
                      f"are {channels} × {height} × {width} (H × W × C {tuple(image_shape)}): "
                      f"expected [N, {channels}, {height}, {width}] (NCHW) or [N, "
                      f"{channels * height * width}]")
   current = inputs[0].name
+  sizes[current] = full()
   shift, scale = np.zeros(channels), np.ones(channels)
   counts = {"conv": 0, "dense": 0}
   pending_bias = None   # the last conv / dense layer's name while it has no bias yet
@@ -138,6 +182,26 @@ def read(path: str, image_shape) -> dict:
         raise fail(node, f"a constant given as {sorted(attrs)}")
       values[node.output[0]] = to_array(attrs["value"])
       continue
+    if op == "Shape" and node.input[0] in sizes:
+      values[node.output[0]] = np.asarray(sizes[node.input[0]], np.int64)
+      continue
+    if op in _SHAPE_OPS and all(i in values for i in node.input if i):
+      values[node.output[0]] = _shape_op(onnx, node, [values[i] if i else None
+                                                      for i in node.input])
+      continue
+    if op == "Transpose":
+      perm = list(attributes(node, {"perm": None})["perm"] or [])
+      if node.input[0] != current or len(shape) != 3 or perm != (
+          [0, 3, 1, 2] if nhwc else [0, 2, 3, 1]):
+        raise fail(node, f"a transpose {perm} (trdr reads NHWC -> NCHW at the input and "
+                   "NCHW -> NHWC before a flatten)")
+      nhwc = not nhwc
+      current = node.output[0]
+      sizes[current] = full()
+      continue
+    if nhwc and op not in ("Flatten", "Reshape"):
+      raise fail(node, "a layer on a channels-last map (only a flatten follows a transpose "
+                 "to NHWC)")
     if not node.input or node.input[0] != current:
       raise fail(node, "it does not take the previous layer's output as its first input "
                  "(a branch, a skip connection or a reordered graph)")
@@ -251,14 +315,16 @@ def read(path: str, image_shape) -> dict:
                                                           and target[0] != -1)):
           raise fail(node, f"a reshape to {target}; trdr reads a flatten to [N, {size}]")
       if len(shape) == 3:
-        layers.append("flatten")
+        layers.append("flatten nhwc" if nhwc else "flatten")
         shape = (size,)
+        nhwc = False
       pending_bias = None
     elif op == "Identity":
       pass
     else:
       raise fail(node, "an operator trdr does not read")
     current = node.output[0]
+    sizes[current] = full()
   outputs = [o.name for o in graph.output]
   if outputs != [current]:
     raise ValueError(f"the graph's outputs {outputs} are not the last node's {current!r}: "
