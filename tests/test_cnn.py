@@ -62,10 +62,11 @@ def test_conv3x3_is_flax_conv_with_the_same_parameters():
   assert np.all(np.abs(got - want) <= 2 * k * u / (1 - k * u) * absolute)
 
 
-def test_relu_cnn_without_later_biases_is_positively_homogeneous():
-  """Scaling one later layer by c > 0 scales Φ by c (ReLU and average pooling commute with
-  positive scaling; no bias after the first layer): float64, to 1e-12 relative."""
-  net = _net()
+@pytest.mark.parametrize("pool", [True, "max"])
+def test_relu_cnn_without_later_biases_is_positively_homogeneous(pool):
+  """Scaling one later layer by c > 0 scales Φ by c (ReLU, average and max pooling commute
+  with positive scaling; no bias after the first layer): float64, to 1e-12 relative."""
+  net = _net(pool=pool)
   with jax.enable_x64(True):
     theta = models.init_params(net, jax.random.key(1), (16, 16, 3), jnp.float64)
     x = jax.random.uniform(jax.random.key(2), (5, 16, 16, 3), jnp.float64)
@@ -73,6 +74,76 @@ def test_relu_cnn_without_later_biases_is_positively_homogeneous():
     scaled["conv_1"] = {"kernel": 3.0 * theta["conv_1"]["kernel"]}
     phi = net.apply({"params": theta}, x)
     np.testing.assert_allclose(net.apply({"params": scaled}, x), 3.0 * phi, rtol=1e-12)
+
+
+def test_max_pooling_takes_the_largest_of_each_2x2_block():
+  """`models.ConvNet(pool="max")`'s pooling is PyTorch's MaxPool2d(2): each output the
+  largest of its 2 × 2 block (no arithmetic: exact)."""
+  h = jax.random.normal(jax.random.key(0), (2, 6, 4, 3))
+  blocks = np.asarray(h).reshape(2, 3, 2, 2, 2, 3)
+  np.testing.assert_array_equal(models.POOLINGS["max"](h), blocks.max(axis=(2, 4)))
+  np.testing.assert_array_equal(models.POOLINGS["average"](h),
+                                models.POOLINGS[True](h))
+  with pytest.raises(ValueError, match="unknown pool 'median'"):
+    _net(pool="median").init(jax.random.key(0), jnp.zeros((1, 16, 16, 3)))
+
+
+def _kkt_reference(model, params, images, lambdas, labels):
+  """DecoReco's binary KKT residual ||θ − (1/m) Σ_j λ_j y_j ∇θΦ(x_j)||² with one
+  jax.grad per candidate, summed in a Python loop (`decoreco.stationarity_residual` takes
+  one VJP)."""
+  total = params
+  for j in range(images.shape[0]):
+    g = jax.grad(lambda p, j=j: labels[j] * model.apply({"params": p}, images[j:j + 1])[0])(
+        params)
+    total = jax.tree.map(lambda t, gj, j=j: t - lambdas[j] / images.shape[0] * gj, total, g)
+  return sum(jnp.sum(t ** 2) for t in jax.tree.leaves(total))
+
+
+@pytest.mark.parametrize("victim_kind", ["cnn", "sequential"])
+def test_max_pooled_kkt_term_in_both_autodiff_orders_matches_per_sample_gradients(
+    x64, victim_kind):
+  """DecoReco's loss on a max-pooled CNN (`models.ConvNet(pool="max")`, and a LeNet-style
+  `models.Sequential` as read from ONNX: 5 × 5 conv with padding 2, max pooling, 3 × 3
+  conv, average pooling, two linear layers), in both `decoreco.AUTODIFF_ORDERS`: value and
+  ∇(x, λ) equal the per-sample reference's (`_kkt_reference` plus the same prior), on the
+  ReLU the attack sees (derivative sigmoid(αz)). Tolerance 1e-10 relative, as
+  tests/test_decoreco.py argues for the CNN: the same float64 sums over at most a few
+  hundred terms in another order, ~√300·ε ≈ 4e-15 relative; a wrong or missing term (the
+  max's routing of the gradient, a flipped kernel) is an O(0.1–1) error."""
+  from trdr.attacks import decoreco   # noqa: PLC0415
+  alpha, prior = 20.0, dict(x_min=-1.0, x_max=1.0, lambda_weight=5.0)
+  relu = decoreco.relu_sigmoid_backward(alpha)
+  if victim_kind == "cnn":
+    model = models.ConvNet(channels=(4, 5), pool="max", first_scale=0.5, all_biases=True)
+  else:
+    model = models.Sequential(layers=(
+        "conv out=4 kernel=5,5 stride=1,1 pad=2,2,2,2 bias=1", "relu",
+        "maxpool kernel=2,2 stride=2,2 pad=0,0,0,0",
+        "conv out=5 kernel=3,3 stride=1,1 pad=1,1,1,1 bias=0", "relu",
+        "avgpool kernel=2,2 stride=2,2 pad=0,0,0,0 count_pad=1", "flatten",
+        "dense out=6 bias=0", "relu", "dense out=1 bias=0"),
+        input_shift=(0.5,), input_scale=(0.25, 0.5, 1.0))
+  params = models.init_params(model, jax.random.key(1), (8, 8, 3), jnp.float64)
+  rng = np.random.default_rng(1)
+  images = jnp.asarray(0.8 * rng.normal(size=(4, 8, 8, 3)))
+  lambdas = jnp.asarray(rng.uniform(-0.1, 1.0, size=4))
+  labels = jnp.asarray([-1.0, -1.0, 1.0, 1.0])
+  attacked = model.clone(activation=relu)
+
+  def reference(x, lam):
+    return (_kkt_reference(attacked, params, x, lam, labels)
+            + decoreco.prior_penalty(x, lam, lambda_min=0.05, **prior))
+
+  expected, (rx, rl) = jax.jit(jax.value_and_grad(reference, argnums=(0, 1)))(images, lambdas)
+  assert float(decoreco.prior_penalty(images, lambdas, lambda_min=0.05, **prior)) > 0
+  for order in decoreco.AUTODIFF_ORDERS:
+    value, (gx, gl) = jax.jit(decoreco.autodiff_loss_and_grad(
+        model, params, labels, order=order, **prior))(images, lambdas, jnp.asarray(alpha),
+                                                      jnp.asarray(0.05))
+    assert abs(float(value - expected)) < 1e-10 * abs(float(expected)), order
+    for ours, theirs in ((gx, rx), (gl, rl)):
+      assert float(jnp.linalg.norm(ours - theirs)) < 1e-10 * float(jnp.linalg.norm(theirs))
 
 
 def test_bad_settings_name_what_is_wrong():
@@ -119,10 +190,12 @@ def test_a_cnn_theta_star_written_and_read_back_is_bitwise_the_same(tmp_path, ex
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_a_pytorch_cnn_gives_pytorch_s_phi():
-  """A PyTorch CNN of trdr's shape (Conv2d 3×3 padding 1, ReLU, avg_pool2d 2, Linear on
-  x.flatten(1)) read through its state_dict: trdr's Φ equals PyTorch's to float64
-  rounding. Both evaluate the same sums in another order; each output's forward error is
+@pytest.mark.parametrize("pooling", ["average", "max"])
+def test_a_pytorch_cnn_gives_pytorch_s_phi(pooling):
+  """A PyTorch CNN of trdr's shape (Conv2d 3×3 padding 1, ReLU, avg_pool2d or max_pool2d
+  2, Linear on x.flatten(1)) read through its state_dict, its pooling stated
+  (``victim.file``): trdr's Φ equals PyTorch's to float64 rounding. (A max is exact: the
+  same bound holds.) Both evaluate the same sums in another order; each output's forward error is
   at most γ_m times the same network evaluated on |θ| and |x| (every term positive: the
   sum of the absolute terms), m ≤ 1,000 the longest chain of additions (27 + 36 terms of
   the convs, 4 + 4 of the poolings, 128 of the head), γ_m = m·u/(1 − m·u), u = 2⁻⁵³,
@@ -141,8 +214,9 @@ def test_a_pytorch_cnn_gives_pytorch_s_phi():
           torch.nn.Linear(8 * 4 * 4, 1, bias=False, dtype=torch.float64)])
 
     def forward(self, x):
-      h = torch.nn.functional.avg_pool2d(torch.relu(self.layers[0](x)), 2)
-      h = torch.nn.functional.avg_pool2d(torch.relu(self.layers[1](h)), 2)
+      pool = getattr(torch.nn.functional, {"average": "avg", "max": "max"}[pooling] + "_pool2d")
+      h = pool(torch.relu(self.layers[0](x)), 2)
+      h = pool(torch.relu(self.layers[1](h)), 2)
       return self.layers[2](h.flatten(1))[:, 0]
 
   torch.manual_seed(0)
@@ -152,8 +226,10 @@ def test_a_pytorch_cnn_gives_pytorch_s_phi():
   buffer.seek(0)
   arrays = {k: v.numpy() for k, v in torch.load(buffer).items()}
   found = pretrained.layers(arrays, (16, 16, 3))
-  arch = pretrained.architecture(found, ml_collections.ConfigDict({"arch": "cnn",
-                                                                    "activation": "relu"}))
+  victim_config = ml_collections.ConfigDict({"arch": "cnn", "activation": "relu", "file": {
+      "pooling": pooling, "activation": "relu", "padding": 1}})
+  arch = pretrained.stated(found, pretrained.architecture(found, victim_config), (16, 16, 3))
+  assert arch.pool == {"average": True, "max": "max"}[pooling]
   x = np.random.default_rng(0).random((3, 16, 16, 3))
   model = models.build_model(arch)
   with jax.enable_x64(True):
@@ -367,6 +443,7 @@ def test_a_pytorch_trained_cnn_loads_with_torchs_phi_and_decoreco_runs_on_it(tmp
   torch.save(net.state_dict(), tmp_path / "model.pth")
 
   config.victim.load = str(tmp_path / "model.pth")
+  config.victim.file.update(pooling="average", activation="relu", padding=1)  # not in a .pth
   resolved = pretrained.resolve(config, task.train_images.shape[1:])
   assert resolved.victim.arch == "cnn" and tuple(resolved.victim.channels) == (4, 8)
   with jax.enable_x64(True):   # the :smoke config's float64

@@ -385,5 +385,29 @@ def test_a_loaded_theta_star_far_from_stationary_is_warned_about(tmp_path, caplo
     loaded = pretrained.load(pretrained.resolve(config, IMAGE_SHAPE), task)
   accuracy = loaded.metadata["report"]["train_accuracy"]
   assert accuracy < 1
-  assert [f"{100 * accuracy:.1f}% of the task's training set" in r.getMessage()
+  assert [f"{100 * accuracy:.1f}% of the given training set" in r.getMessage()
           for r in caplog.records] == [True]
+  # ... naming its likely causes, each with how to check it
+  message = caplog.records[0].getMessage()
+  for cause in ("(1) the architecture", "(2) the preprocessing", "(3) the data",
+                "evaluate the model in its own framework on the same images"):
+    assert cause in message, cause
+
+
+def test_a_user_model_runs_at_tuned_or_published_settings_never_the_untuned_defaults():
+  """`decoreco.own_model_settings`: the config's defaults are replaced by Haim et al.'s
+  published b9dfyspx (σ, lr, λ_min, α), settings set explicitly are kept, a sweep's
+  best.json is left for the runner to read; each with its source named."""
+  from trdr.attacks import decoreco   # noqa: PLC0415
+  untuned = [decoreco_cifar.get_config(v).attack.to_dict() for v in ("", "cpu", "smoke")]
+  attack = decoreco_cifar.get_config("cpu").attack
+  published, source = decoreco.own_model_settings(attack, untuned)
+  assert {k: published[k] for k in decoreco.Hyperparameters._fields} == (
+      decoreco.PUBLISHED["b9dfyspx"]._asdict())
+  assert "b9dfyspx" in source and attack.lr == 0.4   # the config itself is left as it was
+  attack.lr = 0.3
+  kept, source = decoreco.own_model_settings(attack, untuned)
+  assert kept.lr == 0.3 and kept.alpha == attack.alpha and "set explicitly" in source
+  attack.hparams_file = "runs/sweep/best.json"
+  _, source = decoreco.own_model_settings(attack, untuned)
+  assert "runs/sweep/best.json" in source

@@ -373,10 +373,52 @@ def make_loss_and_grad(target: victim.Victim, attack_config, labels: jax.Array) 
 
 def fused_applies(target: victim.Victim) -> bool:
   """Whether `kkt_mlp.value_and_grad` computes the attack's loss for this victim: a ReLU
-  Haim MLP with one output (`kkt_mlp.supports`)."""
+  Haim MLP with one output (`kkt_mlp.supports`) and no input normalisation (the fused form
+  takes the images as the first layer's inputs)."""
   v = target.config
   return (v.arch == "haim_mlp" and v.activation == "relu" and v.num_outputs == 1
+          and not v.get("input_shift") and not v.get("input_scale")
           and kkt_mlp.supports(target.params))
+
+
+# Haim et al.'s published tuned run b9dfyspx on binary CIFAR-10 (their MLP, m = 2n;
+# /work/shared/paper/reference_settings.md; configs/victim_recipe.py's B9DFYSPX).
+PUBLISHED = {"b9dfyspx": Hyperparameters(init_scale=8.857e-4, lr=0.5549, lambda_min=0.4983,
+                                         alpha=19.14)}
+
+
+def own_model_settings(attack_config, untuned: list[dict]) -> tuple[Any, str]:
+  """The DecoReco settings (σ, lr, λ_min, α) to run on a user's θ* (``victim.load``), and
+  where they come from: never a config's untuned defaults.
+
+    * ``attack.hparams_file`` set (a sweep's best.json, on this model): kept as it is; the
+      runner reads the file (source: that file).
+    * the four settings differ from every entry of ``untuned`` (someone set them, e.g.
+      ``--config.attack.lr=``): kept (source: "the config (set explicitly)").
+    * otherwise Haim et al.'s published b9dfyspx (`PUBLISHED`), the settings trdr's docs
+      report their counts at; ``attack.hparams_keep`` names settings kept from the config.
+
+  Args:
+    attack_config: a DecoReco config section (the four `Hyperparameters` fields,
+      hparams_file, hparams_keep).
+    untuned: the configs' default settings ({name: value} per config variant).
+  Returns:
+    (a copy of ``attack_config`` with the settings to run, a sentence naming their source).
+  """
+  a = attack_config.copy_and_resolve_references()
+  names = Hyperparameters._fields
+  if a.get("hparams_file"):
+    return a, f"the sweep's {a.hparams_file} (tuned on this model)"
+  current = {k: float(a[k]) for k in names}
+  if all(any(current[k] != float(d[k]) for k in names) for d in untuned):
+    return a, "the config (set explicitly, not its defaults)"
+  keep = tuple(a.get("hparams_keep", ()))
+  with a.unlocked():
+    for k in names:
+      if k not in keep:
+        a[k] = float(getattr(PUBLISHED["b9dfyspx"], k))
+  return a, ("Haim et al. 2022's published run b9dfyspx (no sweep's best.json given: "
+             "attack.hparams_file; a sweep on this model tunes them, docs/own_model.md)")
 
 
 def build(target: victim.Victim, attack_config, labels: jax.Array, *, key=None, box=None

@@ -51,8 +51,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # from it: reading (b) of trdr.report.readings). Both drawn with victim.seed.
   config.victim.init = "default"
   config.victim.checkpoint_dir = config_dict.placeholder(str)  # default: WORKDIR/victim
-  # θ* from a file instead of training (.pth, .npz, .msgpack, orbax dir; trdr.victim.pretrained)
+  # θ* from a file instead of training (.onnx, .pth, .npz, .msgpack, orbax dir;
+  # trdr.victim.pretrained)
   config.victim.load = config_dict.placeholder(str)
+  # What a θ* file without its graph (a state_dict) does not hold, stated (docs/own_model.md):
+  # with convolutions pooling ("max", "average", "none"), activation and padding (1); and
+  # the input normalisation (x − input_shift) / input_scale per channel (torchvision's
+  # Normalize(mean, std)), applied before the file's network (an .onnx graph's own Sub/Div
+  # after it). Unset: required where the file needs them, else none.
+  config.victim.file = ml_collections.ConfigDict({
+      "pooling": config_dict.placeholder(str), "activation": config_dict.placeholder(str),
+      "padding": config_dict.placeholder(int), "input_shift": config_dict.placeholder(tuple),
+      "input_scale": config_dict.placeholder(tuple)})
 
   config.attack = ml_collections.ConfigDict()
   config.attack.name = "bilevel"

@@ -47,9 +47,16 @@ from absl import logging
 
 from trdr import models
 from trdr.runtime import files, rundir
-from trdr.victim import cache, objective
+from trdr.victim import cache, objective, onnx_model
 
-FORMATS = (".pth", ".pt", ".npz", ".msgpack", "an orbax checkpoint directory")
+FORMATS = (".onnx", ".pth", ".pt", ".npz", ".msgpack", "an orbax checkpoint directory")
+
+# What a file of arrays (a state_dict) does not hold and the config states
+# (``victim.file.<key>``, configs/decoreco_cifar.py): required where the file has
+# convolutions, each with its values.
+STATED = {"pooling": ("max", "average", "none"), "activation": tuple(models.ACTIVATIONS),
+          "padding": (1,)}
+_POOL = {"max": "max", "average": True, "none": False}   # -> `trdr.models.ConvNet.pool`
 
 
 def read(path: str) -> dict[str, np.ndarray]:
@@ -317,13 +324,152 @@ def architecture(found: list[dict], victim_config: ml_collections.ConfigDict
   return out
 
 
-def resolve(config: ml_collections.ConfigDict, image_shape) -> ml_collections.ConfigDict:
-  """``config`` with ``victim`` set to the architecture of the file ``victim.load``
-  (`architecture`); unchanged when ``victim.load`` is not set.
+def is_onnx(path: str) -> bool:
+  """Whether ``path`` names an ONNX graph (`trdr.victim.onnx_model`): by its extension."""
+  return os.path.splitext(str(path))[1].lower() == ".onnx"
+
+
+def _per_channel(values, channels: int, name: str) -> np.ndarray:
+  values = np.asarray(tuple(float(v) for v in values), np.float64)
+  if values.size not in (1, channels):
+    raise ValueError(f"victim.file.{name} has {values.size} values; the images have "
+                     f"{channels} channels (give 1 or {channels})")
+  return np.broadcast_to(values, (channels,))
+
+
+def _stated_preprocessing(victim_config, channels: int, shift=(), scale=()) -> dict:
+  """{input_shift, input_scale}: ``victim.file``'s normalisation (x − s₁)/c₁ followed by a
+  graph's own (· − s₂)/c₂, composed as (x − (s₁ + s₂·c₁))/(c₁·c₂) per channel; empty
+  tuples where there is none."""
+  given = victim_config.get("file") or {}
+  s1, c1 = given.get("input_shift"), given.get("input_scale")
+  if s1 is None and c1 is None and not shift and not scale:
+    return {"input_shift": (), "input_scale": ()}
+  s1 = _per_channel(s1 if s1 is not None else (0.0,), channels, "input_shift")
+  c1 = _per_channel(c1 if c1 is not None else (1.0,), channels, "input_scale")
+  if np.any(c1 == 0):
+    raise ValueError(f"victim.file.input_scale {tuple(c1)} holds a zero")
+  s2 = np.asarray(shift or (0.0,) * channels, np.float64)
+  c2 = np.asarray(scale or (1.0,) * channels, np.float64)
+  return {"input_shift": tuple(float(v) for v in s1 + s2 * c1),
+          "input_scale": tuple(float(v) for v in c1 * c2)}
+
+
+def stated(found: list[dict], victim_config: ml_collections.ConfigDict, image_shape
+           ) -> ml_collections.ConfigDict:
+  """``victim_config`` (`architecture`'s) with what the file cannot hold, as
+  ``victim.file`` states it: for convolutions the pooling, activation and padding
+  (`STATED`; nothing guessed: unset is an error), and the input normalisation
+  (``input_shift``, ``input_scale``, any network). ``image_shape``: (H, W, C).
 
   Raises:
-    ValueError: as `read`, `layers` and `architecture`; also ``victim.checkpoint_dir``
-      set together with ``victim.load``.
+    ValueError: convolutions and one of ``victim.file.pooling``, ``activation``,
+      ``padding`` unset (one message listing the flags to set and pointing to ONNX), a
+      value trdr does not read, or a pooling the head's input size contradicts.
+  """
+  out = ml_collections.ConfigDict(victim_config.to_dict())
+  given = victim_config.get("file") or {}
+  if any(layer["conv"] for layer in found):
+    missing = [k for k in STATED if given.get(k) is None]
+    if missing:
+      flags = " ".join(f"--config.victim.file.{k}={'|'.join(map(str, STATED[k]))}"
+                       for k in missing)
+      raise ValueError(
+          f"the file holds convolutions, and a state_dict holds no {', '.join(missing)}: "
+          f"state them ({flags}), or export the model to ONNX (torch.onnx.export(model, "
+          "example, 'model.onnx')) and load the .onnx, which holds the whole architecture "
+          "(docs/own_model.md)")
+    for k, allowed in STATED.items():
+      if given[k] not in allowed:
+        raise ValueError(
+            f"victim.file.{k} is {given[k]!r}; trdr reads a state_dict's 3 × 3 convolutions "
+            f"with {k} {' or '.join(map(str, allowed))}: for another architecture export "
+            "the model to ONNX (docs/own_model.md)")
+    inferred = bool(found[-1]["pool"])
+    if (given.pooling != "none") != inferred:
+      head = found[-1]["kernel"].shape[0]
+      raise ValueError(
+          f"victim.file.pooling is {given.pooling!r}, but the head's {head} inputs say "
+          f"{'a 2 × 2 pooling after each convolution' if inferred else 'no pooling'}")
+    if "pool" in out:   # a ConfigDict keeps a field's type: a bool here before "max"
+      del out["pool"]
+    out.pool = _POOL[given.pooling]
+    out.activation = given.activation
+  elif given.get("activation") is not None:
+    if given.activation not in STATED["activation"]:
+      raise ValueError(f"victim.file.activation is {given.activation!r}; known: "
+                       f"{STATED['activation']}")
+    out.activation = given.activation
+  preprocessing = _stated_preprocessing(victim_config, int(image_shape[-1]))
+  if preprocessing["input_shift"] or preprocessing["input_scale"]:
+    out.update(preprocessing)
+  return out
+
+
+def onnx_architecture(graph: dict, victim_config: ml_collections.ConfigDict, image_shape
+                      ) -> ml_collections.ConfigDict:
+  """``victim_config`` for the ONNX graph ``graph`` (`trdr.victim.onnx_model.read`):
+  arch "sequential" (`trdr.models.Sequential`) with its layers, outputs and input
+  normalisation (``victim.file``'s, if stated, before the graph's own Sub/Div); the
+  activation at its Relu nodes ReLU. The fields of the other architectures are removed.
+  ``image_shape``: (H, W, C) of the images.
+
+  Raises:
+    ValueError: a bad ``victim.file.input_shift`` / ``input_scale``.
+  """
+  out = ml_collections.ConfigDict(victim_config.to_dict())
+  for name in ("widths", "width", "channels", "pool", "all_biases", "later_init"):
+    if name in out:
+      del out[name]
+  ignored = [k for k in ("pooling", "activation", "padding")
+             if (victim_config.get("file") or {}).get(k) is not None]
+  if ignored:
+    logging.warning("victim.file.%s ignored: the ONNX graph states the architecture",
+                    ", victim.file.".join(ignored))
+  out.arch = "sequential"
+  out.layers = tuple(graph["layers"])
+  out.num_outputs = graph["num_outputs"]
+  out.activation = "relu"
+  out.update(_stated_preprocessing(victim_config, int(image_shape[-1]),
+                                   graph["input_shift"], graph["input_scale"]))
+  return out
+
+
+def describe(victim_config: ml_collections.ConfigDict) -> dict:
+  """The architecture and the input normalisation a victim config builds, in words, for
+  the ``Victim:`` log line and summary.json: {"architecture": str, "preprocessing": str}."""
+  v = victim_config
+  if v.arch == "sequential":
+    arch = "sequential (ONNX): " + " → ".join(v.layers)
+  elif v.arch == "cnn":
+    pool = {False: "no pooling", True: "2 × 2 average pooling", "average":
+            "2 × 2 average pooling", "max": "2 × 2 max pooling"}[v.pool]
+    arch = (f"cnn: 3 × 3 convolutions {tuple(v.channels)}, padding 1, stride 1, "
+            f"{v.activation}, {pool}, a linear head (a PyTorch layout's inputs read as "
+            "the features flattened channels first, x.flatten(1))")
+  elif v.arch == "haim_mlp":
+    arch = f"mlp: widths {tuple(v.widths)}, {v.activation}"
+  elif v.arch == "one_hidden":
+    arch = f"one hidden layer: width {v.width}, {v.activation}"
+  else:
+    arch = v.arch
+  shift, scale = v.get("input_shift") or (), v.get("input_scale") or ()
+  pre = ("(x − shift) / scale, shift " + str(tuple(round(x, 6) for x in shift or (0.0,)))
+         + ", scale " + str(tuple(round(x, 6) for x in scale or (1.0,)))
+         if shift or scale else "none (the images as data.* gives them)")
+  return {"architecture": arch, "preprocessing": pre}
+
+
+def resolve(config: ml_collections.ConfigDict, image_shape) -> ml_collections.ConfigDict:
+  """``config`` with ``victim`` set to the architecture of the file ``victim.load``: an
+  ONNX graph's (`onnx_architecture`), or the arrays' (`architecture`) with what they cannot
+  hold as ``victim.file`` states it (`stated`); unchanged when ``victim.load`` is not set.
+
+  Raises:
+    ValueError: as `read`, `layers`, `architecture`, `stated` and
+      `trdr.victim.onnx_model.read`; also ``victim.checkpoint_dir`` set together with
+      ``victim.load``.
+    ModuleNotFoundError: an .onnx file without the onnx package.
   """
   path = config.victim.load
   if not path:
@@ -333,7 +479,12 @@ def resolve(config: ml_collections.ConfigDict, image_shape) -> ml_collections.Co
                      "not trained, so it has no cache; unset victim.checkpoint_dir")
   resolved = ml_collections.ConfigDict(config.to_dict())
   try:
-    resolved.victim = architecture(layers(read(path), image_shape), config.victim)
+    if is_onnx(path):
+      resolved.victim = onnx_architecture(onnx_model.read(path, image_shape), config.victim,
+                                          image_shape)
+    else:
+      found = layers(read(path), image_shape)
+      resolved.victim = stated(found, architecture(found, config.victim), image_shape)
   except ValueError as e:  # named by the file it is about
     raise (e if path in str(e) else ValueError(f"{path}: {e}")) from None
   changed = {k: resolved.victim[k] for k in resolved.victim
@@ -384,7 +535,11 @@ def load(config: ml_collections.ConfigDict, task) -> cache.Victim:
   models.check_labels(config.victim, task.train_labels)
   dtype = jnp.float64 if config.float64 else jnp.float32
   image_shape = task.train_images.shape[1:]
-  theta = params(layers(read(path), image_shape), config.victim, dtype)
+  if is_onnx(path):
+    theta = {name: {k: jnp.asarray(_checked(f"{name}/{k}", a), dtype) for k, a in layer.items()}
+             for name, layer in onnx_model.read(path, image_shape)["params"].items()}
+  else:
+    theta = params(layers(read(path), image_shape), config.victim, dtype)
   model = models.build_model(config.victim)
   template = models.init_params(model, jax.random.key(0), image_shape, dtype)
   expected = jax.tree.map(np.shape, template)
@@ -396,7 +551,8 @@ def load(config: ml_collections.ConfigDict, task) -> cache.Victim:
   report = {"loaded_from": os.path.abspath(path),
             "train_accuracy": acc(task.train_images, task.train_labels),
             "test_accuracy": acc(task.test_images, task.test_labels),
-            "n_train": int(len(task.train_images)), "n_test": int(len(task.test_images))}
+            "n_train": int(len(task.train_images)), "n_test": int(len(task.test_images)),
+            **describe(config.victim)}
   report.update(_stationarity(config, model, theta, task, path))
   meta = {"config": {"load": os.path.abspath(path), "sha256": sha256(path)},
           "report": report}
@@ -424,10 +580,7 @@ def _stationarity(config, model, theta, task, path) -> dict:
   if config.attack.name == "decoreco":
     fit = float(jnp.mean(objective.predictions(logits) == y))
     if fit < 1.0:
-      logging.warning(
-          "θ* of %s classifies %.1f%% of the task's training set correctly: DecoReco's KKT "
-          "conditions (Haim et al. 2022) describe a network trained to fit its training "
-          "set. Check that config.data is the model's training set.", path, 100 * fit)
+      logging.warning("%s", mismatch_message(path, fit, config))
     return {}
   if config.attack.name != "bilevel" or logits.ndim != 1:
     return {}
@@ -447,6 +600,68 @@ def _stationarity(config, model, theta, task, path) -> dict:
   return {"grad_norm": g}
 
 
+def mismatch_message(path: str, fit: float, config: ml_collections.ConfigDict) -> str:
+  """The warning for a read θ* that classifies only ``fit`` (in [0, 1)) of the given
+  training set: its likely causes, the architecture read, the preprocessing and the data,
+  each with how to check it (DecoReco's KKT premise is a network that fits its set)."""
+  v, d = config.victim, describe(config.victim)
+  if is_onnx(path):
+    arch = (f"the architecture read from the ONNX graph ({d['architecture']}): an export "
+            "is that network, so this cause is unlikely unless the model was exported "
+            "in training mode or from another checkpoint")
+  elif v.arch == "cnn":
+    arch = (f"the architecture: a state_dict holds none of it, and trdr ran {d['architecture']}"
+            " (victim.file.pooling, victim.file.activation, victim.file.padding): compare "
+            "each with the model's forward(); max against average pooling, the activation, "
+            "the padding and the flatten order (x.flatten(1) of an NCHW map) change Φ "
+            "without changing a shape. An ONNX export (torch.onnx.export) states them all")
+  else:
+    arch = (f"the architecture ({d['architecture']}; victim.file.activation): compare it "
+            "with the model's forward(), and the first layer's inputs flattened channels "
+            "first (x.view(N, -1) of an NCHW image) for a PyTorch layout")
+  mean = "minus the training mean" if config.data.get("subtract_mean") else "not mean-subtracted"
+  return (
+      f"θ* of {path} classifies {100 * fit:.1f}% of the given training set correctly; a "
+      "network trained to fit it, as DecoReco's KKT premise (Haim et al. 2022) wants, "
+      "classifies all of it. trdr may be reading a different network, or different data. "
+      f"Likely causes, and how to check each: (1) {arch}. (2) the preprocessing: trdr "
+      f"feeds pixels in [0, 1] {mean} (data.subtract_mean), then {d['preprocessing']} "
+      "(victim.file.input_shift / input_scale: torchvision's Normalize(mean, std) is "
+      "shift = mean, scale = std): compare with the transforms used in training. (3) the "
+      "data: config.data must be the exact training set (data.training_set=your .npz). "
+      "One check separates them: evaluate the model in its own framework on the same "
+      f"images; if it classifies them all but trdr {100 * fit:.1f}%, the architecture or "
+      "the preprocessing is misread; if it also misclassifies them, the data are not its "
+      "training set (or it was not trained to fit it).")
+
+
+def attack_settings(config: ml_collections.ConfigDict
+                    ) -> tuple[ml_collections.ConfigDict, dict]:
+  """For DecoReco on a θ* read from a file: ``config`` with the attack's settings (σ, lr,
+  λ_min, α) chosen for a user's model, never the config's untuned defaults
+  (`trdr.attacks.decoreco.own_model_settings`: a sweep's best.json, settings set
+  explicitly, else Haim et al.'s published b9dfyspx), logged with their source.
+
+  Returns:
+    (the config, {"attack_settings": {name: value} (those of attack.hparams_file where
+    set), "attack_settings_source": a sentence}) for the run's summary.json.
+  """
+  from trdr.attacks import decoreco   # noqa: PLC0415  (trdr.attacks imports trdr.victim)
+  from trdr.configs import decoreco_cifar, sizes   # noqa: PLC0415
+  untuned = [decoreco_cifar.get_config(v).attack.to_dict() for v in sizes.PAPER]
+  attack, source = decoreco.own_model_settings(config.attack, untuned)
+  out = ml_collections.ConfigDict(config.to_dict())
+  out.attack = attack
+  values = attack
+  if attack.get("hparams_file") and os.path.exists(attack.hparams_file):
+    values = {**attack.to_dict(), **files.read_json(attack.hparams_file)}
+    values.update({k: attack[k] for k in attack.get("hparams_keep", ())})
+  settings = {k: float(values[k]) for k in decoreco.Hyperparameters._fields}
+  logging.info("DecoReco settings on this model: σ %.4g, lr %.4g, λ_min %.4g, α %.4g; from %s",
+               *settings.values(), source)
+  return out, {"attack_settings": settings, "attack_settings_source": source}
+
+
 def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
             ) -> tuple[ml_collections.ConfigDict, cache.Victim | None]:
   """For `trdr.experiment.run`, before it writes: (``config`` `resolve`d, the loaded
@@ -461,6 +676,9 @@ def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
     return config, None
   config = resolve(config, task.train_images.shape[1:])
   loaded = load(config, task)
+  if config.attack.name == "decoreco":
+    config, source = attack_settings(config)
+    loaded.metadata["report"].update(source)
   copy = workdir and os.path.join(workdir, "victim")
   if copy and os.path.exists(os.path.join(workdir, rundir.CHECKPOINT_FILE)) and os.path.exists(
       os.path.join(copy, cache.VICTIM_FILE)):
