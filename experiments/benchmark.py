@@ -30,6 +30,11 @@ in experiments/benchmarks/):
   evaluation  the landscape's nearest-neighbour search, one search per set vs trdr's
             evaluation (one search for all sets, distinct grid points once), and its
             floor: the search's pair products at this CPU's float32 matmul rate (`evaluation`).
+  pruning   whether an exact search pruned by a Cauchy–Schwarz bound on SSIM (per-image
+            window means and variances) could beat the all-pairs search: on the main job's
+            starts (--pruning_images per point; --pruning_results: a finished run's
+            reconstructions too), the fraction of pairs the bound cannot rule out, and the
+            bound's, the exact SSIM's and its pair products' times side by side (`pruning`).
   table1    Table 1's tolerance sweep of ||θ* − θ||² from θ0 ~ U(0, 1) on the affine
             (--config) and one-hidden (--one_hidden_config) victims: re-solves vmapped
             over the tolerances vs one re-solve read at each (`table1`).
@@ -44,6 +49,7 @@ in experiments/benchmarks/):
   python experiments/benchmark.py --sections=solvers --output=runs/benchmarks/solvers.md
   python experiments/benchmark.py --sections=decoreco
   python experiments/benchmark.py --sections=evaluation
+  python experiments/benchmark.py --sections=pruning --pruning_results=RUN/results.npz
   python experiments/benchmark.py --sections=table1
   python experiments/benchmark.py --sections=sweep
   python experiments/benchmark.py --sections=conv
@@ -55,7 +61,7 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from benchmarks import (conv, decoreco, evaluation, grid, lower_level, main_job, record,
+from benchmarks import (conv, decoreco, evaluation, grid, lower_level, main_job, pruning, record,
                         solvers, sweep, table1)
 from trdr.runtime import sharding
 
@@ -66,6 +72,7 @@ SECTIONS = {  # name -> the title of its part of --output, in the order they run
     "solvers": "the hypergradient solves",
     "decoreco": "one DecoReco iteration at Haim et al.'s size",
     "evaluation": "the landscape's nearest-neighbour search",
+    "pruning": "what a bound-pruned exact search could save on that search",
     "table1": "Table 1's tolerance sweep",
     "sweep": "the DecoReco sweep, vmapped and looped",
     "conv": "3 × 3 convolutions in a loop, Conv3x3 and nn.Conv",
@@ -89,6 +96,11 @@ _DECORECO_REPEATS = flags.DEFINE_integer(
     "decoreco_repeats", 7, "Timed DecoReco iterations per method and dtype (median, >= 5).")
 _DECORECO_CANDIDATES = flags.DEFINE_integer(
     "decoreco_candidates", 1000, "Candidates m of the decoreco section (:cpu runs: 200).")
+_PRUNING_IMAGES = flags.DEFINE_integer(
+    "pruning_images", 50, "Images per grid point whose searches the pruning section measures.")
+_PRUNING_RESULTS = flags.DEFINE_string(
+    "pruning_results", "", "A finished main job's results.npz: the pruning section measures "
+    "its reconstructions too (\"\": the starts only).")
 _SWEEP_SETTINGS = flags.DEFINE_integer("sweep_settings", 8, "Settings S of the sweep section.")
 _SWEEP_STEPS = flags.DEFINE_integer("sweep_steps", 10,
                                     "Attack iterations timed in the sweep section.")
@@ -147,6 +159,8 @@ def main(argv):
       "solvers": lambda: solvers.run(pair, _REPEATS.value),
       "decoreco": lambda: decoreco.run(_DECORECO_REPEATS.value, _DECORECO_CANDIDATES.value),
       "evaluation": lambda: evaluation.run(_CONFIG.value, _REPEATS.value),
+      "pruning": lambda: pruning.run(_CONFIG.value, _REPEATS.value, _PRUNING_IMAGES.value,
+                                     _PRUNING_RESULTS.value),
       "table1": lambda: table1.run(pair, _REPEATS.value),
       "sweep": lambda: sweep.run(_SWEEP_CONFIG.value, _SWEEP_SETTINGS.value,
                                  _SWEEP_STEPS.value, _REPEATS.value),
