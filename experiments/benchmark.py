@@ -10,7 +10,7 @@ python, jax, jaxlib, flax, optax, jaxopt, numpy and torch (`benchmarks.record`).
 is replaced atomically and only by a run that finished: a failed run leaves it as it was.
 --output= (empty) only prints.
 
-Sections (--sections, default main_job,grid,lower_level,solvers,decoreco; one module each
+Sections (--sections, default main_job,grid,lower_level,solvers,decoreco,step; one module each
 in experiments/benchmarks/):
 
   main_job  the main job (--config) run whole, its lower level by L-BFGS (before) and by
@@ -35,6 +35,9 @@ in experiments/benchmarks/):
             starts (--pruning_images per point; --pruning_results: a finished run's
             reconstructions too), the fraction of pairs the bound cannot rule out, and the
             bound's, the exact SSIM's and its pair products' times side by side (`pruning`).
+  step      one outer step of the bilevel attack (--config) at three grid points, at its
+            start and 100 steps in: the whole step, the lower-level solve, l and ∇x l, so
+            the hypergradient's and the update's shares (`step`).
   table1    Table 1's tolerance sweep of ||θ* − θ||² from θ0 ~ U(0, 1) on the affine
             (--config) and one-hidden (--one_hidden_config) victims: re-solves vmapped
             over the tolerances vs one re-solve read at each (`table1`).
@@ -50,6 +53,7 @@ in experiments/benchmarks/):
   python experiments/benchmark.py --sections=decoreco
   python experiments/benchmark.py --sections=evaluation
   python experiments/benchmark.py --sections=pruning --pruning_results=RUN/results.npz
+  python experiments/benchmark.py --sections=step
   python experiments/benchmark.py --sections=table1
   python experiments/benchmark.py --sections=sweep
   python experiments/benchmark.py --sections=conv
@@ -62,7 +66,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from benchmarks import (conv, decoreco, evaluation, grid, lower_level, main_job, pruning, record,
-                        solvers, sweep, table1)
+                        solvers, step, sweep, table1)
 from trdr.runtime import sharding
 
 SECTIONS = {  # name -> the title of its part of --output, in the order they run
@@ -73,6 +77,7 @@ SECTIONS = {  # name -> the title of its part of --output, in the order they run
     "decoreco": "one DecoReco iteration at Haim et al.'s size",
     "evaluation": "the landscape's nearest-neighbour search",
     "pruning": "what a bound-pruned exact search could save on that search",
+    "step": "where one outer step of the bilevel attack spends its time",
     "table1": "Table 1's tolerance sweep",
     "sweep": "the DecoReco sweep, vmapped and looped",
     "conv": "3 × 3 convolutions in a loop, Conv3x3 and nn.Conv",
@@ -90,7 +95,7 @@ _GRID_VMAP = flags.DEFINE_bool("grid_vmap", True, "grid: also the whole-grid vma
 _CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 0, "JAX CPU devices (0: one per core), as "
                                     "the experiment scripts' --cpu_devices.")
 _SECTIONS = flags.DEFINE_list("sections", ["main_job", "grid", "lower_level", "solvers",
-                                           "decoreco"],
+                                           "decoreco", "step"],
                               f"Which of {list(SECTIONS)} to run (in that order).")
 _DECORECO_REPEATS = flags.DEFINE_integer(
     "decoreco_repeats", 7, "Timed DecoReco iterations per method and dtype (median, >= 5).")
@@ -161,6 +166,7 @@ def main(argv):
       "evaluation": lambda: evaluation.run(_CONFIG.value, _REPEATS.value),
       "pruning": lambda: pruning.run(_CONFIG.value, _REPEATS.value, _PRUNING_IMAGES.value,
                                      _PRUNING_RESULTS.value),
+      "step": lambda: step.run(_CONFIG.value, _REPEATS.value),
       "table1": lambda: table1.run(pair, _REPEATS.value),
       "sweep": lambda: sweep.run(_SWEEP_CONFIG.value, _SWEEP_SETTINGS.value,
                                  _SWEEP_STEPS.value, _REPEATS.value),

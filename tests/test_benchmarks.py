@@ -182,3 +182,24 @@ def test_the_pruning_sections_bound_bounds_ssim_and_rules_out_pairs(x64):
   same = np.asarray(pruning.cauchy_schwarz_bound(jnp.asarray(real[:4]), jnp.asarray(real)))
   assert np.allclose(np.diagonal(same), 1.0, atol=1e-9)
   assert np.any(same < 0.9)  # some pairs a search would skip once it has found the copy
+
+
+def test_the_step_section_profiles_three_points_at_two_states(capsys):
+  """The smoke grid (3 × 3 points; 10 images per class: what is tested does not depend on
+  the size): the noise start, the middle point and the ground truth, each at its first
+  step and after ``warm_steps``, one row each with the lower level's Newton iterations.
+  At the ground truth θ* is θ(x_GT) (the bilevel premise), so its lower level, started at
+  θ*, takes 0 iterations; the noise start's first solve, from θ*, takes some."""
+  from benchmarks import step
+  from trdr.configs import bilevel_affine
+  config = bilevel_affine.get_config("smoke")
+  config.data.n_per_class = 10
+  step.run(config, repeats=1, warm_steps=2)
+  rows = [line.split() for line in capsys.readouterr().out.splitlines()
+          if line.startswith("(") and " steps " in line]
+  assert [" ".join(r[:4]) for r in rows] == [
+      f"({a}, {b}), {n} steps" for a, b in (("0.00", "0.00"), ("0.50", "0.50"),
+                                            ("1.00", "1.00")) for n in (0, 2)]
+  iterations = {" ".join(r[:4]): int(r[4]) for r in rows}
+  assert iterations["(1.00, 1.00), 0 steps"] == 0
+  assert iterations["(0.00, 0.00), 0 steps"] > 0
