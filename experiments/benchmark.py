@@ -76,7 +76,7 @@ SECTIONS = {  # name -> the title of its part of --output, in the order they run
     "solvers": "the hypergradient solves",
     "decoreco": "one DecoReco iteration at Haim et al.'s size",
     "evaluation": "the landscape's nearest-neighbour search",
-    "pruning": "what a bound-pruned exact search could save on that search",
+    "pruning": "what a bound-pruned exact search could save on the SSIM search",
     "step": "where one outer step of the bilevel attack spends its time",
     "table1": "Table 1's tolerance sweep",
     "sweep": "the DecoReco sweep, vmapped and looped",
