@@ -203,3 +203,18 @@ def test_the_step_section_profiles_three_points_at_two_states(capsys):
   iterations = {" ".join(r[:4]): int(r[4]) for r in rows}
   assert iterations["(1.00, 1.00), 0 steps"] == 0
   assert iterations["(0.00, 0.00), 0 steps"] > 0
+
+
+def test_the_cold_path_section_reads_the_clis_cache_line():
+  """The cold_path section counts a run's compiled and loaded programs from the CLI's last
+  log line (`trdr.cli`); the line's wording is the CLI's, so it is parsed as the CLI
+  writes it (the section's four whole runs are too long for the suite: make
+  benchmark-cold-path)."""
+  from benchmarks import cold_path
+  from trdr import cli
+
+  use = cli._CacheUse("/tmp/cache (1)")
+  use.hits, use.misses, use.saved_s = 34, 42, 13.6
+  assert cold_path._CACHE_LINE.findall(use.line()) == [("34", "42")]
+  use.hits, use.misses, use.saved_s = 0, 76, 0.0
+  assert cold_path._CACHE_LINE.findall(use.line()) == [("0", "76")]
