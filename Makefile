@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep benchmark-conv membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc cnn cnn-doc dp dp-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step readings-attack sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep benchmark-pruning benchmark-step benchmark-cold-path benchmark-conv membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc cnn cnn-doc dp dp-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step readings-attack sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -46,6 +46,15 @@ benchmark-lower-level:  ## The grid with the Newton-CG lower level vs L-BFGS (de
 
 benchmark-sweep:  ## DecoReco sweep: S settings vmapped as one computation vs a loop (:cpu size).
 	$(PYTHON) experiments/benchmark.py --sections=sweep --output=$(RUNS)/benchmarks/sweep.md
+
+benchmark-pruning:  ## Whether a Cauchy–Schwarz-pruned exact SSIM search could beat the all-pairs one (after make landscape-affine: its reconstructions too) -> docs/ssim_pruning.md.
+	$(PYTHON) experiments/benchmark.py --sections=pruning --pruning_results=$(RUNS)/bilevel_affine/results.npz --output=docs/ssim_pruning.md
+
+benchmark-step:  ## Where one outer step of the bilevel attack spends its time: lower level, hypergradient, update -> docs/step_profile.md.
+	$(PYTHON) experiments/benchmark.py --sections=step --output=docs/step_profile.md
+
+benchmark-cold-path:  ## The main job with an empty compilation cache and warm, this tree vs BASELINE (default HEAD~1), phase by phase -> docs/cold_path.md.
+	$(PYTHON) experiments/benchmark.py --sections=cold_path --cold_path_baseline=$(or $(BASELINE),HEAD~1) --output=docs/cold_path.md
 
 benchmark-conv:  ## The CNN victim's 3x3 convs, Conv3x3 (one matmul) vs nn.Conv, top level and in lax.scan (:cpu size).
 	$(PYTHON) experiments/benchmark.py --sections=conv --output=$(RUNS)/benchmarks/conv.md

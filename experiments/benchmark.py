@@ -10,7 +10,7 @@ python, jax, jaxlib, flax, optax, jaxopt, numpy and torch (`benchmarks.record`).
 is replaced atomically and only by a run that finished: a failed run leaves it as it was.
 --output= (empty) only prints.
 
-Sections (--sections, default main_job,grid,lower_level,solvers,decoreco; one module each
+Sections (--sections, default main_job,grid,lower_level,solvers,decoreco,step; one module each
 in experiments/benchmarks/):
 
   main_job  the main job (--config) run whole, its lower level by L-BFGS (before) and by
@@ -30,6 +30,19 @@ in experiments/benchmarks/):
   evaluation  the landscape's nearest-neighbour search, one search per set vs trdr's
             evaluation (one search for all sets, distinct grid points once), and its
             floor: the search's pair products at this CPU's float32 matmul rate (`evaluation`).
+  pruning   whether an exact search pruned by a Cauchy–Schwarz bound on SSIM (per-image
+            window means and variances) could beat the all-pairs search: on the main job's
+            starts (--pruning_images per point; --pruning_results: a finished run's
+            reconstructions too), the fraction of pairs the bound cannot rule out, and the
+            bound's, the exact SSIM's and its pair products' times side by side (`pruning`).
+  step      one outer step of the bilevel attack (--config) at three grid points, at its
+            start and 100 steps in: the whole step, the lower-level solve, l and ∇x l, so
+            the hypergradient's and the update's shares (`step`).
+  cold_path the main job (--cold_path_config) as the README runs it, a process of its own:
+            with an empty compilation cache, then warm, this tree against the git revision
+            --cold_path_baseline (extracted by git archive), alternating; each phase's
+            seconds, the ratios and the programs compiled (four whole runs a round, medians
+            of --repeats rounds; `cold_path`).
   table1    Table 1's tolerance sweep of ||θ* − θ||² from θ0 ~ U(0, 1) on the affine
             (--config) and one-hidden (--one_hidden_config) victims: re-solves vmapped
             over the tolerances vs one re-solve read at each (`table1`).
@@ -44,6 +57,9 @@ in experiments/benchmarks/):
   python experiments/benchmark.py --sections=solvers --output=runs/benchmarks/solvers.md
   python experiments/benchmark.py --sections=decoreco
   python experiments/benchmark.py --sections=evaluation
+  python experiments/benchmark.py --sections=pruning --pruning_results=RUN/results.npz
+  python experiments/benchmark.py --sections=step
+  python experiments/benchmark.py --sections=cold_path --cold_path_baseline=main
   python experiments/benchmark.py --sections=table1
   python experiments/benchmark.py --sections=sweep
   python experiments/benchmark.py --sections=conv
@@ -55,8 +71,8 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from benchmarks import (conv, decoreco, evaluation, grid, lower_level, main_job, record,
-                        solvers, sweep, table1)
+from benchmarks import (cold_path, conv, decoreco, evaluation, grid, lower_level, main_job,
+                        pruning, record, solvers, step, sweep, table1)
 from trdr.runtime import sharding
 
 SECTIONS = {  # name -> the title of its part of --output, in the order they run
@@ -66,6 +82,9 @@ SECTIONS = {  # name -> the title of its part of --output, in the order they run
     "solvers": "the hypergradient solves",
     "decoreco": "one DecoReco iteration at Haim et al.'s size",
     "evaluation": "the landscape's nearest-neighbour search",
+    "pruning": "what a bound-pruned exact search could save on the SSIM search",
+    "step": "where one outer step of the bilevel attack spends its time",
+    "cold_path": "the main job with an empty compilation cache and warm, against a baseline",
     "table1": "Table 1's tolerance sweep",
     "sweep": "the DecoReco sweep, vmapped and looped",
     "conv": "3 × 3 convolutions in a loop, Conv3x3 and nn.Conv",
@@ -83,12 +102,22 @@ _GRID_VMAP = flags.DEFINE_bool("grid_vmap", True, "grid: also the whole-grid vma
 _CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 0, "JAX CPU devices (0: one per core), as "
                                     "the experiment scripts' --cpu_devices.")
 _SECTIONS = flags.DEFINE_list("sections", ["main_job", "grid", "lower_level", "solvers",
-                                           "decoreco"],
+                                           "decoreco", "step"],
                               f"Which of {list(SECTIONS)} to run (in that order).")
 _DECORECO_REPEATS = flags.DEFINE_integer(
     "decoreco_repeats", 7, "Timed DecoReco iterations per method and dtype (median, >= 5).")
 _DECORECO_CANDIDATES = flags.DEFINE_integer(
     "decoreco_candidates", 1000, "Candidates m of the decoreco section (:cpu runs: 200).")
+_PRUNING_IMAGES = flags.DEFINE_integer(
+    "pruning_images", 50, "Images per grid point whose searches the pruning section measures.")
+_PRUNING_RESULTS = flags.DEFINE_string(
+    "pruning_results", "", "A finished main job's results.npz: the pruning section measures "
+    "its reconstructions too (\"\": the starts only).")
+_COLD_PATH_CONFIG = flags.DEFINE_string(
+    "cold_path_config", "configs/bilevel_affine.py", "The cold_path section's --config of "
+    "experiments/landscape.py (a path relative to the repository, as the README gives it).")
+_COLD_PATH_BASELINE = flags.DEFINE_string(
+    "cold_path_baseline", "HEAD~1", "The git revision the cold_path section compares with.")
 _SWEEP_SETTINGS = flags.DEFINE_integer("sweep_settings", 8, "Settings S of the sweep section.")
 _SWEEP_STEPS = flags.DEFINE_integer("sweep_steps", 10,
                                     "Attack iterations timed in the sweep section.")
@@ -147,6 +176,11 @@ def main(argv):
       "solvers": lambda: solvers.run(pair, _REPEATS.value),
       "decoreco": lambda: decoreco.run(_DECORECO_REPEATS.value, _DECORECO_CANDIDATES.value),
       "evaluation": lambda: evaluation.run(_CONFIG.value, _REPEATS.value),
+      "pruning": lambda: pruning.run(_CONFIG.value, _REPEATS.value, _PRUNING_IMAGES.value,
+                                     _PRUNING_RESULTS.value),
+      "step": lambda: step.run(_CONFIG.value, _REPEATS.value),
+      "cold_path": lambda: cold_path.run(_COLD_PATH_CONFIG.value, _COLD_PATH_BASELINE.value,
+                                         _REPEATS.value),
       "table1": lambda: table1.run(pair, _REPEATS.value),
       "sweep": lambda: sweep.run(_SWEEP_CONFIG.value, _SWEEP_SETTINGS.value,
                                  _SWEEP_STEPS.value, _REPEATS.value),

@@ -4,8 +4,10 @@ gives trdr's loss, so the benchmark's ratio to it compares the same computation.
 import os
 import sys
 
+import dm_pix
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from trdr import models
@@ -154,3 +156,65 @@ def test_the_conv_sections_check_tells_a_wrong_convolution_from_rounding():
       conv.RTOL_EPS * float(jnp.finfo(jnp.float32).eps))
   with pytest.raises(ValueError, match="differ in ∇x"):
     conv.check_agreement({"∇x": (ours, grad(twin, flipped), None)}, jnp.float32)
+
+
+def test_the_pruning_sections_bound_bounds_ssim_and_rules_out_pairs(x64):
+  """`pruning.cauchy_schwarz_bound` is an upper bound on dm_pix's SSIM (its docstring's
+  proof), on random images and on the shipped CIFAR-10 sample, evaluated in float64 on
+  both sides: each is a mean of 3·22² = 1452 terms of a few roundings each, so they carry
+  errors <~ 1452 · 20 · 2^-53 ≈ 3e-12; 1e-9 is far above that and far below the ~1e-2 by
+  which a wrong formula (a missing clip, a wrong window) would overshoot. The bound is
+  attained (1) by identical images and rules out dissimilar pairs (the section's premise
+  that it can prune at all)."""
+  from benchmarks import pruning
+  from trdr import data
+
+  rng = np.random.default_rng(0)
+  task = data.make_task(data.default_data_config())
+  real = np.asarray(task.train_images[:8], np.float64)
+  for q, c in ((rng.random((4, 32, 32, 3)), rng.random((6, 32, 32, 3))),
+               (real[:4], real), (0.5 * real[:3] + 0.25, real)):
+    bound = np.asarray(pruning.cauchy_schwarz_bound(jnp.asarray(q), jnp.asarray(c)))
+    exact = np.asarray(jax.vmap(jax.vmap(dm_pix.ssim, (None, 0)), (0, None))(
+        jnp.asarray(q), jnp.asarray(c)))
+    assert bound.shape == exact.shape == (len(q), len(c))
+    assert np.all(bound >= exact - 1e-9), np.min(bound - exact)
+  same = np.asarray(pruning.cauchy_schwarz_bound(jnp.asarray(real[:4]), jnp.asarray(real)))
+  assert np.allclose(np.diagonal(same), 1.0, atol=1e-9)
+  assert np.any(same < 0.9)  # some pairs a search would skip once it has found the copy
+
+
+def test_the_step_section_profiles_three_points_at_two_states(capsys):
+  """The smoke grid (3 × 3 points; 10 images per class: what is tested does not depend on
+  the size): the noise start, the middle point and the ground truth, each at its first
+  step and after ``warm_steps``, one row each with the lower level's Newton iterations.
+  At the ground truth θ* is θ(x_GT) (the bilevel premise), so its lower level, started at
+  θ*, takes 0 iterations; the noise start's first solve, from θ*, takes some."""
+  from benchmarks import step
+  from trdr.configs import bilevel_affine
+  config = bilevel_affine.get_config("smoke")
+  config.data.n_per_class = 10
+  step.run(config, repeats=1, warm_steps=2)
+  rows = [line.split() for line in capsys.readouterr().out.splitlines()
+          if line.startswith("(") and " steps " in line]
+  assert [" ".join(r[:4]) for r in rows] == [
+      f"({a}, {b}), {n} steps" for a, b in (("0.00", "0.00"), ("0.50", "0.50"),
+                                            ("1.00", "1.00")) for n in (0, 2)]
+  iterations = {" ".join(r[:4]): int(r[4]) for r in rows}
+  assert iterations["(1.00, 1.00), 0 steps"] == 0
+  assert iterations["(0.00, 0.00), 0 steps"] > 0
+
+
+def test_the_cold_path_section_reads_the_clis_cache_line():
+  """The cold_path section counts a run's compiled and loaded programs from the CLI's last
+  log line (`trdr.cli`); the line's wording is the CLI's, so it is parsed as the CLI
+  writes it (the section's four whole runs are too long for the suite: make
+  benchmark-cold-path)."""
+  from benchmarks import cold_path
+  from trdr import cli
+
+  use = cli._CacheUse("/tmp/cache (1)")
+  use.hits, use.misses, use.saved_s = 34, 42, 13.6
+  assert cold_path._CACHE_LINE.findall(use.line()) == [("34", "42")]
+  use.hits, use.misses, use.saved_s = 0, 76, 0.0
+  assert cold_path._CACHE_LINE.findall(use.line()) == [("0", "76")]
