@@ -709,18 +709,17 @@ def test_the_outer_loop_stays_at_a_minimiser_of_l(tmp_path):
 
 
 def test_the_bilevel_premise_at_the_training_images_is_measured():
-  """`runner.training_images_distance`: l(x_GT) from θ* is 0 (the solve stops at once: θ*
-  is stationary to the same tol); from a U(0, 1) draw, on the strongly convex affine E
-  (μ ≥ weight decay), within (2·tol/μ)² of 0, the bound of
+  """`bilevel.training_images_distance` (the bilevel attack's premise): l(x_GT) from θ* is
+  0 (the solve stops at once: θ* is stationary to the same tol); from a U(0, 1) draw, on
+  the strongly convex affine E (μ ≥ weight decay), within (2·tol/μ)² of 0, the bound of
   test_the_outer_loop_stays_at_a_minimiser_of_l."""
-  from trdr.experiment import runner   # noqa: PLC0415
   config = smoke_config()
   task = data.make_task(config.data)
   target = _target(config, task)
   a = config.attack.copy_and_resolve_references()
-  out = runner.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
+  out = bilevel.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
   assert out["l_training_images"] == 0.0 and out["start"] == "previous"
   a.lower_level.start = "uniform"
-  out = runner.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
+  out = bilevel.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
   bound = (2 * a.lower_level.tol / config.victim.weight_decay) ** 2
   assert out["grad_norm"] < a.lower_level.tol and out["l_training_images"] <= bound, out

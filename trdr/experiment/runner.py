@@ -19,8 +19,9 @@ Modes (`MODES`), one function each:
   "landscape"  the (λ1, λ2) grid of eq. 10 starts (Runkel et al. Sec. 4.3, 4.5; Figs. 1–4,
                10–12), G = len(λ1)·len(λ2) attacks on the n training labels; landscape.json
   "attack"     one attack (G = 1) from ``config.init.kind`` (`trdr.attacks.init.INITS`)
-  "sweep"      DecoReco's hyperparameters (σ, lr, λ_min, α): S settings drawn from Haim et
-               al.'s ranges, G = S, ranked by the in-run score; sweep.json, best.json
+  "sweep"      an attack's sweepable settings (`trdr.attacks.protocol.Sweepable`; DecoReco's
+               σ, lr, λ_min, α): S settings drawn from ``sweep.ranges`` (Haim et al.'s),
+               G = S, ranked by the in-run score; sweep.json, best.json
   "membership" every start kind of ``config.init.kinds`` under each of ``config.init.seeds``
                (one start per training image), G = kinds · seeds, for
                `trdr.studies.membership`; starts.json
@@ -34,7 +35,6 @@ drawn from these files by `trdr.plotting.run_figures`.
 """
 
 import collections
-import functools
 import hashlib
 import math
 import os
@@ -50,15 +50,14 @@ from absl import logging
 
 from trdr import data, models, victim
 from trdr.attacks import ATTACKS, Attack
-from trdr.attacks import bilevel
 from trdr.attacks import init as inits
-from trdr.evaluation import evaluate, records
+from trdr.evaluation import evaluate, records, registry
 from trdr.experiment import loop
 from trdr.experiment import results as results_npz
 from trdr.experiment.results import RESULTS_FILE
-from trdr.experiment.starts import HPARAM_NAMES, STARTS, Starts
+from trdr.experiment.starts import STARTS, Starts
 from trdr.runtime import distributed, files, rundir
-from trdr.victim import kkt, pretrained
+from trdr.victim import pretrained
 
 LANDSCAPE_FILE = "landscape.json"
 SUMMARY_FILE = "summary.json"
@@ -69,10 +68,6 @@ MEMBERSHIP_FILE = "starts.json"
 FINISHED = {"landscape": LANDSCAPE_FILE, "attack": SUMMARY_FILE, "sweep": SUMMARY_FILE,
             "membership": MEMBERSHIP_FILE}
 MODES = tuple(FINISHED)
-# The first layer's unexplained fraction above which DecoReco's premise is said not to hold
-# (`kkt_premise`): more than half of that layer is then no combination of the training
-# images' gradients, and the attack's images can match at most the rest.
-PREMISE_WARNING = 0.5
 
 
 class Finished(NamedTuple):
@@ -115,34 +110,37 @@ class Attacked(NamedTuple):
 
 
 def attack_config(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-  """``config.attack``, for DecoReco with its (σ, lr, λ_min, α) from ``attack.hparams_file``
-  (a sweep's best.json) when that is set, but those named in ``attack.hparams_keep``
-  (e.g. ("init_scale",): Runkel et al.'s Fig. 5, σ = 1 with the tuned lr, λ_min, α). The
-  sweep tunes DecoReco's settings only; other attacks' sections are returned as they are.
+  """``config.attack``, for an attack with sweepable settings (`ATTACKS`' ``sweep``, e.g.
+  DecoReco's σ, lr, λ_min, α) with them from the file its ``best_file`` key names (e.g.
+  ``attack.hparams_file``, a sweep's best.json) when that is set, but those named in
+  ``attack.hparams_keep`` (e.g. ("init_scale",): Runkel et al.'s Fig. 5, σ = 1 with the
+  tuned lr, λ_min, α). Other attacks' sections are returned as they are.
 
   Raises:
     FileNotFoundError: hparams_file set but missing (run the sweep first).
     ValueError: the file lacks one of the four settings, or hparams_keep names another.
   """
   a = config.attack.copy_and_resolve_references()
-  if a.name != "decoreco":
+  sweep = ATTACKS[a.name].sweep if a.name in ATTACKS else None
+  if sweep is None:
     return a
+  names = sweep.names
   keep = tuple(a.hparams_keep)
-  if set(keep) - set(HPARAM_NAMES):
-    raise ValueError(f"attack.hparams_keep {keep} may name only {HPARAM_NAMES}")
-  path = a.hparams_file
+  if set(keep) - set(names):
+    raise ValueError(f"attack.hparams_keep {keep} may name only {names}")
+  path = a[sweep.best_file]
   if path:
     if not os.path.exists(path):
       raise FileNotFoundError(
-          f"attack.hparams_file {path} does not exist: run the sweep that writes it first "
-          "(experiments/sweep.py, or the Makefile target that depends on it)")
+          f"attack.{sweep.best_file} {path} does not exist: run the sweep that writes it "
+          "first (experiments/sweep.py, or the Makefile target that depends on it)")
     best = files.read_json(path)
-    missing = [k for k in HPARAM_NAMES if k not in best]
+    missing = [k for k in names if k not in best]
     if missing:
-      raise ValueError(f"{path} lacks the setting(s) {missing}; expected {HPARAM_NAMES}")
-    logging.info("Hyperparameters from %s: %s", path, {k: best[k] for k in HPARAM_NAMES})
+      raise ValueError(f"{path} lacks the setting(s) {missing}; expected {names}")
+    logging.info("Hyperparameters from %s: %s", path, {k: best[k] for k in names})
     with a.unlocked():
-      for k in HPARAM_NAMES:
+      for k in names:
         if k not in keep:
           a[k] = float(best[k])
   return a
@@ -299,11 +297,13 @@ def prepare(config: ml_collections.ConfigDict, mode: str, workdir: str | None) -
   refused there if the file changed since)."""
   if config.attack.name not in ATTACKS:
     raise ValueError(f"unknown attack.name {config.attack.name!r}; known: {sorted(ATTACKS)}")
-  if mode == "sweep" and config.attack.name != "decoreco":
-    raise ValueError("the sweep tunes DecoReco's hyperparameters: attack.name must be "
-                     f"'decoreco', got {config.attack.name!r}")
+  if mode == "sweep" and ATTACKS[config.attack.name].sweep is None:
+    raise ValueError("the sweep tunes an attack's sweepable settings: attack.name must be "
+                     f"one of {sorted(k for k, v in ATTACKS.items() if v.sweep)}, got "
+                     f"{config.attack.name!r}")
   dtype = jnp.float64 if config.float64 else jnp.float32
   task = data.make_task(config.data)
+  eval_metrics(config.eval)
   windows = (config.eval.ssim_window, *config.eval.count_windows)
   if min(task.train_images.shape[1:3]) < max(windows):
     raise ValueError(f"images of {task.train_images.shape[1:3]} pixels are smaller than the "
@@ -387,7 +387,8 @@ def _write_attack(run: Prepared, attacked: Attacked, workdir: str) -> Finished:
                "best_buddy_ssim_per_train", "count_best_buddies_ssim_ge",
                "param_distance", "param_distance_uniform")
   grid_keys = {"initial_images", "final_images", *attacked.outputs} | {
-      k for k in results if k.startswith("history_") or k.endswith(("_index", "_ssim", "_l2"))
+      k for k in results if k.startswith("history_")
+      or k.endswith(("_index", *registry.suffixes()))
       or (k.startswith("trace_") and k != "trace_step")
       or k.removeprefix(evaluate.START).startswith(per_point)}
   results = {k: v[0] if k in grid_keys else v for k, v in results.items()}
@@ -425,7 +426,7 @@ def _write_attack(run: Prepared, attacked: Attacked, workdir: str) -> Finished:
 
 
 def _sweep(run: Prepared, workdir: str) -> Finished:
-  """DecoReco's settings side by side: sweep.json (every setting, ranked by the in-run
+  """An attack's sweepable settings side by side: sweep.json (every setting, ranked by the in-run
   score), best.json (the first) and summary.json. A diverged setting is recorded (score
   +inf), not raised."""
   attacked = _attack(run, workdir, stop_on_divergence=False)
@@ -442,7 +443,7 @@ def _sweep(run: Prepared, workdir: str) -> Finished:
   objective = attacked.history[next(iter(attacked.history))]
   order = np.argsort(scores, kind="stable")
   settings = run.starts.hparams
-  rows = [{**{k: float(getattr(settings, k)[s]) for k in HPARAM_NAMES},
+  rows = [{**{k: float(getattr(settings, k)[s]) for k in settings._fields},
            "score": float(scores[s]), "final_loss": float(objective[s, -1]),
            "ssim_ge_0.4": int(counts[s]), "rank": int(r + 1)} for r, s in enumerate(order)]
   files.write_json(os.path.join(workdir, SWEEP_FILE), rows)
@@ -502,11 +503,10 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
   # attack, beside the premise below.
   logging.info("Victim: %s%s", victim.report_line(target.metadata["report"]),
                f"; θ* loaded from {config.victim.load}" if run.loaded else "")
-  # DecoReco's premise, once: process 0 writes the summary that holds it.
-  premise = (kkt_premise(target, a, task, run.dtype)
-             if a.name == "decoreco" and distributed.is_main() else None)
-  bilevel_premise = (training_images_distance(target, a, task, run.dtype, starts.build_key)
-                     if a.name == "bilevel" and distributed.is_main() else None)
+  # The attack's premise on θ*, once: process 0 writes the summary that holds it.
+  kind = ATTACKS[a.name]
+  premise = (kind.premise(target, a, task, run.dtype, starts.build_key)
+             if kind.premise is not None and distributed.is_main() else {})
   if distributed.active():  # every process attacks process 0's θ*
     target = target._replace(params=distributed.broadcast(target.params))
   attack = ATTACKS[a.name](target, a, starts.labels, key=starts.build_key, box=run.box)
@@ -533,10 +533,7 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
     return Finished(workdir, shard)
   summary = {"victim": target.metadata["report"], "attack": attack.name,
              "attack_seconds": seconds,
-             **({"kkt_premise": premise.to_json() | (
-                 {"warning": w} if (w := premise_warning(premise)) else {})}
-                if premise is not None else {}),
-             **({"bilevel_premise": bilevel_premise} if bilevel_premise is not None else {}),
+             **premise,
              # This process's wall time per phase (a resumed run: since its resume).
              "phase_seconds": {"victim": victim_seconds, "attack": seconds}}
   if attack.hyperparameters is not None:
@@ -545,88 +542,6 @@ def _attack(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attacked |
   outputs = attack.outputs(states) if attack.outputs is not None else {}
   return Attacked(target, attack, history, trajectory, attack.images(states),
                   {k: np.asarray(v) for k, v in outputs.items()}, sets, summary)
-
-
-def kkt_premise(target: victim.Victim, attack_config: ml_collections.ConfigDict, task,
-                dtype) -> kkt.KKTFit:
-  """DecoReco's premise for θ* (`trdr.victim.kkt.fit` on the task's training images), logged,
-  with a warning when more than `PREMISE_WARNING` of the first layer's ‖θ*‖², where the
-  images enter, is no non-negative combination of the training images' gradients: the
-  attack's count then says little about privacy (docs/victim_recipe.md)."""
-  form = kkt.victim_form(target.config, attack_config.form)
-  fit = kkt.fit(target.apply, target.params, jnp.asarray(task.train_images, dtype),
-                jnp.asarray(task.train_labels, dtype), form=form,
-                weight_decay=float(target.config.get("weight_decay", 0.0)))
-  logging.info("%s", fit.line())
-  if (warning := premise_warning(fit)) is not None:
-    logging.warning("%s", warning)
-  return fit
-
-
-# The bilevel attack's premise at the training images (`training_images_distance`): l(x_GT)
-# above this (the ||θ* − θ||² Table 1's verdict calls small) is warned about.
-X_GT_WARNING = 1e-2
-
-
-def training_images_distance(target: victim.Victim, attack_config: ml_collections.ConfigDict,
-                             task, dtype, key: jax.Array) -> dict:
-  """The bilevel attack's premise at the task's training images x_GT: the upper level
-  l(x_GT) = ||θ* − θ(x_GT)||², θ(x_GT) re-solved from the attack's own first lower-level
-  start (θ* for "theta_star" and "previous"; the θ0 the victim's training started from for
-  "victim_theta0"; a U(0, 1) draw of the attack's key otherwise) to its tolerance. The
-  training images are the attack's target only where this is ~0 (the paper's upper level; the
-  readings of trdr/studies/readings.py); logged, with a warning above `X_GT_WARNING`.
-
-  Returns:
-    {"l_training_images": float (summed over θ's entries), "start": the lower-level
-    start, "grad_norm": ||∇θE|| the re-solve reached, "num_iter"}.
-  """
-  ll = attack_config.lower_level
-  x = jnp.asarray(task.train_images, dtype)
-  y = jnp.asarray(task.train_labels, dtype)
-  energy = functools.partial(victim.energy, apply_fn=target.apply,
-                             weight_decay=target.config.weight_decay)
-  if ll.start in ("theta_star", "previous"):
-    start = target.params
-  elif ll.start == "victim_theta0":
-    start = target.initial_params(task.train_images.shape[1:])
-  else:
-    start = models.uniform_params(key, target.params)
-  # One program (eagerly, the L-BFGS set-up and the distance would compile op by op).
-  @jax.jit
-  def resolve(start, x, y, theta_star):
-    theta, info = victim.minimize_energy(lambda p: energy(p, x, y), start,
-                                         max_iter=ll.max_iter, tol=ll.tol,
-                                         memory_size=ll.memory_size)
-    return bilevel.param_distance(theta_star, theta), info
-  distance, info = resolve(start, x, y, target.params)
-  distance = float(distance)
-  out = {"l_training_images": distance, "start": ll.start,
-         "grad_norm": float(info.grad_norm), "num_iter": int(info.num_iter)}
-  logging.info("Bilevel premise: l(x_GT) = ||θ* − θ(x_GT)||² = %.3g at the training images, "
-               "θ(x_GT) from the lower level's start %r (||∇θE|| %.2g after %d iterations)",
-               distance, ll.start, out["grad_norm"], out["num_iter"])
-  if distance > X_GT_WARNING:
-    logging.warning("The bilevel attack's premise does not hold here: l(x_GT) = %.3g > %g at "
-                    "the training images under the lower-level start %r, so they are not a "
-                    "minimiser of what the attack minimises, and its reconstructions say "
-                    "little about privacy (docs/paper.md: the readings of the paper's θ0)",
-                    distance, X_GT_WARNING, ll.start)
-  return out
-
-
-def premise_warning(fit: kkt.KKTFit) -> str | None:
-  """The sentence that a run's log, summary.json ("kkt_premise" "warning") and headline
-  carry when DecoReco's premise fails for θ* (more than `PREMISE_WARNING` of the first
-  layer unexplained), else None."""
-  first = fit.relative[fit.first_layer]
-  if first <= PREMISE_WARNING:
-    return None
-  return (f"DecoReco's premise does not hold: this θ* is far from a KKT point (first layer "
-          f"{first:.2f} unexplained by its {fit.n} training images' gradients with λ ≥ 0, "
-          f"above {PREMISE_WARNING:g}): a count of 0 does not mean the training set is "
-          "private; check that data.* gives the exact training set (data.training_set) and "
-          "see docs/victim_recipe.md for the training that reaches the premise")
 
 
 def _partition_starts(run: Prepared) -> np.ndarray:
@@ -645,6 +560,7 @@ def _evaluate(run: Prepared, attacked: Attacked, weights=None) -> dict[str, np.n
   `evaluate.with_starts` (``weights``: a landscape's eq. 10 weights, float[G, 3]), and for
   an attack with a lower level ||θ* − θ(x)||² of both (`_param_distances`)."""
   e = run.config.eval
+  metric_names, nearest = eval_metrics(e)
   sets = ", ".join(f"{len(v)} {k}" for k, v in attacked.sets.items())
 
   def evaluation_of(x, mixture=None):
@@ -658,13 +574,15 @@ def _evaluate(run: Prepared, attacked: Attacked, weights=None) -> dict[str, np.n
         return {k: v.copy() for k, v in _START_EVALUATIONS[key].items()}
     began = time.time()
     what = "start images" if mixture is not None else "reconstructions"
-    logging.info("Evaluation: the SSIM-nearest of %d %s among %s images (exact search; "
-                 "identical grid points once)...", math.prod(x.shape[:-3]), what, sets)
+    logging.info("Evaluation: the %s-nearest of %d %s among %s images (exact search; "
+                 "identical grid points once)...", registry.get(nearest).label,
+                 math.prod(x.shape[:-3]), what, sets)
     out = evaluate.reconstructions(
         x, run.task.mean, attacked.sets, display=attacked.attack.display,
         thresholds=e.ssim_thresholds, chunk_size=e.ssim_chunk_size,
         ssim_window=e.ssim_window, count_windows=e.count_windows, mixture=mixture,
-        progress=_search_progress(f"the {what}", began))
+        progress=_search_progress(f"the {what}", began), metric_names=metric_names,
+        nearest=nearest)
     logging.info("Evaluation: ... %.1f s", time.time() - began)
     if mixture is not None:
       _START_EVALUATIONS[key] = {k: np.array(v) for k, v in out.items()}
@@ -703,9 +621,20 @@ def _start_key(x, mixture, mean, attacked: Attacked, e) -> str:
     digest.update(f"{name}:{a.dtype}:{a.shape};".encode())
     digest.update(a.tobytes())
   digest.update(repr((attacked.attack.display, tuple(e.ssim_thresholds), e.ssim_chunk_size,
-                      e.ssim_window, tuple(e.count_windows),
+                      e.ssim_window, tuple(e.count_windows), eval_metrics(e),
                       jax.config.jax_enable_x64)).encode())
   return digest.hexdigest()
+
+
+def eval_metrics(e: ml_collections.ConfigDict) -> tuple[tuple[str, ...], str]:
+  """(``eval.metrics``, ``eval.nearest``) of a config's eval section, checked
+  (`registry.check`); a config written before they existed: today's defaults.
+
+  Raises:
+    ValueError: an unknown metric, or a ``nearest`` that cannot drive the search.
+  """
+  nearest = e.get("nearest", registry.DEFAULT_NEAREST)
+  return registry.check(e.get("metrics", registry.DEFAULT_METRICS), nearest), nearest
 
 
 def _search_progress(what: str, began: float, every: float = 10.0):

@@ -50,6 +50,11 @@ RUNS = {
     "landscape_bilevel": ("decoreco_figures/landscape_bilevel", "landscape"),
 }
 VICTIM_NAMES = {"affine": "affine", "one_hidden": "one-hidden"}
+# The victims of Figs. 1–4 and Table 1, each a landscape run of its name.
+VICTIMS = tuple(VICTIM_NAMES)
+# Figs. 10–12: the paper's attack and the one it is compared with, in that order, each a
+# landscape run "landscape_{attack}" (keys of `trdr.attacks.ATTACKS`).
+LANDSCAPE_ATTACKS = ("bilevel", "decoreco")
 # Table 1 columns: the paper's name -> the pure initialisation (`inits.PURE_INITS`).
 TABLE1_COLUMNS = {"random": "noise", "ground truth": "ground_truth", "partition": "partition"}
 # Runkel et al. 2024, Table 1: ||θ* − θ||² after the attack.
