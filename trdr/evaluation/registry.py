@@ -12,6 +12,7 @@ landscape records (`trdr.evaluation.records`) carry their means as ``{metric}_to
   ssim_w3  the same with a 3 × 3 window (Haim et al.'s counts)
   l2       the Euclidean distance over all pixel values (`metrics.pairwise_l2`)
   ncc      Haim et al.'s half-resolution NCC distance (`metrics.ncc_distances`)
+  haim     Haim et al.'s match distance as their notebook computes it (`haim_match.pairwise`)
 
 A new metric is one module here and one entry below; the evaluation, the records, the
 runner and the figures read it from here.
@@ -23,7 +24,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from trdr.evaluation import metrics, ssim
+from trdr.evaluation import haim_match, metrics, ssim
 
 
 class Metric(NamedTuple):
@@ -52,6 +53,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
     Metric("ssim_w3", functools.partial(ssim.pairwise_ssim, filter_size=3), True, True,
            "SSIM (3 × 3 window)"),
     Metric("ncc", metrics.ncc_distances, False, True, "NCC distance (½ resolution)"),
+    Metric("haim", haim_match.pairwise, False, True, "Haim et al.'s match distance"),
 )}
 
 # The metric whose search is the exact SSIM engine (`ssim.nearest_neighbours_per_set`, at
