@@ -448,8 +448,8 @@ def test_a_process_searches_the_same_starts_once(tmp_path, monkeypatch):
   second run with the same starts, sets and evaluation settings takes the first run's start
   numbers (no second search; they are that search's, so the exact ones), while a run with
   other starts (another seed) searches its own."""
-  from trdr.experiment import runner   # noqa: PLC0415
-  monkeypatch.setattr(runner, "_START_EVALUATIONS", type(runner._START_EVALUATIONS)())  # pylint: disable=protected-access
+  from trdr.experiment import phases   # noqa: PLC0415
+  monkeypatch.setattr(phases, "_START_EVALUATIONS", type(phases._START_EVALUATIONS)())  # pylint: disable=protected-access
   searched = []   # a landscape's start images are the searches with a mixture
   search = ssim.nearest_neighbours_per_set
   monkeypatch.setattr(ssim, "nearest_neighbours_per_set", lambda q, s, **k: searched.append(
