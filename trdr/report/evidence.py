@@ -13,7 +13,7 @@ from trdr.attacks import init as inits
 from trdr.evaluation import evaluate, records
 from trdr.evaluation.evaluate import START
 from trdr.report import artefacts
-from trdr.report.artefacts import LANDSCAPE_ATTACKS, VICTIMS
+from trdr.report.runs import LANDSCAPE_ATTACKS, VICTIMS
 from trdr.runtime import files
 
 # The one display both attacks' landscapes are compared under (Figs. 10–12's claims compare
