@@ -13,6 +13,7 @@ landscape records (`trdr.evaluation.records`) carry their means as ``{metric}_to
   l2       the Euclidean distance over all pixel values (`metrics.pairwise_l2`)
   ncc      Haim et al.'s half-resolution NCC distance (`metrics.ncc_distances`)
   haim     Haim et al.'s match distance as their notebook computes it (`haim_match.pairwise`)
+  lpips    LPIPS, AlexNet v0.1 (`perceptual.pairwise`; the optional extra ``lpips``)
 
 A new metric is one module here and one entry below; the evaluation, the records, the
 runner and the figures read it from here.
@@ -24,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from trdr.evaluation import haim_match, metrics, ssim
+from trdr.evaluation import haim_match, metrics, perceptual, ssim
 
 
 class Metric(NamedTuple):
@@ -54,6 +55,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "SSIM (3 × 3 window)"),
     Metric("ncc", metrics.ncc_distances, False, True, "NCC distance (½ resolution)"),
     Metric("haim", haim_match.pairwise, False, True, "Haim et al.'s match distance"),
+    Metric("lpips", perceptual.pairwise, False, True, "LPIPS"),
 )}
 
 # The metric whose search is the exact SSIM engine (`ssim.nearest_neighbours_per_set`, at
