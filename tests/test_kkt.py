@@ -10,6 +10,7 @@ import pytest
 import scipy.optimize
 
 from trdr import data, models, victim
+from trdr.attacks import decoreco
 from trdr.configs import decoreco_cifar
 from trdr.victim import kkt
 
@@ -175,10 +176,10 @@ def test_haim_et_al_s_recipe_leaves_the_smaller_kkt_residual(x64):
 
 
 def test_a_run_warns_when_the_premise_does_not_hold(x64, caplog):
-  """`runner.kkt_premise`, which every DecoReco run calls: an untrained θ* (the first layer a
-  random N(0, 1e-4²) draw of D·w entries, against the n rank-one directions x_i δ_iᵀ that
-  the training images' gradients span there) is warned about; the trained one is not."""
-  from trdr.experiment import runner
+  """`decoreco.kkt_premise`, which every DecoReco run calls (its registry entry's
+  premise): an untrained θ* (the first layer a random N(0, 1e-4²) draw of D·w entries,
+  against the n rank-one directions x_i δ_iᵀ that the training images' gradients span
+  there) is warned about; the trained one is not."""
   config = decoreco_cifar.get_config("smoke")
   task = _float64(data.make_task(config.data))
   model = models.build_model(config.victim)
@@ -189,8 +190,8 @@ def test_a_run_warns_when_the_premise_does_not_hold(x64, caplog):
     caplog.clear()
     target = victim.Victim(model, params, config.victim, {})
     with caplog.at_level("INFO"):
-      fit = runner.kkt_premise(target, config.attack, task, jnp.float64)
+      fit = decoreco.kkt_premise(target, config.attack, task, jnp.float64)
     first = fit.relative[fit.first_layer]
-    assert (first > runner.PREMISE_WARNING) == warned, first
+    assert (first > decoreco.PREMISE_WARNING) == warned, first
     assert ("premise does not hold" in caplog.text) == warned
     assert "KKT premise" in caplog.text

@@ -448,8 +448,8 @@ def test_a_process_searches_the_same_starts_once(tmp_path, monkeypatch):
   second run with the same starts, sets and evaluation settings takes the first run's start
   numbers (no second search; they are that search's, so the exact ones), while a run with
   other starts (another seed) searches its own."""
-  from trdr.experiment import runner   # noqa: PLC0415
-  monkeypatch.setattr(runner, "_START_EVALUATIONS", type(runner._START_EVALUATIONS)())  # pylint: disable=protected-access
+  from trdr.experiment import phases   # noqa: PLC0415
+  monkeypatch.setattr(phases, "_START_EVALUATIONS", type(phases._START_EVALUATIONS)())  # pylint: disable=protected-access
   searched = []   # a landscape's start images are the searches with a mixture
   search = ssim.nearest_neighbours_per_set
   monkeypatch.setattr(ssim, "nearest_neighbours_per_set", lambda q, s, **k: searched.append(
@@ -759,18 +759,17 @@ def test_the_stopping_rule_where_fresh_lower_level_solves_stop_at_their_cap():
 
 
 def test_the_bilevel_premise_at_the_training_images_is_measured():
-  """`runner.training_images_distance`: l(x_GT) from θ* is 0 (the solve stops at once: θ*
-  is stationary to the same tol); from a U(0, 1) draw, on the strongly convex affine E
-  (μ ≥ weight decay), within (2·tol/μ)² of 0, the bound of
+  """`bilevel.training_images_distance` (the bilevel attack's premise): l(x_GT) from θ* is
+  0 (the solve stops at once: θ* is stationary to the same tol); from a U(0, 1) draw, on
+  the strongly convex affine E (μ ≥ weight decay), within (2·tol/μ)² of 0, the bound of
   test_the_outer_loop_stays_at_a_minimiser_of_l."""
-  from trdr.experiment import runner   # noqa: PLC0415
   config = smoke_config()
   task = data.make_task(config.data)
   target = _target(config, task)
   a = config.attack.copy_and_resolve_references()
-  out = runner.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
+  out = bilevel.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
   assert out["l_training_images"] == 0.0 and out["start"] == "previous"
   a.lower_level.start = "uniform"
-  out = runner.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
+  out = bilevel.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
   bound = (2 * a.lower_level.tol / config.victim.weight_decay) ** 2
   assert out["grad_norm"] < a.lower_level.tol and out["l_training_images"] <= bound, out

@@ -12,13 +12,16 @@ import numpy as np
 import pytest
 
 from trdr import data, experiment, models, plotting, victim
-from trdr.attacks import decoreco
+from trdr.attacks import ATTACKS, decoreco
 from trdr.attacks import init as inits
 from trdr.configs import bilevel_affine, decoreco_cifar, decoreco_figures
 from trdr.evaluation import evaluate, metrics, ssim
 from trdr.experiment import starts as start_images
 from trdr.report import artefacts
 from trdr.runtime import files, rundir, sharding
+
+# DecoReco's sweepable settings (σ, lr, λ_min, α), as its registry entry gives them.
+DECORECO_SWEEP = ATTACKS["decoreco"].sweep
 
 
 def _candidates(key, m, shape, sigma, dtype=jnp.float64):
@@ -137,7 +140,7 @@ def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
   settings = start_images.sample_settings(
       jax.random.key(2), 4, ml_collections.ConfigDict({
           "init_scale": (0.05, 0.5), "lr": (1e-3, 1e-2), "lambda_min": (0.01, 0.5),
-          "alpha": (10.0, 50.0)}), jnp.float64)
+          "alpha": (10.0, 50.0)}), jnp.float64, DECORECO_SWEEP)
   keys = jax.random.split(jax.random.key(3), 4)
   starts = jax.vmap(lambda k, s: decoreco.init_state(*_candidates(
       k, m, (12, 12, 1), s)[:2]))(keys, settings.init_scale)
@@ -166,8 +169,9 @@ def test_vmapped_sweep_equals_settings_one_by_one(x64_module):
 
 def test_sample_settings_ranges(x64_module):
   ranges = decoreco_cifar.get_config("").sweep.ranges
-  s = start_images.sample_settings(jax.random.key(0), 2000, ranges, jnp.float64)
-  for name in start_images.HPARAM_NAMES:
+  s = start_images.sample_settings(jax.random.key(0), 2000, ranges, jnp.float64,
+                                   DECORECO_SWEEP)
+  for name in DECORECO_SWEEP.names:
     low, high = ranges[name]
     values = np.asarray(getattr(s, name))
     assert values.min() >= low and values.max() <= high, name
@@ -179,15 +183,16 @@ def test_sample_settings_ranges(x64_module):
   bad = ranges.copy_and_resolve_references()
   bad.lr = (0.0, 1.0)
   with pytest.raises(ValueError, match="log-uniform"):
-    start_images.sample_settings(jax.random.key(0), 2, bad, jnp.float64)
+    start_images.sample_settings(jax.random.key(0), 2, bad, jnp.float64, DECORECO_SWEEP)
 
 
 def test_the_sweep_starts_from_the_published_settings(x64_module):
   config = decoreco_cifar.get_config("")
   published = config.sweep.include
-  sampled = start_images.sample_settings(jax.random.key(0), 3, config.sweep.ranges, jnp.float64)
+  sampled = start_images.sample_settings(jax.random.key(0), 3, config.sweep.ranges, jnp.float64,
+                                         DECORECO_SWEEP)
   settings = start_images._with_included(sampled, published, 5)
-  for i, name in enumerate(start_images.HPARAM_NAMES):
+  for i, name in enumerate(DECORECO_SWEEP.names):
     np.testing.assert_array_equal(getattr(settings, name)[:2], [s[i] for s in published])
     np.testing.assert_array_equal(getattr(settings, name)[2:], getattr(sampled, name))
   assert start_images._with_included(sampled, (), 3) is sampled
@@ -332,12 +337,12 @@ def test_sweep_ranks_settings_and_feeds_the_run(smoke_report_dir, victim_dir, tm
   assert best == rows[0] == files.read_json(os.path.join(sweep_dir, "summary.json"))["best"]
   tuned = files.read_json(
       os.path.join(artefacts.run_dir(smoke_report_dir, "tuned"), "summary.json"))
-  for name in start_images.HPARAM_NAMES:
+  for name in DECORECO_SWEEP.names:
     assert tuned["hyperparameters"][name] == pytest.approx(best[name])
   config.attack.hparams_file = str(tmp_path / "missing.json")
   with pytest.raises(FileNotFoundError, match="run the sweep"):
     experiment.attack_config(config)
-  with pytest.raises(ValueError, match="tunes DecoReco"):
+  with pytest.raises(ValueError, match="sweepable settings"):
     experiment.run(bilevel_affine.get_config("smoke"), str(tmp_path / "bilevel"), "sweep")
   assert not os.path.exists(tmp_path / "bilevel")   # refused before anything was written
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from trdr import experiment
 from trdr.attacks import init as inits
-from trdr.evaluation import evaluate
+from trdr.evaluation import evaluate, registry
 from trdr.runtime import files, rundir
 
 _SETS = (("train", "training set"), ("partition", "distinct partition"), ("noise", "noise set"))
@@ -34,31 +34,43 @@ def _axis_values(records, key, grid_shape):
   return values[:, 0] if key == "lambda1" else values[0, :]
 
 
-def _heatmaps(fig, records, grid_shape) -> None:
-  """Fig. 10: mean L2 to the SSIM-nearest image of each set over the (λ1, λ2) grid."""
+def _labels(metric: str, nearest: str) -> tuple[str, str]:
+  """The labels of ``metric`` and of the search's metric ``nearest`` (`registry.METRICS`)."""
+  return registry.get(metric).label, registry.get(nearest).label
+
+
+def _heatmaps(fig, records, grid_shape, metric: str = "l2", nearest: str = "ssim") -> None:
+  """Fig. 10: the mean ``metric`` (default L2) to the ``nearest``-nearest image of each set
+  over the (λ1, λ2) grid (records' {metric}_to_{set})."""
+  what, by = _labels(metric, nearest)
   l1 = _axis_values(records, "lambda1", grid_shape)
   l2 = _axis_values(records, "lambda2", grid_shape)
   axes = fig.subplots(1, 3)
   for ax, (key, label) in zip(axes, _SETS):
-    values = _grid_values(records, f"l2_to_{key}", grid_shape)
+    values = _grid_values(records, f"{metric}_to_{key}", grid_shape)
     im = ax.imshow(values.T, origin="lower", cmap="viridis", aspect="auto")
     ax.set_xticks(range(len(l1)), [f"{v:g}" for v in l1])
     ax.set_yticks(range(len(l2)), [f"{v:g}" for v in l2])
     ax.set_xlabel("λ1  (0: partition, 1: ground truth)")
     ax.set_ylabel("λ2  (0: noise, 1: images)")
-    ax.set_title(f"L2 to SSIM-nearest, {label}")
+    ax.set_title(f"{what} to {by}-nearest, {label}")
     for i in range(len(l1)):
       for j in range(len(l2)):
         ax.text(i, j, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7,
                 color="white" if values[i, j] < values.mean() else "black")
-    fig.colorbar(im, ax=ax, label="mean L2 distance (pixel values in [0, 1])")
+    fig.colorbar(im, ax=ax, label=(
+        "mean L2 distance (pixel values in [0, 1])" if metric == "l2" else f"mean {what}"))
 
 
-_HEATMAPS_TITLE = "mean L2 distance to the SSIM-nearest image of each set over the eq. 10 grid"
+def _heatmaps_title(metric: str = "l2", nearest: str = "ssim") -> str:
+  what, by = _labels(metric, nearest)
+  what = "L2 distance" if metric == "l2" else what
+  return f"mean {what} to the {by}-nearest image of each set over the eq. 10 grid"
 
 
-def _curve_title(fixed_key, fixed) -> str:
-  return (f"mean L2 to the SSIM-nearest image along {fixed_key.replace('lambda', 'λ')} = "
+def _curve_title(fixed_key, fixed, metric: str = "l2", nearest: str = "ssim") -> str:
+  what, by = _labels(metric, nearest)
+  return (f"mean {what} to the {by}-nearest image along {fixed_key.replace('lambda', 'λ')} = "
           f"{fixed:g}")
 
 
@@ -67,24 +79,26 @@ CURVES = (("fig11_lambda2_eq_1", "lambda2", 1.0, "lambda1"),
           ("fig12_lambda1_eq_1", "lambda1", 1.0, "lambda2"))
 
 
-def _curve(ax, records, fixed_key, fixed, free_key) -> bool:
-  """Mean L2 to the SSIM-nearest image of each set along one grid line; False if the
-  line is not on the grid."""
+def _curve(ax, records, fixed_key, fixed, free_key, metric: str = "l2",
+           nearest: str = "ssim") -> bool:
+  """The mean ``metric`` (default L2) to the ``nearest``-nearest image of each set along one
+  grid line; False if the line is not on the grid."""
   line = sorted((r for r in records if np.isclose(r[fixed_key], fixed)),
                 key=lambda r: r[free_key])
   if not line:
     return False
   for key, label in _SETS:
-    ax.plot([r[free_key] for r in line], [r[f"l2_to_{key}"] for r in line], "o-", label=label,
-            color=SET_COLOURS[key])
+    ax.plot([r[free_key] for r in line], [r[f"{metric}_to_{key}"] for r in line], "o-",
+            label=label, color=SET_COLOURS[key])
   ax.set_xlabel(f"{'λ1' if free_key == 'lambda1' else 'λ2'}  "
                 f"({fixed_key.replace('lambda', 'λ')} = {fixed:g})")
-  ax.set_ylabel("mean L2 to SSIM-nearest image")
+  ax.set_ylabel("mean {} to {}-nearest image".format(*_labels(metric, nearest)))
   ax.legend(fontsize=7)
   return True
 
 
-def landscape_figures(records: list[dict], grid_shape) -> dict[str, plt.Figure]:
+def landscape_figures(records: list[dict], grid_shape, metric: str = "l2",
+                      nearest: str = "ssim") -> dict[str, plt.Figure]:
   """Fig. 10 (heatmaps of the mean L2 distance to the SSIM-nearest image of each set over
   the (λ1, λ2) grid), Fig. 11 (the λ2 = 1 row against λ1) and Fig. 12 (the λ1 = 1 column
   against λ2), for one attack.
@@ -92,19 +106,22 @@ def landscape_figures(records: list[dict], grid_shape) -> dict[str, plt.Figure]:
   Args:
     records: landscape.json records (keys lambda1, lambda2, l2_to_{train,partition,noise}).
     grid_shape: (len(λ1), len(λ2)).
+    metric, nearest: the metric shown (records' {metric}_to_{set}) and the run's search
+      metric (``eval.nearest``), names of `registry.METRICS`; the paper's: L2 and SSIM.
   Returns:
     {"fig10_heatmaps", "fig11_lambda2_eq_1", "fig12_lambda1_eq_1"} -> Figure; a curve
     figure is left out when its line (λ2 = 1 or λ1 = 1) is not on the grid.
   """
   figs = {}
   fig = plt.figure(figsize=(13, 4), layout="constrained")
-  _heatmaps(fig, records, grid_shape)
-  fig.suptitle(f"Fig. 10: {_HEATMAPS_TITLE}")
+  _heatmaps(fig, records, grid_shape, metric, nearest)
+  fig.suptitle(f"Fig. 10: {_heatmaps_title(metric, nearest)}")
   figs["fig10_heatmaps"] = fig
   for name, fixed_key, fixed, free_key in CURVES:
     fig, ax = plt.subplots(figsize=(5, 3.5), constrained_layout=True)
-    if _curve(ax, records, fixed_key, fixed, free_key):
-      ax.set_title(f"Fig. {name[3:5]}: {_curve_title(fixed_key, fixed)}", fontsize=9)
+    if _curve(ax, records, fixed_key, fixed, free_key, metric, nearest):
+      ax.set_title(f"Fig. {name[3:5]}: {_curve_title(fixed_key, fixed, metric, nearest)}",
+                   fontsize=9)
       figs[name] = fig
     else:
       plt.close(fig)
@@ -126,7 +143,7 @@ def combined_landscape_figures(panels: dict[str, tuple[list[dict], tuple]]
                                            panels.items()):
     _heatmaps(sub, records, shape)
     sub.suptitle(label)
-  fig.suptitle(f"Fig. 10: {_HEATMAPS_TITLE}", fontsize=13)
+  fig.suptitle(f"Fig. 10: {_heatmaps_title()}", fontsize=13)
   figs["fig10"] = fig
   for (_, fixed_key, fixed, free_key), short in zip(CURVES, ("fig11", "fig12")):
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.5),
@@ -351,7 +368,8 @@ def run_figures(workdir: str, check: bool = True) -> list[str]:
   if landscape:
     records = files.read_json(os.path.join(workdir, "landscape.json"))
     results = experiment.load_results(workdir)
-    figures.update(landscape_figures(records, tuple(results["grid_shape"])))
+    figures.update(landscape_figures(records, tuple(results["grid_shape"]), nearest=config[
+        "eval"].get("nearest", registry.DEFAULT_NEAREST)))
     for name in inits.PURE_INITS:
       try:
         g = inits.pure_index(records, name)

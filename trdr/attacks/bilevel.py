@@ -33,43 +33,16 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 import optax.tree
+from absl import logging
 from jaxopt import implicit_diff
 
 from trdr import models, victim
 from trdr.attacks.linear_solve import LINEAR_SOLVES, damp_memory
 from trdr.attacks.protocol import Attack
 from trdr.victim import solver
+from trdr.victim.objective import param_distance
 
 Params = Any
-
-
-def param_distance(theta_a: Params, theta_b: Params) -> jax.Array:
-  """The upper-level loss l = ||θ_a − θ_b||² (Runkel eq. 2), summed over every entry of
-  every parameter tensor; Table 1 reports it between θ* and θ(x).
-
-  Args:
-    theta_a, theta_b: pytrees of arrays with the same structure and leaf shapes.
-  Returns:
-    float[] ≥ 0, in the promoted leaf dtype (at least float32).
-  Raises:
-    ValueError: the tree structures differ, or a pair of leaves differs in shape (the
-      message names the leaf path).
-  """
-  flat_a, tree_a = jax.tree_util.tree_flatten_with_path(theta_a)
-  flat_b, tree_b = jax.tree_util.tree_flatten_with_path(theta_b)
-  if tree_a != tree_b:
-    raise ValueError(f"param_distance: pytree structures differ:\n  theta_a: {tree_a}\n"
-                     f"  theta_b: {tree_b}")
-  total = jnp.zeros((), jnp.float32)
-  for (path, a), (_, b) in zip(flat_a, flat_b):
-    a, b = jnp.asarray(a), jnp.asarray(b)
-    if a.shape != b.shape:
-      raise ValueError(f"param_distance: leaf {jax.tree_util.keystr(path)} has shape "
-                       f"{a.shape} in theta_a but {b.shape} in theta_b")
-    dtype = jnp.promote_types(jnp.result_type(a, b), jnp.float32)
-    d = a.astype(dtype) - b.astype(dtype)
-    total = total + jnp.sum(d * d)
-  return total
 
 
 def resolvable_loss(victim_tol: float, lower_tol: float, weight_decay: float) -> float:
@@ -372,3 +345,64 @@ def build(target: victim.Victim, attack_config: ml_collections.ConfigDict,
 
   return Attack(name="bilevel", init=init, step=step, images=lambda s: s.images,
                 batches_well=False, display="pixels", energy=energy_fn)
+
+
+# ------------------------------------------------------------------ premise
+
+# The bilevel attack's premise at the training images (`training_images_distance`): l(x_GT)
+# above this (the ||θ* − θ||² Table 1's verdict calls small) is warned about.
+X_GT_WARNING = 1e-2
+
+
+def training_images_distance(target: victim.Victim, attack_config: ml_collections.ConfigDict,
+                             task, dtype, key: jax.Array) -> dict:
+  """The bilevel attack's premise at the task's training images x_GT: the upper level
+  l(x_GT) = ||θ* − θ(x_GT)||², θ(x_GT) re-solved from the attack's own first lower-level
+  start (θ* for "theta_star" and "previous"; the θ0 the victim's training started from for
+  "victim_theta0"; a U(0, 1) draw of the attack's key otherwise) to its tolerance. The
+  training images are the attack's target only where this is ~0 (the paper's upper level; the
+  readings of trdr/studies/readings.py); logged, with a warning above `X_GT_WARNING`.
+
+  Returns:
+    {"l_training_images": float (summed over θ's entries), "start": the lower-level
+    start, "grad_norm": ||∇θE|| the re-solve reached, "num_iter"}.
+  """
+  ll = attack_config.lower_level
+  x = jnp.asarray(task.train_images, dtype)
+  y = jnp.asarray(task.train_labels, dtype)
+  energy = functools.partial(victim.energy, apply_fn=target.apply,
+                             weight_decay=target.config.weight_decay)
+  if ll.start in ("theta_star", "previous"):
+    start = target.params
+  elif ll.start == "victim_theta0":
+    start = target.initial_params(task.train_images.shape[1:])
+  else:
+    start = models.uniform_params(key, target.params)
+  # One program (eagerly, the L-BFGS set-up and the distance would compile op by op).
+  @jax.jit
+  def resolve(start, x, y, theta_star):
+    theta, info = victim.minimize_energy(lambda p: energy(p, x, y), start,
+                                         max_iter=ll.max_iter, tol=ll.tol,
+                                         memory_size=ll.memory_size)
+    return victim.param_distance(theta_star, theta), info
+  distance, info = resolve(start, x, y, target.params)
+  distance = float(distance)
+  out = {"l_training_images": distance, "start": ll.start,
+         "grad_norm": float(info.grad_norm), "num_iter": int(info.num_iter)}
+  logging.info("Bilevel premise: l(x_GT) = ||θ* − θ(x_GT)||² = %.3g at the training images, "
+               "θ(x_GT) from the lower level's start %r (||∇θE|| %.2g after %d iterations)",
+               distance, ll.start, out["grad_norm"], out["num_iter"])
+  if distance > X_GT_WARNING:
+    logging.warning("The bilevel attack's premise does not hold here: l(x_GT) = %.3g > %g at "
+                    "the training images under the lower-level start %r, so they are not a "
+                    "minimiser of what the attack minimises, and its reconstructions say "
+                    "little about privacy (docs/paper.md: the readings of the paper's θ0)",
+                    distance, X_GT_WARNING, ll.start)
+  return out
+
+
+def premise(target: victim.Victim, attack_config: ml_collections.ConfigDict, task, dtype,
+            key: jax.Array) -> dict:
+  """The bilevel attack's premise for the run's summary (`trdr.attacks.protocol.AttackKind`):
+  {"bilevel_premise": `training_images_distance`} (logged, warned above `X_GT_WARNING`)."""
+  return {"bilevel_premise": training_images_distance(target, attack_config, task, dtype, key)}

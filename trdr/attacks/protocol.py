@@ -10,7 +10,9 @@ is then a bundle of pure, vmappable functions over its own state pytree:
   images(state) -> float[m, H, W, C] the current reconstruction
 
 `trdr.experiment.loop.run` maps ``step`` over a grid of starts under `lax.scan`; `trdr.experiment`
-builds the attack through the `trdr.attacks.ATTACKS` registry.
+builds the attack through the `trdr.attacks.ATTACKS` registry, whose entries are
+`AttackKind`s: the build function and the optional parts that the runner asks for instead
+of naming the attack (its premise on θ*, its sweepable settings).
 """
 
 from typing import Any, Callable, NamedTuple
@@ -55,3 +57,50 @@ class Attack(NamedTuple):
   energy: Callable[..., jax.Array] | None = None
   hyperparameters: tuple | None = None  # a NamedTuple
   outputs: Callable[[Any], dict[str, jax.Array]] | None = None
+
+
+class Sweepable(NamedTuple):
+  """The settings of an attack that the sweep (`trdr.experiment` mode "sweep") tunes.
+
+  Attributes:
+    settings: a NamedTuple class whose fields are float keys of the attack's config section
+      (e.g. DecoReco's (σ, lr, λ_min, α)); the attack's ``init`` puts them into its state
+      as ``state.hparams``, which the sweep replaces by one setting per grid point. A field
+      named ``init_scale`` is also the σ of the sweep's Gaussian starts.
+    log_uniform: the fields drawn log-uniformly over their ``sweep.ranges``; the others are
+      drawn uniformly.
+    best_file: the config key of the attack section that names a sweep's best.json whose
+      settings the attack then takes (all but those listed in ``hparams_keep``).
+  """
+  settings: type
+  log_uniform: tuple[str, ...] = ()
+  best_file: str = "hparams_file"
+
+  @property
+  def names(self) -> tuple[str, ...]:
+    """The settings' names, in their order."""
+    return self.settings._fields
+
+
+class AttackKind(NamedTuple):
+  """One entry of `trdr.attacks.ATTACKS`: how to build an attack and what else it offers.
+
+  Called as its ``build``: ``ATTACKS[name](target, attack_config, labels, *, key, box)``.
+
+  Attributes:
+    build: (target, attack_config, labels, *, key, box, ...) -> `Attack`.
+    title: how the report names the attack in its sentences (e.g. "DecoReco").
+    premise: None, or (target `trdr.victim.Victim`, attack_config, task `trdr.data.Task`,
+      dtype, key) -> {summary key: JSON-able dict}: whether θ* meets what the attack
+      assumes, measured once per run on θ* and its training images, logged, and written into
+      the run's summary.json (DecoReco: how near θ* is to a KKT point; bilevel: l(x_GT)).
+    sweep: None, or the `Sweepable` settings: the attack can then be swept and can take a
+      sweep's best settings.
+  """
+  build: Callable[..., Attack]
+  title: str
+  premise: Callable[..., dict] | None = None
+  sweep: Sweepable | None = None
+
+  def __call__(self, *args, **kwargs) -> Attack:
+    return self.build(*args, **kwargs)

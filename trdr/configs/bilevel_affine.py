@@ -118,6 +118,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.eval.ssim_window = 11
   config.eval.count_windows = ()
   config.eval.ssim_thresholds = ()
+  # The metrics recorded at each reconstruction's nearest image of every set ({set}_{metric};
+  # landscape records {metric}_to_{set}) and the metric that finds it: names of
+  # trdr/evaluation/registry.py's METRICS.
+  config.eval.metrics = ("ssim", "l2")
+  config.eval.nearest = "ssim"
   config.eval.public_set = False  # nearest neighbours in the test split too
   config.eval.score_k = 10        # Haim et al.'s in-run score: the k best matches
   # ||θ* − θ(x)||² re-solved from θ* to lower_level_tol, and from θ0 ~ U(0, 1) at each of

@@ -136,6 +136,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # windows the counts are also reported at: 3, Haim et al.'s (kornia ssim(window_size=3)).
   config.eval.ssim_window = 11
   config.eval.count_windows = (3,)
+  # The metrics recorded at each reconstruction's nearest image of every set ({set}_{metric};
+  # landscape records {metric}_to_{set}) and the metric that finds it: names of
+  # trdr/evaluation/registry.py's METRICS.
+  config.eval.metrics = ("ssim", "l2")
+  config.eval.nearest = "ssim"
   # Nearest neighbours also in the test split ("public", disjoint from the training set):
   # the realism score of Figs. 6–8 (trdr/evaluation/realism.py), which needs no training set.
   config.eval.public_set = True

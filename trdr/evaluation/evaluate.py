@@ -7,9 +7,10 @@
                     the public test split, in pixels
   `with_starts`     a run's evaluation: its reconstructions and (prefix `START`, the
                     verdicts' baseline) its start images, a landscape's as eq. 10 mixtures
-  `reconstructions` each reconstruction's SSIM-nearest image of every set with the L2
-                    distance to it; per training image the SSIM of its best
-                    reconstruction and the counts at SSIM thresholds
+  `reconstructions` each reconstruction's nearest image of every set (SSIM-nearest by
+                    default) with the metrics of `trdr.evaluation.registry` to it; per
+                    training image the SSIM of its best reconstruction and the counts at
+                    SSIM thresholds
   `param_distances` ||θ* − θ(x)||² with θ(x) re-solved from θ* (eq. 2's upper
                     loss, Table 1), independent of the attack's warm starts
   `own_start_fraction` the share of partition-start reconstructions still nearest their
@@ -29,9 +30,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from trdr import data, victim
-from trdr.attacks import bilevel
 from trdr.attacks import init as inits
-from trdr.evaluation import metrics, ssim
+from trdr.evaluation import metrics, registry, ssim
 from trdr.runtime import sharding
 from trdr.victim import solver
 
@@ -83,7 +83,8 @@ def comparison_sets(task, noise=None, public: bool = False) -> dict[str, np.ndar
 def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str = "pixels",
                     thresholds=(), chunk_size: int = 500, ssim_window: int = SSIM_WINDOW,
                     count_windows=(), mixture: dict | None = None,
-                    progress=None) -> dict[str, np.ndarray]:
+                    progress=None, metric_names=registry.DEFAULT_METRICS,
+                    nearest: str = registry.DEFAULT_NEAREST) -> dict[str, np.ndarray]:
   """Nearest neighbours of the reconstructions in every comparison set.
 
   Args:
@@ -107,9 +108,16 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
     progress: None, or called as ``progress(done, total)`` as the SSIM blocks finish,
       counted in (image, candidate) pairs over all of this call's searches: the nearest
       neighbours, then the per-training-image counts of each window.
+    metric_names: the metrics of `registry.METRICS` recorded at each nearest pair
+      (``config.eval.metrics``).
+    nearest: the metric whose nearest image is found (``config.eval.nearest``, one that
+      `registry.Metric.searches`): "ssim" is the exact SSIM engine at ``ssim_window``
+      (`ssim.nearest_neighbours_per_set`, which gives the pair's SSIM and L2 itself);
+      another searches by its ``pairwise`` (`registry.nearest`).
   Returns:
-    For each set s: s_index int, s_ssim and s_l2 float (each [..., m]: every
-    reconstruction's SSIM-nearest image of s, its SSIM and the L2 distance to it). With
+    For each set s: s_index int (every reconstruction's nearest image of s) and, for each
+    metric of ``metric_names``, s_{metric} float (its value at that pair), each [..., m];
+    by default s_ssim and s_l2 (the SSIM-nearest image's SSIM and L2 distance). With
     thresholds: best_ssim_per_train float[..., n] and best_index_per_train int[..., n]
     (each training image's best reconstruction) and count_ssim_ge int[..., len(thresholds)];
     Haim et al.'s matching beside: best_buddy_ssim_per_train float[..., n] (the SSIM of
@@ -124,8 +132,10 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
 
   Raises:
     ValueError: a mixture under another display than "pixels", of images that are not
-      float[G, m, H, W, C], of unknown sets, or images that are not its mixtures.
+      float[G, m, H, W, C], of unknown sets, or images that are not its mixtures; an
+      unknown metric, or a ``nearest`` that cannot search (`registry.check`).
   """
+  metric_names = registry.check(metric_names, nearest)
   recon = to_display(images, mean, display)
   lead = recon.shape[:-4]
   if mixture is not None and (display != "pixels" or len(lead) != 1 or not mixture
@@ -142,7 +152,7 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
                              ssim_window=ssim_window, count_windows=count_windows,
                              mixture=None if mixture is None else {
                                  k: np.asarray(w)[unique] for k, w in mixture.items()},
-                             progress=progress)
+                             progress=progress, metric_names=metric_names, nearest=nearest)
       return {k: v[inverse].reshape((*lead, *v.shape[1:])) for k, v in once.items()}
   mixed = None if mixture is None else (
       np.stack([np.asarray(w, np.float64) for w in mixture.values()], axis=1),
@@ -160,12 +170,20 @@ def reconstructions(images, mean, sets: dict[str, np.ndarray], *, display: str =
     return lambda done, _: progress(before + done * searched[k], total)
 
   out = {}
-  found = ssim.nearest_neighbours_per_set(
-      recon, {name: np.asarray(c, recon.dtype) for name, c in sets.items()},
-      chunk_size=chunk_size, filter_size=ssim_window, mixture=mixed, progress=stage(0))
-  for name, nn in found.items():
-    for field in nn._fields:
-      out[f"{name}_{field}"] = np.asarray(getattr(nn, field))
+  candidates = {name: np.asarray(c, recon.dtype) for name, c in sets.items()}
+  if nearest == registry.ENGINE:
+    found = {name: (np.asarray(nn.index), nn) for name, nn in ssim.nearest_neighbours_per_set(
+        recon, candidates, chunk_size=chunk_size, filter_size=ssim_window, mixture=mixed,
+        progress=stage(0)).items()}
+  else:
+    found = {name: (registry.nearest(nearest, recon, c)[0], None)
+             for name, c in candidates.items()}
+  for name, (index, nn) in found.items():
+    out[f"{name}_index"] = index
+    for m in metric_names:
+      out[f"{name}_{m}"] = (np.asarray(getattr(nn, m)) if nn is not None
+                            and m in registry.ENGINE_FIELDS else
+                            registry.of_pairs(m, recon, candidates[name][index]))
   if len(thresholds):
     buddies = _best_buddies(recon, sets["train"])
     for k, w in enumerate(windows, start=1):
@@ -299,10 +317,10 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
     if np.ndim(tol) == 0:
       theta = victim.minimize_energy(energy, start, max_iter=max_iter, tol=tol,
                                      memory_size=memory_size)[0]
-      return bilevel.param_distance(theta_star, theta)
+      return victim.param_distance(theta_star, theta)
     # A sweep is one re-solve to the tightest tolerance, observed where each would stop.
     return solver.observe_at_tolerances(
-        energy, start, lambda theta: bilevel.param_distance(theta_star, theta),
+        energy, start, lambda theta: victim.param_distance(theta_star, theta),
         tols=tol, max_iter=max_iter, memory_size=memory_size)
 
   # Each device's shard is copied out on its own, and replicated only where ``devices``

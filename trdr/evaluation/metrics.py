@@ -3,7 +3,7 @@
 * :func:`pairwise_l2` is the Euclidean distance between images, from the differences
   themselves (`l2_rows`); :func:`nearest_l2` each query's distance to its nearest
   candidate, computing only the pairs that can attain it. (The distance between parameter
-  pytrees, Table 1's quantity, is `trdr.attacks.bilevel.param_distance`; SSIM and the
+  pytrees, Table 1's quantity, is `trdr.victim.param_distance`; SSIM and the
   SSIM-nearest neighbours are `trdr.evaluation.ssim`.)
 * :func:`ncc_distances`, :func:`matched_score`, :func:`best_per_candidate`,
   :func:`best_buddies` and :func:`minmax_scale` score DecoReco reconstructions as Haim

@@ -8,6 +8,7 @@
 
 import numpy as np
 
+from trdr.evaluation import registry
 from trdr.evaluation.evaluate import START
 
 
@@ -25,7 +26,9 @@ def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(
     thresholds: the thresholds of evaluation["count_ssim_ge"].
     uniform_tols: the tolerances of evaluation["param_distance_uniform"] [G, T].
   Returns:
-    Records with lambda1, lambda2, upper_loss, l2_to_s and ssim_to_s for every set s,
+    Records with lambda1, lambda2, upper_loss, {metric}_to_s for every set s and every
+    metric of the evaluation (`trdr.evaluation.registry.METRICS`, in its order: by
+    default l2_to_s and ssim_to_s),
     and where available param_distance, param_distance_uniform_tol_t (per tolerance t),
     lower_level_grad_norm_max,
     lower_level_iters_mean (bilevel) and train_ssim_ge_t (per threshold t); the start
@@ -52,15 +55,16 @@ def grid_records(lambda1, lambda2, history: dict, evaluation: dict, thresholds=(
 
 def _point_record(evaluation: dict, g: int, thresholds, uniform_tols) -> dict:
   """Grid point g's means of `reconstructions` output (and its param_distance[_uniform])."""
-  sets = [k[:-len("_ssim")] for k in evaluation if k.endswith("_ssim")]
+  sets = [k.removesuffix("_index") for k in evaluation if k.endswith("_index")]
   record = {}
   if "param_distance" in evaluation:
     record["param_distance"] = float(evaluation["param_distance"][g])
   if "param_distance_uniform" in evaluation:
     record.update({f"param_distance_uniform_tol_{t:g}": float(d)
                    for t, d in zip(uniform_tols, evaluation["param_distance_uniform"][g])})
-  record.update({f"l2_to_{s}": float(evaluation[f"{s}_l2"][g].mean()) for s in sets})
-  record.update({f"ssim_to_{s}": float(evaluation[f"{s}_ssim"][g].mean()) for s in sets})
+  for m in registry.METRICS:
+    record.update({f"{m}_to_{s}": float(evaluation[f"{s}_{m}"][g].mean()) for s in sets
+                   if f"{s}_{m}" in evaluation})
   if "count_ssim_ge" in evaluation:
     record.update({f"train_ssim_ge_{t:g}": int(c)
                    for t, c in zip(thresholds, evaluation["count_ssim_ge"][g])})

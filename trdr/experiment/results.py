@@ -113,7 +113,7 @@ def load(path: str) -> Results:
     path: a run directory (its results.npz is read) or an .npz file.
   Returns:
     `Results`: a Mapping name -> np.ndarray (float32 or float64 images as the run's
-    precision; see each mode's writer in `trdr.experiment.runner`).
+    precision; see each mode's writer in `trdr.experiment.modes`).
   Raises:
     FileNotFoundError: no results.npz there (the run has not finished its evaluation).
   """

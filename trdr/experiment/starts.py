@@ -2,8 +2,9 @@
 
   landscape   the (λ1, λ2) grid of eq. 10 (Runkel et al.): G = len(λ1)·len(λ2) points
   attack      one start (G = 1) of ``config.init.kind`` (`trdr.attacks.init.INITS`)
-  sweep       G = S DecoReco settings (σ, lr, λ_min, α) drawn from Haim et al.'s sweep
-              ranges (`sample_settings`), each with its own Gaussian start
+  sweep       G = S settings of the attack's `trdr.attacks.protocol.Sweepable` (DecoReco's
+              σ, lr, λ_min, α) drawn from ``sweep.ranges`` (`sample_settings`; Haim et al.'s),
+              each with its own Gaussian start
   membership  G = len(init.kinds) · len(init.seeds): every start kind under each seed, one
               start per training image, with its label (`trdr.studies.membership`)
 
@@ -17,10 +18,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from trdr.attacks import decoreco
+from trdr.attacks import ATTACKS, Sweepable
 from trdr.attacks import init as inits
-
-HPARAM_NAMES = decoreco.Hyperparameters._fields
 
 
 class Starts(NamedTuple):
@@ -34,58 +33,62 @@ class Starts(NamedTuple):
     build_key: the key the attack is built with (e.g. its U(0, 1) lower-level starts).
     extra: {name: array} saved in results.npz beside the images (a landscape's λ1, λ2
       and noise images; membership's start kinds, seeds and memberships).
-    hparams: a sweep's DecoReco settings, each field float[G]; None in the other modes.
+    hparams: a sweep's settings (the attack's `Sweepable` settings), each field float[G];
+      None in the other modes.
   """
   images: jax.Array
   labels: jax.Array
   init_keys: jax.Array
   build_key: jax.Array
   extra: dict[str, Any]
-  hparams: decoreco.Hyperparameters | None = None
+  hparams: tuple | None = None  # a NamedTuple
 
 
-def sample_settings(key, num: int, ranges: ml_collections.ConfigDict, dtype
-                    ) -> decoreco.Hyperparameters:
-  """``num`` DecoReco settings from Haim et al.'s sweep ranges: σ and lr log-uniform,
-  λ_min and α uniform, each over ``ranges.<name>`` = (low, high).
+def sample_settings(key, num: int, ranges: ml_collections.ConfigDict, dtype,
+                    sweep: Sweepable) -> tuple:
+  """``num`` settings of ``sweep`` (an attack's `Sweepable`; DecoReco's from Haim et al.'s
+  sweep ranges: σ and lr log-uniform, λ_min and α uniform), each over ``ranges.<name>`` =
+  (low, high).
 
   Returns:
-    Hyperparameters of float[num] arrays.
+    ``sweep.settings`` of float[num] arrays.
   Raises:
     ValueError: a range with low > high or a non-positive log-uniform bound.
   """
-  keys = jax.random.split(key, len(HPARAM_NAMES))
+  keys = jax.random.split(key, len(sweep.names))
   values = []
-  for k, name in zip(keys, HPARAM_NAMES):
+  for k, name in zip(keys, sweep.names):
     low, high = (float(v) for v in ranges[name])
     if low > high:
       raise ValueError(f"sweep range for {name} has low {low} > high {high}")
-    log = name in ("init_scale", "lr")
+    log = name in sweep.log_uniform
     if log and low <= 0:
       raise ValueError(f"sweep range for {name} is log-uniform: bounds must be > 0, "
                        f"got ({low}, {high})")
     u = jax.random.uniform(k, (num,), dtype)
     values.append(jnp.exp(jnp.log(low) + u * (jnp.log(high) - jnp.log(low))) if log
                   else low + u * (high - low))
-  return decoreco.Hyperparameters(*values)
+  return sweep.settings(*values)
 
 
-def _with_included(sampled: decoreco.Hyperparameters, include, num: int
-                   ) -> decoreco.Hyperparameters:
-  """The settings ``include`` ((σ, lr, λ_min, α) each, e.g. the published reference runs)
-  first, then the sampled ones.
+def _with_included(sampled: tuple, include, num: int) -> tuple:
+  """The settings ``include`` (one number per field of ``sampled``, e.g. DecoReco's
+  published reference runs' (σ, lr, λ_min, α)) first, then the sampled ones (a NamedTuple
+  of float[S] arrays).
 
   Raises:
-    ValueError: more included settings than ``num``, or one that is not 4 numbers.
+    ValueError: more included settings than ``num``, or one of another length than the
+      settings.
   """
+  names = sampled._fields
   include = [tuple(map(float, s)) for s in include]
-  if len(include) > num or any(len(s) != len(HPARAM_NAMES) for s in include):
+  if len(include) > num or any(len(s) != len(names) for s in include):
     raise ValueError(f"sweep.include must hold at most num_settings = {num} settings of "
-                     f"{len(HPARAM_NAMES)} numbers {HPARAM_NAMES}, got {include}")
+                     f"{len(names)} numbers {names}, got {include}")
   if not include:
     return sampled
-  fixed = jnp.asarray(include, sampled.init_scale.dtype).T
-  return decoreco.Hyperparameters(*(jnp.concatenate([f, s]) for f, s in zip(fixed, sampled)))
+  fixed = jnp.asarray(include, sampled[0].dtype).T
+  return type(sampled)(*(jnp.concatenate([f, s]) for f, s in zip(fixed, sampled)))
 
 
 def landscape_starts(config, a, task, dtype) -> Starts:
@@ -122,12 +125,14 @@ def attack_starts(config, a, task, dtype) -> Starts:
 
 
 def sweep_starts(config, a, task, dtype) -> Starts:
-  """``sweep.num_settings`` DecoReco settings (``sweep.include`` first, the rest drawn from
-  ``sweep.ranges``), each with Gaussian candidates at its own σ."""
+  """``sweep.num_settings`` settings of the attack's `Sweepable` (``sweep.include`` first,
+  the rest drawn from ``sweep.ranges``), each with Gaussian candidates at its own σ
+  (its ``init_scale``)."""
   key_settings, key_init = jax.random.split(jax.random.key(config.sweep.seed))
   settings = _with_included(sample_settings(
       key_settings, config.sweep.num_settings - len(config.sweep.include),
-      config.sweep.ranges, dtype), config.sweep.include, config.sweep.num_settings)
+      config.sweep.ranges, dtype, ATTACKS[a.name].sweep), config.sweep.include,
+      config.sweep.num_settings)
   m_per_image = a.candidates_per_image
   _, labels = inits.candidates("gaussian", key_init, task, dtype, init_scale=1.0,
                                m_per_image=m_per_image)

@@ -13,11 +13,11 @@ from trdr.attacks import init as inits
 from trdr.evaluation import evaluate, records
 from trdr.evaluation.evaluate import START
 from trdr.report import artefacts
-from trdr.report.verdicts import ATTACKS, VICTIMS
+from trdr.report.runs import LANDSCAPE_ATTACKS, VICTIMS
 from trdr.runtime import files
 
 # The one display both attacks' landscapes are compared under (Figs. 10–12's claims compare
-# the attacks): Haim et al.'s min-max view, DecoReco's own; bilevel images are rescored.
+# the attacks): Haim et al.'s min-max view; an attack's images shown otherwise are rescored.
 COMPARABLE_DISPLAY = "minmax"
 
 
@@ -33,7 +33,7 @@ SEED_RUNS = ("affine", "one_hidden", "untuned", "tuned", "partition")
 # (keys of `trdr.report.artefacts.RUNS`): the victims' landscapes, those runs, and both
 # attacks' landscapes (Figs. 10–12).
 DECORECO_RUNS = ("untuned", "tuned", "partition")
-COLLECTED_RUNS = (*VICTIMS, *DECORECO_RUNS, *(f"landscape_{a}" for a in ATTACKS))
+COLLECTED_RUNS = (*VICTIMS, *DECORECO_RUNS, *(f"landscape_{a}" for a in LANDSCAPE_ATTACKS))
 
 
 def make_seeds(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
@@ -81,7 +81,7 @@ def collect(workdir: str, repeats: bool = False) -> dict:
     {"pure": {victim: records}, "partition_images": {victim: per-reconstruction arrays
      of its partition start}, "table1": table1.json, "summaries": {run: summary.json},
      "results": {run: {key: array}} for the untuned / tuned / partition DecoReco runs,
-     "landscapes": {"bilevel": records, "decoreco": records} (each attack's own scale),
+     "landscapes": {attack: records} of `artefacts.LANDSCAPE_ATTACKS` (each its own scale),
      "comparable": the same on one scale (`comparable_records`)}; with ``repeats`` only
     the parts the finished runs give (a seed's, or `make figN`'s before the others ran).
   Raises:
@@ -95,23 +95,24 @@ def collect(workdir: str, repeats: bool = False) -> dict:
 
   done = lambda name: not repeats or artefacts.finished(workdir, name)
   pure = {v: files.read_json(run(v, "landscape.json")) for v in VICTIMS if done(v)}
-  decoreco = [n for n in DECORECO_RUNS if done(n)]
+  attack_runs = [n for n in DECORECO_RUNS if done(n)]
   evidence = {
       "pure": pure,
       "partition_images": {v: arrays(v, per_image, inits.pure_index(pure[v], "partition"))
                            for v in pure},
-      "summaries": {name: files.read_json(run(name, "summary.json")) for name in decoreco},
+      "summaries": {name: files.read_json(run(name, "summary.json")) for name in attack_runs},
       "results": {name: arrays(name, (*per_image, *per_train, "public_ssim", "train_index"))
-                  for name in decoreco},
+                  for name in attack_runs},
   }
   table = os.path.join(workdir, "paper_figures", "table1.json")
   if os.path.exists(table) or not repeats:
     evidence["table1"] = files.read_json(table)
-  if not repeats or all(artefacts.finished(workdir, f"landscape_{a}") for a in ATTACKS):
+  if not repeats or all(artefacts.finished(workdir, f"landscape_{a}")
+                        for a in LANDSCAPE_ATTACKS):
     evidence["landscapes"] = {a: files.read_json(run(f"landscape_{a}", "landscape.json"))
-                              for a in ATTACKS}
+                              for a in LANDSCAPE_ATTACKS}
     evidence["comparable"] = {a: comparable_records(artefacts.run_dir(workdir, f"landscape_{a}"))
-                              for a in ATTACKS}
+                              for a in LANDSCAPE_ATTACKS}
   return evidence
 
 

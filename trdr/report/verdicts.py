@@ -35,6 +35,7 @@ evidence that an adversary cannot.
 import numpy as np
 import scipy.stats
 
+from trdr.attacks import ATTACKS
 from trdr.attacks import init as inits
 from trdr.evaluation import realism
 from trdr.evaluation.evaluate import START, own_start_fraction
@@ -75,9 +76,6 @@ RULES = {
     # TPR at this FPR is reported beside both (Carlini et al. 2022's convention).
     "membership_fpr": 0.01,
 }
-
-VICTIMS = ("affine", "one_hidden")
-ATTACKS = ("bilevel", "decoreco")
 
 # The verdicts a rule can give.
 REPRODUCED, PARTLY, NOT_REPRODUCED, UNINFORMATIVE, UNDERPOWERED, NOT_TESTED = (
@@ -259,16 +257,33 @@ def _crossover(line: list[dict], prefix: str = "") -> float:
   return float("nan")
 
 
+def _pair(comparable: dict) -> tuple[str, str, str, str]:
+  """The two attacks of Figs. 10–12 in ``comparable``'s order, the paper's attack first and
+  the one it is compared with second (`trdr.report.artefacts.LANDSCAPE_ATTACKS`), and their
+  titles (`trdr.attacks.protocol.AttackKind.title`).
+
+  Raises:
+    ValueError: ``comparable`` holds another number of attacks than two.
+  """
+  if len(comparable) != 2:
+    raise ValueError(f"Figs. 10–12 compare two attacks' landscapes, got {list(comparable)}")
+  ours, theirs = comparable
+  title = lambda a: ATTACKS[a].title if a in ATTACKS else a
+  return ours, theirs, title(ours), title(theirs)
+
+
 def verdict_fig10(comparable: dict, rules: dict = RULES) -> dict:
   """Fig. 10 from {attack: records} of both landscapes on one scale (min-max,
-  `trdr.report.evidence.comparable_records`), on the change Δ from each start: at the
-  ground-truth start, bilevel's reconstructions are reconstructions of the training images
-  (mean SSIM to the nearest ≥ ``rules["ssim_level"]``: "performs better in recovering"
-  needs it to recover them) and move less away from (or more towards) them than
-  DecoReco's; along λ1 = 1, towards noise, bilevel's L2 to train rises more beyond its
-  starts' own rise than DecoReco's."""
+  `trdr.report.evidence.comparable_records`), the paper's attack first and the one it is
+  compared with second (`_pair`), on the change Δ from each start: at the ground-truth
+  start, the first's reconstructions are reconstructions of the training images (mean SSIM
+  to the nearest ≥ ``rules["ssim_level"]``: "performs better in recovering" needs it to
+  recover them) and move less away from (or more towards) them than the second's; along
+  λ1 = 1, towards noise, the first's L2 to train rises more beyond its starts' own rise
+  than the second's."""
+  ours, theirs, our_title, their_title = _pair(comparable)
   measured, delta, beyond, recovered = {}, {}, {}, {}
-  for a in ATTACKS:
+  for a in comparable:
     gt = pure_record(comparable[a], "ground_truth")
     delta[a] = _delta(gt, "l2_to_train")
     recovered[a] = gt["ssim_to_train"]
@@ -282,23 +297,25 @@ def verdict_fig10(comparable: dict, rules: dict = RULES) -> dict:
                  f"{a}, ground-truth start: SSIM to train": recovered[a],
                  f"{a}: rise ground truth → noise, reconstructions, starts": [rise, start_rise]}
   level = rules["ssim_level"]
-  checks = {f"bilevel recovers the training images from the ground-truth start (SSIM ≥ "
-            f"{level:g})": bool(recovered["bilevel"] >= level),
-            "bilevel's Δ L2 to train at the ground-truth start < DecoReco's": bool(
-                delta["bilevel"] < delta["decoreco"]),
-            "bilevel's rise towards noise beyond its starts' > DecoReco's": bool(
-                beyond["bilevel"] > beyond["decoreco"])}
+  checks = {f"{our_title} recovers the training images from the ground-truth start (SSIM ≥ "
+            f"{level:g})": bool(recovered[ours] >= level),
+            f"{our_title}'s Δ L2 to train at the ground-truth start < {their_title}'s": bool(
+                delta[ours] < delta[theirs]),
+            f"{our_title}'s rise towards noise beyond its starts' > {their_title}'s": bool(
+                beyond[ours] > beyond[theirs])}
   return verdict_of("fig10", measured, checks)
 
 
 def verdict_fig11(comparable: dict, rules: dict = RULES) -> dict:
   """Fig. 11 from both landscapes on one scale, along λ2 = 1 (λ1 = λ: partition → truth):
   for every λ1 below the limit, each attack's reconstructions stay nearer the partition
-  than the training set (the crossover read from the curve); and bilevel's L2 to the
-  partition there moves less away (or more towards it) than DecoReco's, Δ from the starts."""
+  than the training set (the crossover read from the curve); and the paper's attack's
+  (the first, `_pair`) L2 to the partition there moves less away (or more towards it) than
+  the second's, Δ from the starts."""
+  ours, theirs, our_title, their_title = _pair(comparable)
   measured, checks, moved = {}, {}, {}
   limit = rules["partition_side_max_lambda"]
-  for a in ATTACKS:
+  for a in comparable:
     line = _line(comparable[a], "lambda2", "lambda1")
     points = [r for r in line if r["lambda1"] < limit]
     moved[a] = float(np.mean([_delta(r, "l2_to_partition") for r in points])) if points else (
@@ -308,8 +325,8 @@ def verdict_fig11(comparable: dict, rules: dict = RULES) -> dict:
                  f"{a}, λ1 < {limit:g}: mean Δ L2 to partition": moved[a]}
     checks[f"{a}: L2 to partition < to train for λ1 < {limit:g}"] = bool(
         points and all(r["l2_to_partition"] < r["l2_to_train"] for r in points))
-  checks[f"bilevel's Δ L2 to partition for λ1 < {limit:g} < DecoReco's"] = bool(
-      moved["bilevel"] < moved["decoreco"])
+  checks[f"{our_title}'s Δ L2 to partition for λ1 < {limit:g} < {their_title}'s"] = bool(
+      moved[ours] < moved[theirs])
   return verdict_of("fig11", measured, checks)
 
 
@@ -317,11 +334,12 @@ def verdict_fig12(comparable: dict, rules: dict = RULES) -> dict:
   """Fig. 12 from both landscapes on one scale, along λ1 = 1 (λ2 = λ: noise → truth):
   "converging towards ground truth training images" as movement, each attack's
   reconstructions nearer the training set than their starts (Δ L2 to train < 0) at every
-  λ2 < 1; and bilevel's L2 to train "much smaller" than DecoReco's as the larger move,
-  the mean Δ along the line smaller for bilevel. Spearman ρ(λ2, L2) is reported, not
-  tested: the starts have ρ = −1 by construction."""
+  λ2 < 1; and the paper's attack's (the first, `_pair`) L2 to train "much smaller" than
+  the second's as the larger move, the mean Δ along the line smaller for the first.
+  Spearman ρ(λ2, L2) is reported, not tested: the starts have ρ = −1 by construction."""
+  ours, theirs, our_title, their_title = _pair(comparable)
   measured, checks, mean_delta = {}, {}, {}
-  for a in ATTACKS:
+  for a in comparable:
     line = _line(comparable[a], "lambda1", "lambda2")
     deltas = [_delta(r, "l2_to_train") for r in line]
     mean_delta[a] = float(np.mean(deltas))
@@ -331,8 +349,8 @@ def verdict_fig12(comparable: dict, rules: dict = RULES) -> dict:
                      line_trend(comparable[a], "lambda1", "lambda2", START)]}
     checks[f"{a}: nearer the training set than its start at every λ2 < 1"] = bool(
         all(d < 0 for r, d in zip(line, deltas) if r["lambda2"] < 1.0))
-  checks["bilevel's mean Δ L2 to train along λ1 = 1 < DecoReco's"] = bool(
-      mean_delta["bilevel"] < mean_delta["decoreco"])
+  checks[f"{our_title}'s mean Δ L2 to train along λ1 = 1 < {their_title}'s"] = bool(
+      mean_delta[ours] < mean_delta[theirs])
   return verdict_of("fig12", measured, checks)
 
 

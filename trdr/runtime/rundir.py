@@ -89,7 +89,9 @@ EXECUTION_KEYS = frozenset({"attack.checkpoint_every"})
 # runs computed: a saved config without the key was run with that value (the same run).
 ADDED_KEYS = {"victim.init": "default", "victim.later_init": "flax", "victim.flow_time": None,
               "data.training_set": None, "attack.stop_loss": 0.0, "attack.stop_grad_norm": 0.0,
-              "attack.autodiff_order": "reverse_over_reverse"}
+              "attack.autodiff_order": "reverse_over_reverse",
+              # trdr.evaluation.registry's defaults: the evaluation before the registry.
+              "eval.metrics": ["ssim", "l2"], "eval.nearest": "ssim"}
 
 
 def added_key(key: str, value: Any) -> bool:

@@ -133,7 +133,7 @@ def _attack(c: ml_collections.ConfigDict, values, victim_dir: str, workdir: str,
   if not os.path.exists(finished):
     experiment.run(c, workdir, mode="attack")
   summary = files.read_json(finished)
-  # The run's KKT premise of θ* (`trdr.experiment.runner.kkt_premise`, logged there).
+  # The run's KKT premise of θ* (`trdr.attacks.decoreco.kkt_premise`, logged there).
   return {"kkt": summary["kkt_premise"], **summary_counts(summary, level),
           "final_loss": summary["final_loss"], "attack_seconds": summary["attack_seconds"],
           "n": summary["n_train"]}

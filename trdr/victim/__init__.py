@@ -1,7 +1,8 @@
 """The victim: its objective E(x, y; θ), its training to θ*, and θ* cached or read from files.
 
-  objective   E(x, y; θ), the logistic loss with weight decay (Runkel et al., Sec. 3), and
-              the losses of Haim et al.'s gradient-descent victims
+  objective   E(x, y; θ), the logistic loss with weight decay (Runkel et al., Sec. 3), the
+              losses of Haim et al.'s gradient-descent victims, and ||θa − θb||²
+              (`param_distance`, eq. 2's upper loss and Table 1's number)
   solver      the L-BFGS (and Newton–CG) minimiser of E, shared with the bilevel attack's
               lower level
   training    θ* by L-BFGS to ||∇θE|| < tol, or by Haim et al.'s gradient descent
@@ -24,12 +25,13 @@ and `dp_sgd` are imported on their own (``from trdr.victim import kkt``).
 from trdr.victim.cache import (VICTIM_FILE, Victim, from_run, load, load_metadata,
                                load_or_train, load_saved, metadata, report_line, save)
 from trdr.victim.objective import (GD_LOSSES, accuracy, class_index, energy, logistic_loss,
-                                   margins, predictions, signed_outputs)
+                                   margins, param_distance, predictions,
+                                   signed_outputs)
 from trdr.victim.solver import MinimizeInfo, minimize_energy
 from trdr.victim.training import GDReport, TrainReport, train, train_gd
 
 __all__ = ["GD_LOSSES", "GDReport", "MinimizeInfo", "TrainReport", "VICTIM_FILE", "Victim",
            "accuracy", "class_index", "energy", "from_run", "load", "load_metadata",
            "load_or_train", "load_saved", "logistic_loss", "margins", "metadata",
-           "minimize_energy", "predictions", "report_line", "save", "signed_outputs",
-           "train", "train_gd"]
+           "minimize_energy", "param_distance", "predictions", "report_line", "save",
+           "signed_outputs", "train", "train_gd"]

@@ -87,3 +87,32 @@ def predictions(logits: jax.Array) -> jax.Array:
   if logits.ndim == 2:
     return jnp.where(jnp.argmax(logits, axis=1) == 1, 1.0, -1.0)
   return jnp.where(logits >= 0, 1.0, -1.0)
+
+
+def param_distance(theta_a: Params, theta_b: Params) -> jax.Array:
+  """The upper-level loss l = ||θ_a − θ_b||² (Runkel eq. 2), summed over every entry of
+  every parameter tensor; Table 1 reports it between θ* and θ(x).
+
+  Args:
+    theta_a, theta_b: pytrees of arrays with the same structure and leaf shapes.
+  Returns:
+    float[] ≥ 0, in the promoted leaf dtype (at least float32).
+  Raises:
+    ValueError: the tree structures differ, or a pair of leaves differs in shape (the
+      message names the leaf path).
+  """
+  flat_a, tree_a = jax.tree_util.tree_flatten_with_path(theta_a)
+  flat_b, tree_b = jax.tree_util.tree_flatten_with_path(theta_b)
+  if tree_a != tree_b:
+    raise ValueError(f"param_distance: pytree structures differ:\n  theta_a: {tree_a}\n"
+                     f"  theta_b: {tree_b}")
+  total = jnp.zeros((), jnp.float32)
+  for (path, a), (_, b) in zip(flat_a, flat_b):
+    a, b = jnp.asarray(a), jnp.asarray(b)
+    if a.shape != b.shape:
+      raise ValueError(f"param_distance: leaf {jax.tree_util.keystr(path)} has shape "
+                       f"{a.shape} in theta_a but {b.shape} in theta_b")
+    dtype = jnp.promote_types(jnp.result_type(a, b), jnp.float32)
+    d = a.astype(dtype) - b.astype(dtype)
+    total = total + jnp.sum(d * d)
+  return total
