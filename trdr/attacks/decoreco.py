@@ -31,16 +31,20 @@ the residual, which involves the activation's second derivative, is informative.
 """
 
 import functools
+import os
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import optax.tree
 
 from absl import logging
 
 from trdr import victim
 from trdr.attacks import gradient_norm, kkt_mlp
+from trdr.configs import decoreco_cifar, sizes
+from trdr.runtime import files
 from trdr.attacks.protocol import Attack
 from trdr.victim import kkt
 
@@ -422,6 +426,31 @@ def own_model_settings(attack_config, untuned: list[dict]) -> tuple[Any, str]:
         a[k] = float(getattr(PUBLISHED["b9dfyspx"], k))
   return a, ("Haim et al. 2022's published run b9dfyspx (no sweep's best.json given: "
              "attack.hparams_file; a sweep on this model tunes them, docs/own_model.md)")
+
+
+def own_model(config: ml_collections.ConfigDict) -> tuple[ml_collections.ConfigDict, dict]:
+  """DecoReco on a θ* read from a file (``victim.load``): ``config`` with the attack's
+  settings (σ, lr, λ_min, α) chosen for a user's model, never the config's untuned defaults
+  (`own_model_settings`: a sweep's best.json, settings set explicitly, else Haim et al.'s
+  published b9dfyspx), logged with their source. The `trdr.attacks.ATTACKS` entry's
+  ``own_model`` part, which `trdr.experiment` asks for a loaded θ*.
+
+  Returns:
+    (the config, {"attack_settings": {name: value} (those of attack.hparams_file where
+    set), "attack_settings_source": a sentence}) for the run's summary.json.
+  """
+  untuned = [decoreco_cifar.get_config(v).attack.to_dict() for v in sizes.PAPER]
+  attack, source = own_model_settings(config.attack, untuned)
+  out = ml_collections.ConfigDict(config.to_dict())
+  out.attack = attack
+  values = attack
+  if attack.get("hparams_file") and os.path.exists(attack.hparams_file):
+    values = {**attack.to_dict(), **files.read_json(attack.hparams_file)}
+    values.update({k: attack[k] for k in attack.get("hparams_keep", ())})
+  settings = {k: float(values[k]) for k in Hyperparameters._fields}
+  logging.info("DecoReco settings on this model: σ %.4g, lr %.4g, λ_min %.4g, α %.4g; from %s",
+               *settings.values(), source)
+  return out, {"attack_settings": settings, "attack_settings_source": source}
 
 
 def build(target: victim.Victim, attack_config, labels: jax.Array, *, key=None, box=None

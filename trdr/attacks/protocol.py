@@ -96,11 +96,16 @@ class AttackKind(NamedTuple):
       the run's summary.json (DecoReco: how near θ* is to a KKT point; bilevel: l(x_GT)).
     sweep: None, or the `Sweepable` settings: the attack can then be swept and can take a
       sweep's best settings.
+    own_model: None, or config -> (config, {summary key: JSON-able}): the run's config
+      with the attack's settings chosen for a θ* read from a user's file (`victim.load`),
+      and where they came from, for the run's summary (DecoReco: never its untuned
+      defaults).
   """
   build: Callable[..., Attack]
   title: str
   premise: Callable[..., dict] | None = None
   sweep: Sweepable | None = None
+  own_model: Callable[..., tuple[Any, dict]] | None = None
 
   def __call__(self, *args, **kwargs) -> Attack:
     return self.build(*args, **kwargs)

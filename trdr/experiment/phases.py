@@ -147,6 +147,10 @@ def prepare(config: ml_collections.ConfigDict, mode: str, workdir: str | None) -
                      f"SSIM window {max(windows)} (eval.ssim_window, eval.count_windows)")
   # A θ* from a file (victim.load) is read, checked and its architecture taken now.
   config, loaded = pretrained.prepare(config, task, workdir)
+  own_model = ATTACKS[config.attack.name].own_model
+  if loaded is not None and own_model is not None:  # the attack's settings for this θ*
+    config, chosen = own_model(config)
+    loaded.metadata["report"].update(chosen)
   a = attack_config(config)
   starts = STARTS[mode](config, a, task, dtype)
   box = inits.pixel_box(task.mean)

@@ -635,33 +635,6 @@ def mismatch_message(path: str, fit: float, config: ml_collections.ConfigDict) -
       "training set (or it was not trained to fit it).")
 
 
-def attack_settings(config: ml_collections.ConfigDict
-                    ) -> tuple[ml_collections.ConfigDict, dict]:
-  """For DecoReco on a θ* read from a file: ``config`` with the attack's settings (σ, lr,
-  λ_min, α) chosen for a user's model, never the config's untuned defaults
-  (`trdr.attacks.decoreco.own_model_settings`: a sweep's best.json, settings set
-  explicitly, else Haim et al.'s published b9dfyspx), logged with their source.
-
-  Returns:
-    (the config, {"attack_settings": {name: value} (those of attack.hparams_file where
-    set), "attack_settings_source": a sentence}) for the run's summary.json.
-  """
-  from trdr.attacks import decoreco   # noqa: PLC0415  (trdr.attacks imports trdr.victim)
-  from trdr.configs import decoreco_cifar, sizes   # noqa: PLC0415
-  untuned = [decoreco_cifar.get_config(v).attack.to_dict() for v in sizes.PAPER]
-  attack, source = decoreco.own_model_settings(config.attack, untuned)
-  out = ml_collections.ConfigDict(config.to_dict())
-  out.attack = attack
-  values = attack
-  if attack.get("hparams_file") and os.path.exists(attack.hparams_file):
-    values = {**attack.to_dict(), **files.read_json(attack.hparams_file)}
-    values.update({k: attack[k] for k in attack.get("hparams_keep", ())})
-  settings = {k: float(values[k]) for k in decoreco.Hyperparameters._fields}
-  logging.info("DecoReco settings on this model: σ %.4g, lr %.4g, λ_min %.4g, α %.4g; from %s",
-               *settings.values(), source)
-  return out, {"attack_settings": settings, "attack_settings_source": source}
-
-
 def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
             ) -> tuple[ml_collections.ConfigDict, cache.Victim | None]:
   """For `trdr.experiment.run`, before it writes: (``config`` `resolve`d, the loaded
@@ -676,9 +649,6 @@ def prepare(config: ml_collections.ConfigDict, task, workdir: str | None
     return config, None
   config = resolve(config, task.train_images.shape[1:])
   loaded = load(config, task)
-  if config.attack.name == "decoreco":
-    config, source = attack_settings(config)
-    loaded.metadata["report"].update(source)
   copy = workdir and os.path.join(workdir, "victim")
   if copy and os.path.exists(os.path.join(workdir, rundir.CHECKPOINT_FILE)) and os.path.exists(
       os.path.join(copy, cache.VICTIM_FILE)):
