@@ -19,22 +19,29 @@ rerun skips the rows there.
 import functools
 import math
 import os
+import time
 
 import jax
+import jax.numpy as jnp
 import matplotlib.figure
 import ml_collections
 import numpy as np
 import scipy.stats
 from absl import logging
 
-from trdr import data, experiment, victim
+from trdr import data, experiment, models, victim
+from trdr.attacks import prior_aware
 from trdr.evaluation import evaluate, rero
 from trdr.runtime import files, rundir
 from trdr.studies import knowledge
-from trdr.victim import accounting
+from trdr.victim import accounting, cache, dp_sgd
 
 ROWS_FILE = "dp.json"
 INFORMED, DECORECO, BILEVEL = "informed", "DecoReco", "bilevel"
+PRIOR_AWARE = "prior-aware"
+# The key of the prior-aware trials' noise: the seed's key folded with this stream and
+# the level's index (the victims' own noise is `dp_sgd.NOISE_STREAM`).
+PRIOR_AWARE_STREAM = 2
 NOISELESS, NONPRIVATE = "σ = 0", "non-private"
 
 
@@ -178,6 +185,196 @@ def decoreco_row(c: ml_collections.ConfigDict, config: ml_collections.ConfigDict
           "start_recovered": counts("start_"), "seconds": float(summary["attack_seconds"])}
 
 
+def trials_needed(halfwidth: float, confidence: float) -> int:
+  """The fewest trials N whose Clopper–Pearson interval at ``confidence`` is no wider than
+  ± ``halfwidth`` whatever the count of successes (the widest is at N/2).
+
+  Raises:
+    ValueError: halfwidth or confidence outside (0, 1).
+  """
+  if not (0 < halfwidth < 1 and 0 < confidence < 1):
+    raise ValueError(f"halfwidth and confidence must lie in (0, 1), got {halfwidth}, "
+                     f"{confidence}")
+
+  def widest(n: int) -> float:
+    return max(_ci_halfwidth(x, n, confidence) for x in (n // 2, (n + 1) // 2))
+  n = 1
+  while widest(n) > halfwidth:   # doubling, then bisection: widest(n) falls with n
+    n *= 2
+  lo, hi = n // 2, n
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    lo, hi = (mid, hi) if widest(mid) > halfwidth else (lo, mid)
+  return hi
+
+
+def _ci(successes: int, trials: int, confidence: float) -> tuple[float, float]:
+  ci = scipy.stats.binomtest(int(successes), int(trials)).proportion_ci(
+      confidence, method="exact")
+  return float(ci.low), float(ci.high)
+
+
+def _ci_halfwidth(successes: int, trials: int, confidence: float) -> float:
+  low, high = _ci(successes, trials, confidence)
+  return (high - low) / 2
+
+
+def prior_aware_recipe(config: ml_collections.ConfigDict, name: str, level: str
+                       ) -> prior_aware.Recipe:
+  """The full-batch recipe the prior-aware trials replay at ``level``: ``config.dp[name]``
+  at the level's calibrated σ (0 for `NOISELESS`); for `NONPRIVATE` the same T steps of
+  gradient descent neither clipped nor noised (the study's non-private victims are trained
+  otherwise: L-BFGS, resp. gradient descent to a train loss, releasing no trajectory)."""
+  recipe = config.dp[name]
+  known = levels(config)
+  sigma = 0.0 if known[level] is None else _sigma(
+      known[level], float(config.delta), int(recipe.steps), float(recipe.sampling_rate))
+  return prior_aware.Recipe(
+      lr=float(recipe.lr), steps=int(recipe.steps), noise_multiplier=sigma,
+      clip_norm=math.inf if level == NONPRIVATE else float(recipe.clip_norm),
+      weight_decay=float(config.victims[name].victim.weight_decay))
+
+
+@functools.lru_cache(maxsize=8)
+def _trials_program(model, loss_name: str, steps: int):
+  """The jitted trials of `prior_aware.replay`, vmapped over (candidates, their labels,
+  target, key), the recipe's numbers traced: one compilation per model and T serves every
+  level and seed (flax modules hash by their fields)."""
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  loss = victim.GD_LOSSES[loss_name]
+
+  def one(theta0, known, known_labels, images, labels, target, key, lr, clip, sigma, wd):
+    recipe = prior_aware.Recipe(lr=lr, clip_norm=clip, noise_multiplier=sigma, steps=steps,
+                                weight_decay=wd)
+    return prior_aware.replay(apply_fn, loss, theta0, known, known_labels, images, labels,
+                              target, key, recipe)
+  return jax.jit(jax.vmap(one, in_axes=(None, None, None, 0, 0, 0, 0, None, None, None,
+                                        None)))
+
+
+def prior_aware_row(config: ml_collections.ConfigDict, name: str, level: str, seed: int,
+                    trials: int) -> dict:
+  """``trials`` trials of the prior-aware attack (`trdr.attacks.prior_aware`) on victim
+  ``name`` at ``level``, seed ``seed``.
+
+  The task and θ0 are the DP victim's of that seed (`victim_config`), resized where
+  ``config.prior_aware.resize[name]`` says (n_per_class, widths: the trials replay the
+  mechanism T times each); D⁻ is its training set without its first image. Each trial
+  draws the target's class (±1, equally likely), ``config.prior_aware.k_max`` candidates
+  of that class from the task's partition (images outside the training set), the target
+  uniformly among them, and the mechanism's noise; the mechanism trains on D⁻ ∪ {target}
+  and the attack answers the argmax of the candidates' likelihood. The prior of K = k_max
+  is all candidates; of K = 2 the target and the candidate after it (cyclically): each a
+  uniform prior with the target uniform in it, so κ = 1/K exactly. Trials run in the
+  span of the training set and the partition (`prior_aware.basis`).
+
+  Returns:
+    {victim, level, seed, adversary: `PRIOR_AWARE`, n (the training set's size), widths
+    (the MLP's hidden widths; None for another model), trials, successes: {"K<K>": count},
+    epsilon (the PLD accountant's at δ; inf at σ = 0), mu (√T/σ; inf at σ = 0),
+    noise_multiplier, clip_norm (None: not clipped), rank (the span's dimension),
+    seconds}.
+  """
+  start = time.time()
+  c = victim_config(config, name, NONPRIVATE, seed)
+  for field, value in config.prior_aware.get("resize", {}).get(name, {}).items():
+    section = c.data if field == "n_per_class" else c.victim
+    section[field] = value
+  recipe = prior_aware_recipe(config, name, level)
+  k_max = int(config.prior_aware.k_max)
+  with jax.enable_x64(bool(c.float64)):
+    dtype = jnp.float64 if c.float64 else jnp.float32
+    task = data.make_task(c.data)
+    model = models.build_model(c.victim)
+    theta0 = cache.initial_params(c.victim, model, task.train_images.shape[1:], dtype)
+    q = prior_aware.basis(np.concatenate([task.train_images, task.partition_images]))
+    known = jnp.asarray(prior_aware.project_images(task.train_images[1:], q), dtype)
+    known_labels = jnp.asarray(task.train_labels[1:], dtype)
+    pool = prior_aware.project_images(task.partition_images, q).astype(dtype)
+    theta0 = prior_aware.project_params(theta0, q)
+
+    index = list(levels(config)).index(level)
+    rng = np.random.default_rng([int(seed), PRIOR_AWARE_STREAM, index])
+    by_class = {v: np.flatnonzero(task.partition_labels == v) for v in (-1.0, 1.0)}
+    if min(len(i) for i in by_class.values()) < k_max:
+      raise ValueError(f"prior_aware.k_max = {k_max} candidates need as many partition "
+                       f"images per class; the task has {[len(i) for i in by_class.values()]}")
+    labels = rng.choice([-1.0, 1.0], size=trials)
+    chosen = np.stack([rng.choice(by_class[v], size=k_max, replace=False) for v in labels])
+    targets = rng.integers(0, k_max, size=trials)
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(int(seed)),
+                                               PRIOR_AWARE_STREAM * 1000 + index), trials)
+
+    program = _trials_program(model, dp_sgd.loss_name(c.victim), recipe.steps)
+    numbers = [jnp.asarray(v, dtype) for v in (recipe.lr, recipe.clip_norm,
+                                               recipe.noise_multiplier, recipe.weight_decay)]
+    batch = int(config.prior_aware.batch)
+    scores = []
+    for lo in range(0, trials, batch):
+      # The last batch is padded to the full size (one program for all rows) and cut back.
+      sl = np.minimum(np.arange(lo, lo + batch), trials - 1)
+      scores.append(np.asarray(program(
+          theta0, known, known_labels, jnp.asarray(pool[chosen[sl]]),
+          jnp.asarray(np.repeat(labels[sl, None], k_max, 1), dtype),
+          jnp.asarray(targets[sl]), keys[sl], *numbers))[:trials - lo])
+    scores = np.concatenate(scores)
+  rows = np.arange(trials)
+  other = (targets + 1) % k_max
+  hits = {f"K{k_max}": int(np.sum(np.argmax(scores, axis=1) == targets)),
+          "K2": int(np.sum(scores[rows, targets] > scores[rows, other]))}
+  s = accounting.DPSettings(noise_multiplier=recipe.noise_multiplier,
+                            clip_norm=None if math.isinf(recipe.clip_norm) else
+                            recipe.clip_norm, steps=recipe.steps, lr=recipe.lr,
+                            sampling_rate=1.0, delta=float(config.delta))
+  private = recipe.noise_multiplier > 0 and math.isfinite(recipe.clip_norm)
+  return {"victim": name, "level": level, "seed": int(seed), "adversary": PRIOR_AWARE,
+          "n": int(len(task.train_images)),
+          "widths": list(c.victim.widths) if "widths" in c.victim else None,
+          "trials": int(trials), "successes": hits,
+          "epsilon": accounting.epsilon(s) if private else math.inf,
+          "mu": accounting.gdp_mu(s) if private else math.inf,
+          "noise_multiplier": recipe.noise_multiplier,
+          "clip_norm": s.clip_norm, "rank": int(q.shape[0]),
+          "seconds": time.time() - start}
+
+
+def prior_aware_summary(result: dict, config: ml_collections.ConfigDict) -> list[dict]:
+  """Per (victim, K, level), over seeds: successes / trials, their rate and Clopper–Pearson
+  interval at ``config.eval.confidence``, κ = 1/K, the bound Φ(Φ⁻¹(κ) + μ) (1 at ε = ∞),
+  the mark κ + ½(bound − κ), "above" (the interval's one-sided lower limit exceeds the
+  bound: `rero.exceeds`) and "reaches" (the rate is at least the mark).
+
+  Returns:
+    A list of dicts, per victim, K (largest first) and `levels` order.
+  """
+  rows = result.get("prior_aware", [])
+  order = list(levels(config))
+  ks = sorted({k for r in rows for k in r["successes"]}, key=lambda k: -int(k[1:]))
+  out = []
+  for name in dict.fromkeys(r["victim"] for r in rows):
+    for k in ks:
+      for level in order:
+        rs = [r for r in rows if r["victim"] == name and r["level"] == level
+              and k in r["successes"]]
+        if not rs:
+          continue
+        hits, trials = sum(r["successes"][k] for r in rs), sum(r["trials"] for r in rs)
+        kappa = 1.0 / int(k[1:])
+        mu = rs[0]["mu"]
+        b = float(rero.gdp_bound(kappa, mu)) if math.isfinite(mu) else 1.0
+        low, high = _ci(hits, trials, config.eval.confidence)
+        out.append({"victim": name, "K": int(k[1:]), "level": level, "kappa": kappa,
+                    "epsilon": rs[0]["epsilon"], "mu": mu,
+                    "noise_multiplier": rs[0]["noise_multiplier"],
+                    "clip_norm": rs[0]["clip_norm"], "seeds": [r["seed"] for r in rs],
+                    "successes": hits, "trials": trials, "rate": hits / trials,
+                    "low": low, "high": high, "bound": b, "mark": kappa + (b - kappa) / 2,
+                    "above": rero.exceeds(hits, trials, b, config.eval.confidence),
+                    "reaches": hits / trials >= kappa + (b - kappa) / 2,
+                    "seconds": sum(r["seconds"] for r in rs)})
+  return out
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Every (victim, level, seed, adversary, k) row of ``config`` (configs/dp.py), finished
   rows reused.
@@ -197,9 +394,25 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ValueError: as `victim_config`.
   """
   path, saved = rundir.study_rows(workdir, config, ROWS_FILE, growing=("seeds", "ks"),
-                                 empty={"rows": [], "prior": {}})
+                                 empty={"rows": [], "prior": {}, "prior_aware": []})
   rows, prior = saved["rows"], saved["prior"]
+  aware = saved.setdefault("prior_aware", [])
   done = {_key(r) for r in rows}
+
+  # The prior-aware attack first: the rows whose κ and bound are exact.
+  per_seed = math.ceil(trials_needed(float(config.prior_aware.halfwidth),
+                                     float(config.eval.confidence)) / len(config.seeds))
+  finished = {(r["victim"], r["level"], r["seed"]) for r in aware}
+  for name in config.prior_aware.victims:
+    for level in levels(config):
+      for seed in config.seeds:
+        if (name, level, int(seed)) in finished:
+          continue
+        row = prior_aware_row(config, name, level, int(seed), per_seed)
+        logging.info("dp %s, %s, seed %d, prior-aware: %s of %d trials (%.0f s)", name, level,
+                     row["seed"], row["successes"], row["trials"], row["seconds"])
+        aware.append(row)
+        files.write_json(path, {"rows": rows, "prior": prior, "prior_aware": aware})
 
   def add(row: dict) -> None:
     logging.info("dp %s, %s, seed %d, %s k=%d: recovered %s of %d (start %s); ε %s, test "
@@ -208,7 +421,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  row["test_accuracy"])
     rows.append(row)
     done.add(_key(row))
-    files.write_json(path, {"rows": rows, "prior": prior})
+    files.write_json(path, {"rows": rows, "prior": prior, "prior_aware": aware})
 
   for name in config.victims:
     for seed in config.seeds:
@@ -222,7 +435,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
           n = task.train_images.shape[0]
           if name not in prior:   # the test split: one per victim, whatever the seed
             prior[name] = prior_baseline(task, config)
-            files.write_json(path, {"rows": rows, "prior": prior})
+            files.write_json(path, {"rows": rows, "prior": prior, "prior_aware": aware})
           target = None
           for k in config.ks:
             k = int(k)
@@ -246,7 +459,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 "bilevel_premise"]["l_training_images"]
             add({**head, "adversary": BILEVEL, **row, "m": row["n"],
                  "premise": float(premise), **_victim_fields(victim_dir)})
-  return {"rows": rows, "prior": prior}
+  return {"rows": rows, "prior": prior, "prior_aware": aware}
 
 
 def bound(kappa: float, m: int, row: dict) -> float:
