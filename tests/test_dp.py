@@ -323,13 +323,29 @@ def test_noise_has_the_scale_sigma_c_over_n():
   assert report.mu == pytest.approx(1 / sigma, rel=1e-15)
 
 
-def test_clip_factors_bound_each_norm():
-  grads = {"a": jnp.array([[3.0, 4.0], [0.3, 0.4]]), "b": jnp.zeros((2, 1))}
-  factors, clipped = dp_sgd.clip_factors(grads, 1.0)
-  np.testing.assert_allclose(factors, [0.2, 1.0], rtol=1e-6)   # float32: one division
-  assert clipped.tolist() == [True, False]
-  ones, none = dp_sgd.clip_factors(grads, None)
-  assert ones.tolist() == [1.0, 1.0] and not none.any()
+def test_clipping_bounds_each_norm_and_sums_the_clipped_gradients():
+  """jax-privacy's clipping as `dp_sgd` calls it: per example g · min(1, C/||g||) over all
+  leaves, the sum of those, a weight 0 removing an example, C = inf clipping nothing.
+  float32: one division and a few sums, rtol 1e-6."""
+  apply_fn = lambda p, x: x.reshape(x.shape[0], -1) @ p["w"] + p["b"]
+  mse = lambda logits, labels: jnp.mean(0.5 * (logits - labels) ** 2)
+  params = {"w": jnp.zeros(2), "b": jnp.zeros(())}
+  x = jnp.array([[3.0, 4.0], [0.3, 0.4]]).reshape(2, 2, 1, 1)
+  y = jnp.array([-1.0, -1.0])
+  # ∇ of ½(wᵀx + b − y)² at 0: (x, 1)·(0 − y) = (x, 1); norms √26 and √1.25.
+  each = dp_sgd.clipped_each(apply_fn, mse, params, x, y, 1.0)
+  norms = np.sqrt(np.asarray(each["w"]) ** 2 @ np.ones(2) + np.asarray(each["b"]) ** 2)
+  np.testing.assert_allclose(norms, [1.0, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(each["w"][0], np.array([3.0, 4.0]) / math.sqrt(26), rtol=1e-6)
+  summed, raw = dp_sgd.clipped_sum(apply_fn, mse, params, x, y, jnp.ones(2), 2.0)
+  np.testing.assert_allclose(raw, [math.sqrt(26), math.sqrt(1.25)], rtol=1e-6)
+  np.testing.assert_allclose(summed["w"], 2 * np.array([3.0, 4.0]) / math.sqrt(26)
+                             + np.array([0.3, 0.4]), rtol=1e-6)
+  only_second, _ = dp_sgd.clipped_sum(apply_fn, mse, params, x, y, jnp.array([0.0, 1.0]),
+                                      2.0)
+  np.testing.assert_allclose(only_second["w"], [0.3, 0.4], rtol=1e-6)
+  unclipped, _ = dp_sgd.clipped_sum(apply_fn, mse, params, x, y, jnp.ones(2), jnp.inf)
+  np.testing.assert_allclose(unclipped["w"], [3.3, 4.4], rtol=1e-6)
 
 
 def test_poisson_subsampled_victim_trains_and_is_cached(tmp_path):
@@ -545,6 +561,20 @@ def test_no_measured_success_lies_above_the_bound(tmp_path):
   for r in private:
     target = float(r["level"].removeprefix("ε = "))
     assert target - 1e-6 <= r["epsilon"] <= target + accounting.DISCRETIZATION + 1e-6
+  # The prior-aware rows: κ = 1/K exact, the bound exact; none above it. Their control:
+  # the σ = 0 trajectory identifies the target, and that success held against the bound
+  # at ε = 1 is flagged.
+  aware = dp.prior_aware_summary(result, config)
+  assert {r["K"] for r in aware} == {2, config.prior_aware.k_max}
+  assert all(r["trials"] >= dp.trials_needed(config.prior_aware.halfwidth,
+                                             config.eval.confidence) for r in aware)
+  assert [r for r in aware if r["above"]] == []
+  for r in aware:
+    if r["level"] == dp.NOISELESS:
+      assert r["successes"] == r["trials"]
+      strict = next(p["bound"] for p in aware if p["K"] == r["K"] and p["victim"] ==
+                    r["victim"] and p["level"] == "ε = 1")
+      assert rero.exceeds(r["successes"], r["trials"], strict, config.eval.confidence)
   control = next(r for r in table if (r["victim"], r["level"], r["adversary"], r["k"])
                  == ("affine", dp.NONPRIVATE, dp.INFORMED, 1))
   assert control["successes"] == control["trials"] == len(config.seeds)
@@ -559,6 +589,7 @@ def test_no_measured_success_lies_above_the_bound(tmp_path):
   assert os.path.getmtime(path) == stamp
   page = dp.markdown(result, config)
   assert page.count("| affine |") >= len(table) // 2 and "## The bound's assumptions" in page
+  assert "## The prior-aware attack" in page and "**Only θ\\* released.**" in page
   dp.figure(result, config)
 
 

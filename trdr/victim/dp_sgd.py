@@ -111,23 +111,6 @@ def per_example_gradients(apply_fn: Callable, loss: Callable, params: Params,
   return jax.vmap(jax.grad(one), in_axes=(None, 0, 0))(params, images, labels)
 
 
-def clip_factors(grads: Params, clip_norm: float | None) -> tuple[jax.Array, jax.Array]:
-  """min(1, C / ||g_i||) per example (||·|| over every leaf), and whether each was clipped.
-
-  Args:
-    grads: per-example gradients (`per_example_gradients`), leaves float[n, ...].
-    clip_norm: C > 0, or None (factors 1).
-  Returns:
-    (float[n] factors in (0, 1], bool[n] clipped).
-  """
-  leaves = jax.tree.leaves(grads)
-  norms = jnp.sqrt(sum(jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=1) for g in leaves))
-  if clip_norm is None:
-    return jnp.ones_like(norms), jnp.zeros(norms.shape, bool)
-  clipped = norms > clip_norm
-  return jnp.where(clipped, clip_norm / jnp.where(clipped, norms, 1.0), 1.0), clipped
-
-
 @contextlib.contextmanager
 def _jax_privacy_warnings():
   """jax-privacy 2.0's clipping calls optax.global_norm, which optax 0.2.8 deprecates (a
