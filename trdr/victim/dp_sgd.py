@@ -44,7 +44,6 @@ import ml_collections
 import numpy as np
 import optax
 import optax.tree
-from jax_privacy import clipping, noise_addition
 
 from trdr.victim import accounting
 from trdr.victim.objective import GD_LOSSES, Params, predictions
@@ -111,6 +110,15 @@ def per_example_gradients(apply_fn: Callable, loss: Callable, params: Params,
   return jax.vmap(jax.grad(one), in_axes=(None, 0, 0))(params, images, labels)
 
 
+def _jax_privacy():
+  try:
+    from jax_privacy import clipping, noise_addition  # noqa: PLC0415  (optional dependency)
+  except ImportError as e:
+    raise ImportError("DP-SGD's clipping and noise need the jax-privacy package: "
+                      "pip install -e \".[dp]\"") from e
+  return clipping, noise_addition
+
+
 @contextlib.contextmanager
 def _jax_privacy_warnings():
   """jax-privacy 2.0's clipping calls optax.global_norm, which optax 0.2.8 deprecates (a
@@ -136,6 +144,7 @@ def clipped_sum(apply_fn: Callable, loss: Callable, params: Params, images: jax.
   Returns:
     (the sum, a pytree like θ; float[n] the norms ||g_i|| before clipping).
   """
+  clipping, _ = _jax_privacy()
   one = lambda p, x, y, w: w[0] * loss(apply_fn(p, x), y)
   with _jax_privacy_warnings():
     summed, aux = clipping.clipped_grad(one, l2_clip_norm=clip_norm, batch_argnums=(1, 2, 3),
@@ -148,6 +157,7 @@ def clipped_each(apply_fn: Callable, loss: Callable, params: Params, images: jax
                  labels: jax.Array, clip_norm) -> Params:
   """ḡ_i for every i, not summed: `per_example_gradients` each clipped to C by
   `jax_privacy.clipping.clip_pytree` (leaves with a leading axis n)."""
+  clipping, _ = _jax_privacy()
   grads = per_example_gradients(apply_fn, loss, params, images, labels)
   with _jax_privacy_warnings():
     return jax.vmap(lambda g: clipping.clip_pytree(g, clip_norm)[0])(grads)
@@ -156,6 +166,7 @@ def clipped_each(apply_fn: Callable, loss: Callable, params: Params, images: jax
 def privatize(summed: Params, key: jax.Array, stddev) -> Params:
   """summed + N(0, stddev² I) by `jax_privacy.noise_addition.gaussian_privatizer` (the
   noise drawn from ``key`` in the leaves' dtype). stddev = σC; 0 adds exact zeros."""
+  _, noise_addition = _jax_privacy()
   privatizer = noise_addition.gaussian_privatizer(stddev=stddev, prng_key=key)
   return privatizer.update(summed, privatizer.init(summed))[0]
 
