@@ -19,6 +19,12 @@ bilevel attack (eq. 2, 7; one U(0, 1) start per training image) on ``bilevel.vic
 A training image counts as recovered when it and a reconstruction are best buddies at
 SSIM ≥ ``eval.ssim_level`` (window ``eval.windows[0]``). Beside each, the ReRo bound
 Φ(Φ⁻¹(κ_m) + μ), μ = √T/σ, κ estimated from the test split (`trdr.evaluation.rero`).
+And on every victim and level the prior-aware attack of Hayes et al. 2023
+(`trdr.attacks.prior_aware`, ``prior_aware``): the released trajectory θ_0 … θ_T, priors
+of K = 2 and K = ``prior_aware.k_max`` candidates, κ = 1/K exactly, enough trials that
+every Clopper–Pearson interval is within ± ``prior_aware.halfwidth``. Every victim's
+inputs are the pixels minus the test split's mean (``data.mean_from``), which depends on
+no training image.
 
 Variants: "cpu" (affine n = 100 in float64, MLP n = 100 of widths (256, 256) in float32;
 ε ∈ {1, 10, 100}; k ∈ {1, 2, 5}; DecoReco 1,000 steps; three seeds: 30 victims), "smoke"

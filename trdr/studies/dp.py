@@ -12,8 +12,15 @@ non-private victim (configs/dp.py), and runs on each the informed adversary
 and test accuracy against ε with the bound's curve, `markdown` writes the page with the
 bound's assumptions and a reading computed from the numbers.
 
-Rows are written to WORKDIR/dp.json as each finishes (with the prior's baseline κ); a
-rerun skips the rows there.
+Beside them, the attack built for the mechanism: the prior-aware attack of Hayes,
+Mahloujifar and Balle (NeurIPS 2023; `trdr.attacks.prior_aware`) on the released
+trajectory of full-batch DP-SGD, K = 2 and K = 10 candidates of the target's class, κ =
+1/K exactly (`prior_aware_row`, `prior_aware_summary`, the page's section
+`prior_aware_section`). Every victim of the study subtracts the test split's mean
+(configs/dp.py), which depends on no training image.
+
+Rows are written to WORKDIR/dp.json as each finishes (with the prior's baseline κ; the
+prior-aware rows under "prior_aware"); a rerun skips the rows there.
 """
 
 import functools
@@ -743,12 +750,13 @@ def prior_aware_reading(table: list[dict]) -> str:
       parts.append(f"Where the bound lies in [0.2, 0.9] at K = {k_top}, the attack reaches "
                    "κ + ½(bound − κ) on " + "; ".join(map(fmt, hit)) + ".")
     if short:
-      parts.append("It falls short on " + "; ".join(map(fmt, short)) + ": the bound is "
-                   "the worst case over every pair of neighbouring training sets, attained "
-                   "when the target's clipped gradient has norm C at every step and no "
-                   "other candidate's resembles it; candidates of one class have clipped "
-                   "gradients partly alike, and unclipped ones below C, so the Gaussian "
-                   "tests between them have a smaller μ than the accountant's.")
+      parts.append("It falls short on " + "; ".join(map(fmt, short)) + ". The bound is "
+                   "the worst case over all neighbouring training sets: it is attained only "
+                   "where the target's clipped gradient has norm C at every step and the "
+                   "other candidates' are far from it. Candidates of one class can have "
+                   "partly alike clipped gradients, and gradients below C are not scaled "
+                   "up, either of which lowers the signal the noise hides; which of them "
+                   "holds here is not measured on this page.")
   else:
     parts.append(f"No K = {k_top} bound lies in [0.2, 0.9] at these ε.")
   inf = [r for r in table if not math.isfinite(r["epsilon"])]
