@@ -29,9 +29,13 @@ no training image.
 Variants: "cpu" (affine n = 100 in float64, MLP n = 100 of widths (256, 256) in float32;
 ε ∈ {1, 10, 100}; k ∈ {1, 2, 5}; DecoReco 1,000 steps; three seeds: 30 victims), "smoke"
 (affine n = 40, MLP n = 10 of widths (32, 32), both float64; ε ∈ {1, 100}; k ∈ {1, 2}; two
-seeds; for tests). Expected runtime: ":cpu" about 12 minutes on a 2-core CPU (AVX2),
-the victims' training and the attacks about equal parts; ":smoke" about 3 minutes. Rows
-are written as they finish and reused by a rerun.
+seeds; for tests). The prior-aware trials: 402 per victim and level at ":cpu" (134 per
+seed; the MLP's at n = 20, widths (32, 32): ``prior_aware.resize``), 18 at ":smoke".
+Expected runtime: ":cpu" was about 12 minutes on a 2-core CPU (AVX2) before the
+prior-aware rows and jax-privacy's clipping; on a 2-core machine shared with other jobs
+the prior-aware rows took about 8 minutes and the :cpu MLP's DP-SGD training 4 to 8
+minutes per victim (15 victims), so the whole run takes well over 45 minutes there;
+":smoke" about 11 minutes there. Rows are written as they finish and reused by a rerun.
 """
 
 import ml_collections

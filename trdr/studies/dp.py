@@ -677,6 +677,30 @@ THETA_STAR_ONLY = (
     "releases is not measured here.")
 
 
+def _partial(result: dict, config: ml_collections.ConfigDict) -> list[str]:
+  """A line naming the (victim, level, seed) cells whose rows are missing from ``result``
+  (a run stopped before it finished; `run` resumes it), or nothing."""
+  have = {}
+  for r in result["rows"]:
+    have.setdefault((r["victim"], r["level"], r["seed"]), set()).add(r["adversary"])
+  aware = {(r["victim"], r["level"], r["seed"]) for r in result.get("prior_aware", [])}
+  missing = []
+  for name in config.victims:
+    need = {INFORMED} | ({DECORECO} if name in config.decoreco.victims else set()) | (
+        {BILEVEL} if name in config.bilevel.victims else set())
+    for level in levels(config):
+      for seed in config.seeds:
+        cell = (name, level, int(seed))
+        if not need <= have.get(cell, set()) or (
+            name in config.prior_aware.victims and cell not in aware):
+          missing.append(f"{name} {level} seed {seed}")
+  if not missing:
+    return []
+  return [f"**Partial run**: the rows of {len(missing)} (victim, level, seed) cells are "
+          f"missing ({'; '.join(missing)}); the tables and the reading below cover only the "
+          "rest. `make dp` resumes the run.", ""]
+
+
 def prior_aware_section(result: dict, config: ml_collections.ConfigDict) -> list[str]:
   """The page's section on the prior-aware attack: its threat model, the table of
   `prior_aware_summary` and the θ*-only statement."""
@@ -796,7 +820,7 @@ def markdown(result: dict, config: ml_collections.ConfigDict,
       "The informed, DecoReco and bilevel attacks are the non-private recipe's: none models "
       "the clipping or the noise; their rows are labelled by their power on the non-private "
       "victim (Reading). The prior-aware attack is built for the mechanism (next section).",
-      "", PREPROCESSING, "", MECHANISM, "",
+      "", *_partial(result, config), PREPROCESSING, "", MECHANISM, "",
       *prior_aware_section(result, config),
       "## The prior's baseline κ", "",
       "| victim | class | κ̂ (best guess) | count / trials | upper limit | random draw |",
