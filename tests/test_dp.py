@@ -14,6 +14,7 @@ import scipy.stats
 from scipy import optimize
 
 from trdr import data, models, victim
+from trdr.attacks import prior_aware
 from trdr.configs import bilevel_affine, decoreco_cifar
 from trdr.configs import dp as dp_config
 from trdr.evaluation import rero
@@ -322,13 +323,29 @@ def test_noise_has_the_scale_sigma_c_over_n():
   assert report.mu == pytest.approx(1 / sigma, rel=1e-15)
 
 
-def test_clip_factors_bound_each_norm():
-  grads = {"a": jnp.array([[3.0, 4.0], [0.3, 0.4]]), "b": jnp.zeros((2, 1))}
-  factors, clipped = dp_sgd.clip_factors(grads, 1.0)
-  np.testing.assert_allclose(factors, [0.2, 1.0], rtol=1e-6)   # float32: one division
-  assert clipped.tolist() == [True, False]
-  ones, none = dp_sgd.clip_factors(grads, None)
-  assert ones.tolist() == [1.0, 1.0] and not none.any()
+def test_clipping_bounds_each_norm_and_sums_the_clipped_gradients():
+  """jax-privacy's clipping as `dp_sgd` calls it: per example g · min(1, C/||g||) over all
+  leaves, the sum of those, a weight 0 removing an example, C = inf clipping nothing.
+  float32: one division and a few sums, rtol 1e-6."""
+  apply_fn = lambda p, x: x.reshape(x.shape[0], -1) @ p["w"] + p["b"]
+  mse = lambda logits, labels: jnp.mean(0.5 * (logits - labels) ** 2)
+  params = {"w": jnp.zeros(2), "b": jnp.zeros(())}
+  x = jnp.array([[3.0, 4.0], [0.3, 0.4]]).reshape(2, 2, 1, 1)
+  y = jnp.array([-1.0, -1.0])
+  # ∇ of ½(wᵀx + b − y)² at 0: (x, 1)·(0 − y) = (x, 1); norms √26 and √1.25.
+  each = dp_sgd.clipped_each(apply_fn, mse, params, x, y, 1.0)
+  norms = np.sqrt(np.asarray(each["w"]) ** 2 @ np.ones(2) + np.asarray(each["b"]) ** 2)
+  np.testing.assert_allclose(norms, [1.0, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(each["w"][0], np.array([3.0, 4.0]) / math.sqrt(26), rtol=1e-6)
+  summed, raw = dp_sgd.clipped_sum(apply_fn, mse, params, x, y, jnp.ones(2), 2.0)
+  np.testing.assert_allclose(raw, [math.sqrt(26), math.sqrt(1.25)], rtol=1e-6)
+  np.testing.assert_allclose(summed["w"], 2 * np.array([3.0, 4.0]) / math.sqrt(26)
+                             + np.array([0.3, 0.4]), rtol=1e-6)
+  only_second, _ = dp_sgd.clipped_sum(apply_fn, mse, params, x, y, jnp.array([0.0, 1.0]),
+                                      2.0)
+  np.testing.assert_allclose(only_second["w"], [0.3, 0.4], rtol=1e-6)
+  unclipped, _ = dp_sgd.clipped_sum(apply_fn, mse, params, x, y, jnp.ones(2), jnp.inf)
+  np.testing.assert_allclose(unclipped["w"], [3.3, 4.4], rtol=1e-6)
 
 
 def test_poisson_subsampled_victim_trains_and_is_cached(tmp_path):
@@ -360,6 +377,156 @@ def test_victim_metadata_is_unchanged_without_dp():
     assert private["training"] == "dp_sgd" and private["dp"]["noise_multiplier"] == 1.0
     config.victim.dp.noise_multiplier = 2.0
     assert victim.metadata(config, task) != private
+
+
+# ------------------------------------------------------------------ preprocessing
+
+
+def _saved_training_set(path, images, labels):
+  np.savez(path, images=images, labels=labels.astype(np.int64))
+  return str(path)
+
+
+@pytest.mark.parametrize("mean_from", ["test", "train"])
+def test_a_public_mean_leaves_every_other_input_unchanged(tmp_path, mean_from):
+  """The DP victims' preprocessing depends on no training image: with the test split's
+  mean (``data.mean_from`` "test", configs/dp.py's MLP), removing one training image
+  leaves every other preprocessed input bit for bit as it was. The control: the training
+  set's own mean (the knowledge study's) moves all of them, so the check can fail."""
+  config = dp_config.get_config("smoke").victims.haim_mlp.data.copy_and_resolve_references()
+  assert config.subtract_mean and config.mean_from == "test"   # the DP MLP's setting
+  config.mean_from = mean_from
+  drawn = data.make_task(config)
+  pixels = drawn.to_pixels(drawn.train_images)
+  tasks = []
+  for keep, name in ((slice(None), "all"), (slice(1, None), "one_removed")):
+    config.training_set = _saved_training_set(tmp_path / f"{name}.npz", pixels[keep],
+                                              drawn.train_labels[keep])
+    tasks.append(data.make_task(config))
+  whole, removed = tasks
+  same = np.array_equal(whole.train_images[1:], removed.train_images)
+  assert same == (mean_from == "test")
+  if mean_from == "test":
+    np.testing.assert_array_equal(whole.test_images, removed.test_images)
+    np.testing.assert_array_equal(whole.mean, removed.mean)
+
+
+def test_an_unknown_mean_source_is_refused_by_name():
+  config = dp_config.get_config("smoke").victims.haim_mlp.data.copy_and_resolve_references()
+  config.mean_from = "partition"
+  with pytest.raises(ValueError, match="data.mean_from must be one of"):
+    data.make_task(config)
+
+
+# ------------------------------------------------------------------ the prior-aware attack
+
+
+def _tiny(seed: int, n: int = 6, k: int = 4, shape=(3, 3, 1)):
+  """A tiny affine task: n − 1 known images, k candidates of label +1 (pixels U(−½, ½))."""
+  rng = np.random.default_rng(seed)
+  known = rng.uniform(-0.5, 0.5, (n - 1, *shape))
+  labels = np.where(np.arange(n - 1) % 2 == 0, 1.0, -1.0)
+  candidates = rng.uniform(-0.5, 0.5, (k, *shape))
+  model = models.Affine()
+  theta0 = models.init_params(model, jax.random.key(seed), shape, jnp.float64)
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  return (apply_fn, victim.GD_LOSSES["bce"], theta0, jnp.asarray(known),
+          jnp.asarray(labels), jnp.asarray(candidates), jnp.ones(k, jnp.float64))
+
+
+def _recipe(sigma: float, steps: int = 5) -> prior_aware.Recipe:
+  # C = 0.2 clips most gradients (||∇|| ≈ ½ ||x̃||, ||x̃|| ≈ 1 here): the clipped regime.
+  return prior_aware.Recipe(lr=0.5, clip_norm=0.2, noise_multiplier=sigma, steps=steps,
+                            weight_decay=1e-3)
+
+
+def test_prior_aware_replay_is_the_dp_sgd_mechanism_and_its_scores_read_the_release():
+  """`replay`'s mechanism is `train_dp`'s: on D⁻ ∪ {target} with the same key, the same
+  θ_T (float64; the two sum the n clipped gradients in another order, a relative γ_n of
+  the sum per step, carried over T = 5 steps of lr 0.5: 1e-12 absolute is ~10⁴ times
+  that). Its scores are `scores_from_release`'s, which reads only θ_0 … θ_T, D⁻ and the
+  candidates (the same sums, up to the rounding of R_t = n(θ_t − θ_{t+1})/η: n/η · u ·
+  |θ| per entry, ≲ 1e-14, squared into scores of size ~1: 1e-9 relative covers it)."""
+  with jax.enable_x64(True):
+    apply_fn, loss, theta0, known, labels, cands, cand_labels = _tiny(0)
+    recipe = _recipe(sigma=2.0)
+    key = jax.random.key(7)
+    scores, path = prior_aware.replay(apply_fn, loss, theta0, known, labels, cands,
+                                      cand_labels, 2, key, recipe, trajectory=True)
+    thetas = [theta0] + [jax.tree.map(lambda v, t=t: v[t], path) for t in range(recipe.steps)]
+    released = prior_aware.scores_from_release(apply_fn, loss, thetas, known, labels, cands,
+                                               cand_labels, recipe)
+    np.testing.assert_allclose(released, scores, rtol=1e-9)
+    images = jnp.concatenate([known, cands[2:3]])
+    task = data.Task(images, jnp.concatenate([labels, cand_labels[:1]]), None, None,
+                     images, jnp.concatenate([labels, cand_labels[:1]]), None, None, None)
+    v = ml_collections.ConfigDict({"weight_decay": recipe.weight_decay, "training": "lbfgs",
+                                   "dp": {"noise_multiplier": 2.0, "clip_norm": 0.2,
+                                          "steps": 5, "lr": 0.5}})
+    theta_star, _ = dp_sgd.train_dp(key, models.Affine(), theta0, task, v)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b[-1], rtol=0, atol=1e-12),
+               theta_star, path)
+
+
+def test_prior_aware_projection_changes_no_score_without_noise():
+  """In the span of D⁻ and the candidates (`basis`, `project_params`) every forward pass
+  and clipped gradient norm is the pixel space's, so at σ = 0 (no noise orthogonal to
+  the span) the scores are equal: float64, a handful of ≤ 16-term sums per step, 1e-9
+  relative is loose by orders of magnitude."""
+  recipe, key = _recipe(sigma=0.0), jax.random.key(0)
+  with jax.enable_x64(True):
+    # 5 known images and 4 candidates in 16 pixels: a proper subspace of 9 dimensions.
+    apply_fn, loss, theta0, known, labels, cands, cand_labels = _tiny(1, shape=(4, 4, 1))
+    q = prior_aware.basis(np.concatenate([known, cands]))
+    assert q.shape == (9, 16)
+    pixel = prior_aware.replay(apply_fn, loss, theta0, known, labels, cands, cand_labels, 1,
+                               key, recipe)
+    projected = prior_aware.replay(
+        apply_fn, loss, prior_aware.project_params(theta0, q),
+        jnp.asarray(prior_aware.project_images(np.asarray(known), q)), labels,
+        jnp.asarray(prior_aware.project_images(np.asarray(cands), q)), cand_labels, 1, key,
+        recipe)
+  # The target's score is only rounding: T·P·(n/η · u · max|θ|)² ≲ 5·17·(12·1e-16·10)²
+  # ≈ 1e-26 in either space; 1e-20 absolute covers it.
+  np.testing.assert_allclose(projected, pixel, rtol=1e-9, atol=1e-20)
+
+
+def _success(sigma: float, trials: int, k: int, steps: int = 5) -> np.ndarray:
+  with jax.enable_x64(True):
+    apply_fn, loss, theta0, known, labels, cands, cand_labels = _tiny(2, k=k)
+    one = lambda target, key: prior_aware.replay(apply_fn, loss, theta0, known, labels,
+                                                 cands, cand_labels, target, key,
+                                                 _recipe(sigma, steps))
+    targets = jnp.arange(trials) % k
+    scores = jax.jit(jax.vmap(one))(targets, jax.random.split(jax.random.key(3), trials))
+  return np.argmax(np.asarray(scores), axis=1) == np.asarray(targets)
+
+
+def test_prior_aware_attack_is_certain_without_noise():
+  """σ = 0: R_t is the target's clipped gradient, so the target's score is 0 (the
+  maximum) and every other candidate's is −½ Σ_t ||ḡ_z − ḡ_target||² < 0 (distinct random
+  images): every trial picks the target."""
+  assert _success(0.0, trials=40, k=10).all()
+
+
+def test_prior_aware_attack_is_chance_under_overwhelming_noise():
+  """σ = 10⁶: the candidates' score differences are ~ ||ḡ|| σC, of random sign, against
+  their ~||ḡ||² systematic part (a 10⁻⁶ share): the success rate is 1/K up to sampling.
+  Tolerance: four binomial standard deviations √(p(1 − p)/N) at N = 400 (a false alarm
+  below 10⁻⁴); the targets cycle through the K slots, so a bias to one slot cannot pass."""
+  for k in (2, 10):
+    hit = _success(1e6, trials=400, k=k)
+    p = 1 / k
+    assert abs(hit.mean() - p) <= 4 * math.sqrt(p * (1 - p) / hit.size), (k, hit.mean())
+
+
+def test_trials_needed_gives_the_clopper_pearson_half_width():
+  """The smallest N with every interval within ± h: N − 1 has one wider (at its midpoint)."""
+  n = dp.trials_needed(0.05, 0.95)
+  widths = lambda m: [dp._ci_halfwidth(x, m, 0.95) for x in range(m + 1)]
+  assert max(widths(n)) <= 0.05 < max(widths(n - 1))
+  with pytest.raises(ValueError, match="halfwidth and confidence"):
+    dp.trials_needed(0.0, 0.95)
 
 
 # ------------------------------------------------------------------ the study
@@ -394,6 +561,20 @@ def test_no_measured_success_lies_above_the_bound(tmp_path):
   for r in private:
     target = float(r["level"].removeprefix("ε = "))
     assert target - 1e-6 <= r["epsilon"] <= target + accounting.DISCRETIZATION + 1e-6
+  # The prior-aware rows: κ = 1/K exact, the bound exact; none above it. Their control:
+  # the σ = 0 trajectory identifies the target, and that success held against the bound
+  # at ε = 1 is flagged.
+  aware = dp.prior_aware_summary(result, config)
+  assert {r["K"] for r in aware} == {2, config.prior_aware.k_max}
+  assert all(r["trials"] >= dp.trials_needed(config.prior_aware.halfwidth,
+                                             config.eval.confidence) for r in aware)
+  assert [r for r in aware if r["above"]] == []
+  for r in aware:
+    if r["level"] == dp.NOISELESS:
+      assert r["successes"] == r["trials"]
+      strict = next(p["bound"] for p in aware if p["K"] == r["K"] and p["victim"] ==
+                    r["victim"] and p["level"] == "ε = 1")
+      assert rero.exceeds(r["successes"], r["trials"], strict, config.eval.confidence)
   control = next(r for r in table if (r["victim"], r["level"], r["adversary"], r["k"])
                  == ("affine", dp.NONPRIVATE, dp.INFORMED, 1))
   assert control["successes"] == control["trials"] == len(config.seeds)
@@ -408,6 +589,7 @@ def test_no_measured_success_lies_above_the_bound(tmp_path):
   assert os.path.getmtime(path) == stamp
   page = dp.markdown(result, config)
   assert page.count("| affine |") >= len(table) // 2 and "## The bound's assumptions" in page
+  assert "## The prior-aware attack" in page and "**Only θ\\* released.**" in page
   dp.figure(result, config)
 
 

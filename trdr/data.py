@@ -258,8 +258,8 @@ class Task(NamedTuple):
     partition_labels: float32 [2n], as train_labels.
     test_images: float32 [M, H, W, C], every test-split image of the groups.
     test_labels: float32 [M], as train_labels.
-    mean: float32 [H, W, C], the training set's per-pixel mean that was subtracted
-      from all images, or None.
+    mean: float32 [H, W, C], the per-pixel mean that was subtracted from all images
+      (the training set's, or the test split's where ``mean_from`` is "test"), or None.
     train_index: int64 [2n], indices of the training images in the source's train
       split.
     partition_index: int64 [2n], indices of the partition images in the train split.
@@ -390,6 +390,11 @@ def read_training_set(path: str, groups: int) -> dict[str, np.ndarray]:
   return {"images": images, "labels": labels, "mean": mean}
 
 
+# ``data.mean_from``: the images whose mean ``subtract_mean`` subtracts; "test" is public
+# data, outside the training set.
+MEAN_FROM = ("train", "test")
+
+
 def make_task(data_config: Any, exclude: Any = ()) -> Task:
   """Builds the victim's task from a data config (see `default_data_config`): two class
   groups (labels ±1) or C > 2 (labels 0 … C−1).
@@ -409,7 +414,10 @@ def make_task(data_config: Any, exclude: Any = ()) -> Task:
 
   Args:
     data_config: an `ml_collections.ConfigDict` (or any object with these
-      attributes): source, path, name, classes, n_per_class, seed, subtract_mean.
+      attributes): source, path, name, classes, n_per_class, seed, subtract_mean;
+      optionally mean_from, the images whose per-pixel mean ``subtract_mean`` subtracts:
+      "train" (the default: the training set's) or "test" (the test split's, which
+      depends on no training image).
     exclude: int indices into the source's train split that are never drawn (a shadow
       victim's data in `trdr.studies.membership.shadow_victims`: public images outside a
       victim's training set and partition). Empty (the default): the draw is exactly
@@ -492,7 +500,13 @@ def make_task(data_config: Any, exclude: Any = ()) -> Task:
   if given and given["mean"] is not None:
     mean = given["mean"]
   elif data_config.subtract_mean:
-    mean = train.mean(axis=0, dtype=np.float64).astype(np.float32)
+    source = getattr(data_config, "mean_from", None) or "train"
+    if source not in MEAN_FROM:
+      raise ValueError(f"data.mean_from must be one of {MEAN_FROM}, got {source!r}")
+    # "test": the test split's mean depends on no training image, so one training image's
+    # presence moves no other input (what a DP guarantee on the training set needs).
+    mean = (train if source == "train" else test).mean(axis=0, dtype=np.float64).astype(
+        np.float32)
   if mean is not None:
     train, partition, test = train - mean, partition - mean, test - mean
   logging.info("%d-class task from %s: classes %s, %d train, %d partition, %d test "

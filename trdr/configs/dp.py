@@ -19,13 +19,23 @@ bilevel attack (eq. 2, 7; one U(0, 1) start per training image) on ``bilevel.vic
 A training image counts as recovered when it and a reconstruction are best buddies at
 SSIM ≥ ``eval.ssim_level`` (window ``eval.windows[0]``). Beside each, the ReRo bound
 Φ(Φ⁻¹(κ_m) + μ), μ = √T/σ, κ estimated from the test split (`trdr.evaluation.rero`).
+And on every victim and level the prior-aware attack of Hayes et al. 2023
+(`trdr.attacks.prior_aware`, ``prior_aware``): the released trajectory θ_0 … θ_T, priors
+of K = 2 and K = ``prior_aware.k_max`` candidates, κ = 1/K exactly, enough trials that
+every Clopper–Pearson interval is within ± ``prior_aware.halfwidth``. Every victim's
+inputs are the pixels minus the test split's mean (``data.mean_from``), which depends on
+no training image.
 
 Variants: "cpu" (affine n = 100 in float64, MLP n = 100 of widths (256, 256) in float32;
 ε ∈ {1, 10, 100}; k ∈ {1, 2, 5}; DecoReco 1,000 steps; three seeds: 30 victims), "smoke"
 (affine n = 40, MLP n = 10 of widths (32, 32), both float64; ε ∈ {1, 100}; k ∈ {1, 2}; two
-seeds; for tests). Expected runtime: ":cpu" about 12 minutes on a 2-core CPU (AVX2),
-the victims' training and the attacks about equal parts; ":smoke" about 3 minutes. Rows
-are written as they finish and reused by a rerun.
+seeds; for tests). The prior-aware trials: 402 per victim and level at ":cpu" (134 per
+seed; the MLP's at n = 20, widths (32, 32): ``prior_aware.resize``), 18 at ":smoke".
+Expected runtime: ":cpu" was about 12 minutes on a 2-core CPU (AVX2) before the
+prior-aware rows and jax-privacy's clipping; on a 2-core machine shared with other jobs
+the prior-aware rows took about 8 minutes and the :cpu MLP's DP-SGD training 4 to 8
+minutes per victim (15 victims), so the whole run takes well over 45 minutes there;
+":smoke" about 11 minutes there. Rows are written as they finish and reused by a rerun.
 """
 
 import ml_collections
@@ -48,10 +58,19 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # these with victim.dp set (`trdr.studies.dp.victim_config`).
   config.victims = ml_collections.ConfigDict()
   config.victims.affine = base.victims.affine
+  # Every DP victim's inputs are the images minus the test split's per-pixel mean, which
+  # depends on no training image (the knowledge study's MLP subtracts the training set's
+  # own mean: one image's presence would move every other input, beyond the accountant's
+  # clip C). The affine victim subtracts it too: centred images of one class are far less
+  # alike than raw ones, so their clipped gradients differ more (what the prior-aware
+  # attack tells apart).
+  config.victims.affine.data.subtract_mean = True
+  config.victims.affine.data.mean_from = "test"
   # The bilevel attack's lower level on the affine victim: Newton–CG, the main job's
   # (E is strongly convex there; knowledge.py keeps L-BFGS for its own comparison).
   config.victims.affine.attack.lower_level.method = "newton_cg"
   config.victims.haim_mlp = base.victims.haim_mlp
+  config.victims.haim_mlp.data.mean_from = "test"
   if not smoke:
     # Per-example gradients of Haim et al.'s (1000, 1000) MLP are 4·10⁶ floats per image:
     # (256, 256) in float32 (as the report's DecoReco runs at ":cpu") keeps DP-SGD's step
@@ -92,6 +111,25 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.bilevel.victims = ("affine",)
   config.bilevel.steps = 10 if smoke else 30
   config.bilevel.start = "previous"
+
+  # The prior-aware attack of Hayes et al. 2023 (`trdr.attacks.prior_aware`) on the
+  # released trajectory of full-batch DP-SGD, on every victim at every level: priors of
+  # K = k_max and K = 2 candidates of the target's class; enough trials per (victim,
+  # level) over the seeds that every Clopper–Pearson interval is within ± halfwidth
+  # (`trdr.studies.dp.trials_needed`); batch trials vmapped at once.
+  config.prior_aware = ml_collections.ConfigDict()
+  config.prior_aware.victims = ("affine", "haim_mlp")
+  config.prior_aware.k_max = 10
+  config.prior_aware.halfwidth = 0.25 if smoke else 0.05
+  config.prior_aware.batch = 9 if smoke else 45
+  # Each trial replays the T steps with n − 1 + K per-example gradients. The :cpu MLP
+  # (n = 100, widths (256, 256)) took 36 s per trial on the shared 2-core machine (B = 20
+  # trials vmapped): 2,010 trials would take 20 hours. Its prior-aware rows use a smaller
+  # MLP of the same recipe (T, C, lr; σ, hence ε and μ, do not depend on n); the page
+  # says so beside the rows.
+  config.prior_aware.resize = ml_collections.ConfigDict(
+      {"haim_mlp": {"n_per_class": 10}} if smoke else
+      {"haim_mlp": {"n_per_class": 10, "widths": (32, 32)}})
 
   config.eval = ml_collections.ConfigDict()
   config.eval.ssim_level = 0.4

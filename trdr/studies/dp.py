@@ -12,29 +12,43 @@ non-private victim (configs/dp.py), and runs on each the informed adversary
 and test accuracy against ε with the bound's curve, `markdown` writes the page with the
 bound's assumptions and a reading computed from the numbers.
 
-Rows are written to WORKDIR/dp.json as each finishes (with the prior's baseline κ); a
-rerun skips the rows there.
+Beside them, the attack built for the mechanism: the prior-aware attack of Hayes,
+Mahloujifar and Balle (NeurIPS 2023; `trdr.attacks.prior_aware`) on the released
+trajectory of full-batch DP-SGD, K = 2 and K = 10 candidates of the target's class, κ =
+1/K exactly (`prior_aware_row`, `prior_aware_summary`, the page's section
+`prior_aware_section`). Every victim of the study subtracts the test split's mean
+(configs/dp.py), which depends on no training image.
+
+Rows are written to WORKDIR/dp.json as each finishes (with the prior's baseline κ; the
+prior-aware rows under "prior_aware"); a rerun skips the rows there.
 """
 
 import functools
 import math
 import os
+import time
 
 import jax
+import jax.numpy as jnp
 import matplotlib.figure
 import ml_collections
 import numpy as np
 import scipy.stats
 from absl import logging
 
-from trdr import data, experiment, victim
+from trdr import data, experiment, models, victim
+from trdr.attacks import prior_aware
 from trdr.evaluation import evaluate, rero
 from trdr.runtime import files, rundir
 from trdr.studies import knowledge
-from trdr.victim import accounting
+from trdr.victim import accounting, cache, dp_sgd
 
 ROWS_FILE = "dp.json"
 INFORMED, DECORECO, BILEVEL = "informed", "DecoReco", "bilevel"
+PRIOR_AWARE = "prior-aware"
+# The key of the prior-aware trials' noise: the seed's key folded with this stream and
+# the level's index (the victims' own noise is `dp_sgd.NOISE_STREAM`).
+PRIOR_AWARE_STREAM = 2
 NOISELESS, NONPRIVATE = "σ = 0", "non-private"
 
 
@@ -178,6 +192,196 @@ def decoreco_row(c: ml_collections.ConfigDict, config: ml_collections.ConfigDict
           "start_recovered": counts("start_"), "seconds": float(summary["attack_seconds"])}
 
 
+def trials_needed(halfwidth: float, confidence: float) -> int:
+  """The fewest trials N whose Clopper–Pearson interval at ``confidence`` is no wider than
+  ± ``halfwidth`` whatever the count of successes (the widest is at N/2).
+
+  Raises:
+    ValueError: halfwidth or confidence outside (0, 1).
+  """
+  if not (0 < halfwidth < 1 and 0 < confidence < 1):
+    raise ValueError(f"halfwidth and confidence must lie in (0, 1), got {halfwidth}, "
+                     f"{confidence}")
+
+  def widest(n: int) -> float:
+    return max(_ci_halfwidth(x, n, confidence) for x in (n // 2, (n + 1) // 2))
+  n = 1
+  while widest(n) > halfwidth:   # doubling, then bisection: widest(n) falls with n
+    n *= 2
+  lo, hi = n // 2, n
+  while hi - lo > 1:
+    mid = (lo + hi) // 2
+    lo, hi = (mid, hi) if widest(mid) > halfwidth else (lo, mid)
+  return hi
+
+
+def _ci(successes: int, trials: int, confidence: float) -> tuple[float, float]:
+  ci = scipy.stats.binomtest(int(successes), int(trials)).proportion_ci(
+      confidence, method="exact")
+  return float(ci.low), float(ci.high)
+
+
+def _ci_halfwidth(successes: int, trials: int, confidence: float) -> float:
+  low, high = _ci(successes, trials, confidence)
+  return (high - low) / 2
+
+
+def prior_aware_recipe(config: ml_collections.ConfigDict, name: str, level: str
+                       ) -> prior_aware.Recipe:
+  """The full-batch recipe the prior-aware trials replay at ``level``: ``config.dp[name]``
+  at the level's calibrated σ (0 for `NOISELESS`); for `NONPRIVATE` the same T steps of
+  gradient descent neither clipped nor noised (the study's non-private victims are trained
+  otherwise: L-BFGS, resp. gradient descent to a train loss, releasing no trajectory)."""
+  recipe = config.dp[name]
+  known = levels(config)
+  sigma = 0.0 if known[level] is None else _sigma(
+      known[level], float(config.delta), int(recipe.steps), float(recipe.sampling_rate))
+  return prior_aware.Recipe(
+      lr=float(recipe.lr), steps=int(recipe.steps), noise_multiplier=sigma,
+      clip_norm=math.inf if level == NONPRIVATE else float(recipe.clip_norm),
+      weight_decay=float(config.victims[name].victim.weight_decay))
+
+
+@functools.lru_cache(maxsize=8)
+def _trials_program(model, loss_name: str, steps: int):
+  """The jitted trials of `prior_aware.replay`, vmapped over (candidates, their labels,
+  target, key), the recipe's numbers traced: one compilation per model and T serves every
+  level and seed (flax modules hash by their fields)."""
+  apply_fn = lambda p, x: model.apply({"params": p}, x)
+  loss = victim.GD_LOSSES[loss_name]
+
+  def one(theta0, known, known_labels, images, labels, target, key, lr, clip, sigma, wd):
+    recipe = prior_aware.Recipe(lr=lr, clip_norm=clip, noise_multiplier=sigma, steps=steps,
+                                weight_decay=wd)
+    return prior_aware.replay(apply_fn, loss, theta0, known, known_labels, images, labels,
+                              target, key, recipe)
+  return jax.jit(jax.vmap(one, in_axes=(None, None, None, 0, 0, 0, 0, None, None, None,
+                                        None)))
+
+
+def prior_aware_row(config: ml_collections.ConfigDict, name: str, level: str, seed: int,
+                    trials: int) -> dict:
+  """``trials`` trials of the prior-aware attack (`trdr.attacks.prior_aware`) on victim
+  ``name`` at ``level``, seed ``seed``.
+
+  The task and θ0 are the DP victim's of that seed (`victim_config`), resized where
+  ``config.prior_aware.resize[name]`` says (n_per_class, widths: the trials replay the
+  mechanism T times each); D⁻ is its training set without its first image. Each trial
+  draws the target's class (±1, equally likely), ``config.prior_aware.k_max`` candidates
+  of that class from the task's partition (images outside the training set), the target
+  uniformly among them, and the mechanism's noise; the mechanism trains on D⁻ ∪ {target}
+  and the attack answers the argmax of the candidates' likelihood. The prior of K = k_max
+  is all candidates; of K = 2 the target and the candidate after it (cyclically): each a
+  uniform prior with the target uniform in it, so κ = 1/K exactly. Trials run in the
+  span of the training set and the partition (`prior_aware.basis`).
+
+  Returns:
+    {victim, level, seed, adversary: `PRIOR_AWARE`, n (the training set's size), widths
+    (the MLP's hidden widths; None for another model), trials, successes: {"K<K>": count},
+    epsilon (the PLD accountant's at δ; inf at σ = 0), mu (√T/σ; inf at σ = 0),
+    noise_multiplier, clip_norm (None: not clipped), rank (the span's dimension),
+    seconds}.
+  """
+  start = time.time()
+  c = victim_config(config, name, NONPRIVATE, seed)
+  for field, value in config.prior_aware.get("resize", {}).get(name, {}).items():
+    section = c.data if field == "n_per_class" else c.victim
+    section[field] = value
+  recipe = prior_aware_recipe(config, name, level)
+  k_max = int(config.prior_aware.k_max)
+  with jax.enable_x64(bool(c.float64)):
+    dtype = jnp.float64 if c.float64 else jnp.float32
+    task = data.make_task(c.data)
+    model = models.build_model(c.victim)
+    theta0 = cache.initial_params(c.victim, model, task.train_images.shape[1:], dtype)
+    q = prior_aware.basis(np.concatenate([task.train_images, task.partition_images]))
+    known = jnp.asarray(prior_aware.project_images(task.train_images[1:], q), dtype)
+    known_labels = jnp.asarray(task.train_labels[1:], dtype)
+    pool = prior_aware.project_images(task.partition_images, q).astype(dtype)
+    theta0 = prior_aware.project_params(theta0, q)
+
+    index = list(levels(config)).index(level)
+    rng = np.random.default_rng([int(seed), PRIOR_AWARE_STREAM, index])
+    by_class = {v: np.flatnonzero(task.partition_labels == v) for v in (-1.0, 1.0)}
+    if min(len(i) for i in by_class.values()) < k_max:
+      raise ValueError(f"prior_aware.k_max = {k_max} candidates need as many partition "
+                       f"images per class; the task has {[len(i) for i in by_class.values()]}")
+    labels = rng.choice([-1.0, 1.0], size=trials)
+    chosen = np.stack([rng.choice(by_class[v], size=k_max, replace=False) for v in labels])
+    targets = rng.integers(0, k_max, size=trials)
+    keys = jax.random.split(jax.random.fold_in(jax.random.key(int(seed)),
+                                               PRIOR_AWARE_STREAM * 1000 + index), trials)
+
+    program = _trials_program(model, dp_sgd.loss_name(c.victim), recipe.steps)
+    numbers = [jnp.asarray(v, dtype) for v in (recipe.lr, recipe.clip_norm,
+                                               recipe.noise_multiplier, recipe.weight_decay)]
+    batch = int(config.prior_aware.batch)
+    scores = []
+    for lo in range(0, trials, batch):
+      # The last batch is padded to the full size (one program for all rows) and cut back.
+      sl = np.minimum(np.arange(lo, lo + batch), trials - 1)
+      scores.append(np.asarray(program(
+          theta0, known, known_labels, jnp.asarray(pool[chosen[sl]]),
+          jnp.asarray(np.repeat(labels[sl, None], k_max, 1), dtype),
+          jnp.asarray(targets[sl]), keys[sl], *numbers))[:trials - lo])
+    scores = np.concatenate(scores)
+  rows = np.arange(trials)
+  other = (targets + 1) % k_max
+  hits = {f"K{k_max}": int(np.sum(np.argmax(scores, axis=1) == targets)),
+          "K2": int(np.sum(scores[rows, targets] > scores[rows, other]))}
+  s = accounting.DPSettings(noise_multiplier=recipe.noise_multiplier,
+                            clip_norm=None if math.isinf(recipe.clip_norm) else
+                            recipe.clip_norm, steps=recipe.steps, lr=recipe.lr,
+                            sampling_rate=1.0, delta=float(config.delta))
+  private = recipe.noise_multiplier > 0 and math.isfinite(recipe.clip_norm)
+  return {"victim": name, "level": level, "seed": int(seed), "adversary": PRIOR_AWARE,
+          "n": int(len(task.train_images)),
+          "widths": list(c.victim.widths) if "widths" in c.victim else None,
+          "trials": int(trials), "successes": hits,
+          "epsilon": accounting.epsilon(s) if private else math.inf,
+          "mu": accounting.gdp_mu(s) if private else math.inf,
+          "noise_multiplier": recipe.noise_multiplier,
+          "clip_norm": s.clip_norm, "rank": int(q.shape[0]),
+          "seconds": time.time() - start}
+
+
+def prior_aware_summary(result: dict, config: ml_collections.ConfigDict) -> list[dict]:
+  """Per (victim, K, level), over seeds: successes / trials, their rate and Clopper–Pearson
+  interval at ``config.eval.confidence``, κ = 1/K, the bound Φ(Φ⁻¹(κ) + μ) (1 at ε = ∞),
+  the mark κ + ½(bound − κ), "above" (the interval's one-sided lower limit exceeds the
+  bound: `rero.exceeds`) and "reaches" (the rate is at least the mark).
+
+  Returns:
+    A list of dicts, per victim, K (largest first) and `levels` order.
+  """
+  rows = result.get("prior_aware", [])
+  order = list(levels(config))
+  ks = sorted({k for r in rows for k in r["successes"]}, key=lambda k: -int(k[1:]))
+  out = []
+  for name in dict.fromkeys(r["victim"] for r in rows):
+    for k in ks:
+      for level in order:
+        rs = [r for r in rows if r["victim"] == name and r["level"] == level
+              and k in r["successes"]]
+        if not rs:
+          continue
+        hits, trials = sum(r["successes"][k] for r in rs), sum(r["trials"] for r in rs)
+        kappa = 1.0 / int(k[1:])
+        mu = rs[0]["mu"]
+        b = float(rero.gdp_bound(kappa, mu)) if math.isfinite(mu) else 1.0
+        low, high = _ci(hits, trials, config.eval.confidence)
+        out.append({"victim": name, "K": int(k[1:]), "level": level, "kappa": kappa,
+                    "epsilon": rs[0]["epsilon"], "mu": mu,
+                    "noise_multiplier": rs[0]["noise_multiplier"],
+                    "clip_norm": rs[0]["clip_norm"], "seeds": [r["seed"] for r in rs],
+                    "successes": hits, "trials": trials, "rate": hits / trials,
+                    "low": low, "high": high, "bound": b, "mark": kappa + (b - kappa) / 2,
+                    "above": rero.exceeds(hits, trials, b, config.eval.confidence),
+                    "reaches": hits / trials >= kappa + (b - kappa) / 2,
+                    "seconds": sum(r["seconds"] for r in rs)})
+  return out
+
+
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   """Every (victim, level, seed, adversary, k) row of ``config`` (configs/dp.py), finished
   rows reused.
@@ -197,9 +401,25 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     ValueError: as `victim_config`.
   """
   path, saved = rundir.study_rows(workdir, config, ROWS_FILE, growing=("seeds", "ks"),
-                                 empty={"rows": [], "prior": {}})
+                                 empty={"rows": [], "prior": {}, "prior_aware": []})
   rows, prior = saved["rows"], saved["prior"]
+  aware = saved.setdefault("prior_aware", [])
   done = {_key(r) for r in rows}
+
+  # The prior-aware attack first: the rows whose κ and bound are exact.
+  per_seed = math.ceil(trials_needed(float(config.prior_aware.halfwidth),
+                                     float(config.eval.confidence)) / len(config.seeds))
+  finished = {(r["victim"], r["level"], r["seed"]) for r in aware}
+  for name in config.prior_aware.victims:
+    for level in levels(config):
+      for seed in config.seeds:
+        if (name, level, int(seed)) in finished:
+          continue
+        row = prior_aware_row(config, name, level, int(seed), per_seed)
+        logging.info("dp %s, %s, seed %d, prior-aware: %s of %d trials (%.0f s)", name, level,
+                     row["seed"], row["successes"], row["trials"], row["seconds"])
+        aware.append(row)
+        files.write_json(path, {"rows": rows, "prior": prior, "prior_aware": aware})
 
   def add(row: dict) -> None:
     logging.info("dp %s, %s, seed %d, %s k=%d: recovered %s of %d (start %s); ε %s, test "
@@ -208,7 +428,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                  row["test_accuracy"])
     rows.append(row)
     done.add(_key(row))
-    files.write_json(path, {"rows": rows, "prior": prior})
+    files.write_json(path, {"rows": rows, "prior": prior, "prior_aware": aware})
 
   for name in config.victims:
     for seed in config.seeds:
@@ -222,7 +442,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
           n = task.train_images.shape[0]
           if name not in prior:   # the test split: one per victim, whatever the seed
             prior[name] = prior_baseline(task, config)
-            files.write_json(path, {"rows": rows, "prior": prior})
+            files.write_json(path, {"rows": rows, "prior": prior, "prior_aware": aware})
           target = None
           for k in config.ks:
             k = int(k)
@@ -246,7 +466,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                 "bilevel_premise"]["l_training_images"]
             add({**head, "adversary": BILEVEL, **row, "m": row["n"],
                  "premise": float(premise), **_victim_fields(victim_dir)})
-  return {"rows": rows, "prior": prior}
+  return {"rows": rows, "prior": prior, "prior_aware": aware}
 
 
 def bound(kappa: float, m: int, row: dict) -> float:
@@ -341,9 +561,10 @@ def figure(result: dict, config: ml_collections.ConfigDict) -> matplotlib.figure
   target (solid) and for the most answers of any row (dashed). Right: each victim's test
   accuracy against ε."""
   table = summary(result, config)
-  fig = matplotlib.figure.Figure(figsize=(12, 4.8))
-  ax, acc_ax = fig.subplots(1, 2)
-  xs, top = _x_positions(table)
+  aware = prior_aware_summary(result, config)
+  fig = matplotlib.figure.Figure(figsize=(18, 4.8))
+  ax, aware_ax, acc_ax = fig.subplots(1, 3)
+  xs, top = _x_positions(table + aware)
   kappa = max(p["kappa"] for p in result["prior"].values()) if result["prior"] else 0.0
   grid = np.geomspace(min([x for x in xs.values()] + [0.5]) / 2, top, 200)
   mus = np.asarray([accounting.gdp_mu_for_epsilon(e, config.delta) for e in grid])
@@ -365,8 +586,24 @@ def figure(result: dict, config: ml_collections.ConfigDict) -> matplotlib.figure
     acc_ax.errorbar([xs[r["level"]] for r in t], [r["test_accuracy"] for r in t],
                     yerr=np.nan_to_num([r["test_accuracy_std"] for r in t]), marker="s",
                     capsize=3, label=name)
+  for k, style in zip(sorted({r["K"] for r in aware}, reverse=True), ("-", "--", ":")):
+    aware_ax.plot(grid, rero.gdp_bound(1.0 / k, mus), style, color="k", lw=1.2,
+                  label=f"ReRo bound, κ = 1/{k}")
+    aware_ax.axhline(1.0 / k, color="0.6", lw=0.8, ls=style)
+  for series in dict.fromkeys((r["victim"], r["K"]) for r in aware):
+    t = [r for r in aware if (r["victim"], r["K"]) == series]
+    rates = np.asarray([r["rate"] for r in t])
+    aware_ax.errorbar([xs[r["level"]] for r in t], rates,
+                      yerr=[rates - [r["low"] for r in t], [r["high"] for r in t] - rates],
+                      marker="o", capsize=3, label=f"{series[0]}, K = {series[1]}")
+  if at_inf:
+    aware_ax.plot(at_inf, [1.0] * len(at_inf), "k_", ms=14)
+  aware_ax.set_ylim(-0.05, 1.05)
+  aware_ax.set_ylabel("success rate (Clopper–Pearson interval); chance: 1/K (grey)")
+  aware_ax.set_title("Prior-aware attack on the released trajectory (Hayes et al. 2023)")
+  aware_ax.legend(fontsize=6, loc="center left")
   infinite = {level: x for level, x in xs.items() if x > top}
-  for a in (ax, acc_ax):
+  for a in (ax, aware_ax, acc_ax):
     a.set_xscale("log")
     a.axvline(top * 3.0 ** 0.5, color="0.6", lw=0.8, ls=":")
     ticks = [e for e in sorted(set(xs.values())) if e <= top]
@@ -390,7 +627,9 @@ def figure(result: dict, config: ml_collections.ConfigDict) -> matplotlib.figure
 ASSUMPTIONS = (
     "The bound Φ(Φ⁻¹(κ_m) + μ) holds for every adversary under these assumptions, and the "
     "rows compare it with the measured success only there: (1) the released output is θ* "
-    "alone, T steps of the Gaussian mechanism on per-example gradients clipped to C with "
+    "(for the prior-aware rows the sequence θ_0 … θ_T, which the accountant's adaptive "
+    "composition covers too), T steps of the Gaussian mechanism on per-example gradients "
+    "clipped to C with "
     "noise σC and the public denominator n, so that adding or removing one training image "
     "is μ-GDP with μ = √T/σ (Dong, Roth and Su, Cor. 3.3; the training report's "
     "accuracies are not released); (2) the target is drawn from the prior π, here the "
@@ -408,6 +647,148 @@ ASSUMPTIONS = (
     "independent though the targets of one victim share θ*) exceeds the bound at κ's upper "
     "limit; (7) the recipe's lr and C were chosen by looking at seed 0's training data, "
     "which the accounting does not cover.")
+
+
+PREPROCESSING = (
+    "**Preprocessing.** Every victim of this page (each DP level, σ = 0 and non-private) "
+    "takes the pixels in [0, 1] minus the per-pixel mean of the test split "
+    "(`data.mean_from = \"test\"`), which depends on no training image: removing one "
+    "training image leaves every other input bit for bit unchanged "
+    "(tests/test_dp.py::test_a_public_mean_leaves_every_other_input_unchanged, whose control "
+    "shows the training set's own mean, the knowledge study's, moving all of them). So one "
+    "image's influence on a step is its clipped gradient alone, at most C, as the "
+    "accountant assumes.")
+
+MECHANISM = (
+    "**Mechanism.** The per-example clipping and the Gaussian noise of the DP-SGD step are "
+    "jax-privacy 2.0.0's (`jax_privacy.clipping.clipped_grad`, `jax_privacy.noise_addition."
+    "gaussian_privatizer`; `pip install --dry-run jax-privacy==2.0.*` installs jax_privacy "
+    "alone beside jax 0.10.2, optax 0.2.8 and numpy 2, changing none of them); the loop around "
+    "them is `trdr.victim.dp_sgd`'s. ε comes from dp-accounting's PLD accountant.")
+
+THETA_STAR_ONLY = (
+    "**Only θ\\* released.** The second threat model, Hayes et al.'s with the final model "
+    "alone, has no row: the likelihood of θ_T given a candidate is the T-fold composition of "
+    "a step non-linear in θ (the logistic loss, the clip) with Gaussian noise, a density "
+    "that integrates over the T − 1 unreleased θ_t (a (T − 1)·dim θ-dimensional integral, "
+    "T = 100) with no closed form, so the Bayes-optimal answer on θ_T cannot be computed. "
+    "The bound covers θ_T too (post-processing of the trajectory), so any θ_T attack's "
+    "success lies at or below the trajectory attack's optimum; the gap between the two "
+    "releases is not measured here.")
+
+
+def _partial(result: dict, config: ml_collections.ConfigDict) -> list[str]:
+  """A line naming the (victim, level, seed) cells whose rows are missing from ``result``
+  (a run stopped before it finished; `run` resumes it), or nothing."""
+  have = {}
+  for r in result["rows"]:
+    have.setdefault((r["victim"], r["level"], r["seed"]), set()).add(r["adversary"])
+  aware = {(r["victim"], r["level"], r["seed"]) for r in result.get("prior_aware", [])}
+  missing = []
+  for name in config.victims:
+    need = {INFORMED} | ({DECORECO} if name in config.decoreco.victims else set()) | (
+        {BILEVEL} if name in config.bilevel.victims else set())
+    for level in levels(config):
+      for seed in config.seeds:
+        cell = (name, level, int(seed))
+        if not need <= have.get(cell, set()) or (
+            name in config.prior_aware.victims and cell not in aware):
+          missing.append(f"{name} {level} seed {seed}")
+  if not missing:
+    return []
+  return [f"**Partial run**: the rows of {len(missing)} (victim, level, seed) cells are "
+          f"missing ({'; '.join(missing)}); the tables and the reading below cover only the "
+          "rest. `make dp` resumes the run.", ""]
+
+
+def prior_aware_section(result: dict, config: ml_collections.ConfigDict) -> list[str]:
+  """The page's section on the prior-aware attack: its threat model, the table of
+  `prior_aware_summary` and the θ*-only statement."""
+  table = prior_aware_summary(result, config)
+  if not table:
+    return []
+  sizes = {}
+  for r in result["prior_aware"]:
+    w = r.get("widths")
+    sizes[r["victim"]] = f"n = {r['n']}" + (f", widths {tuple(w)}" if w else "")
+  conf = config.eval.confidence
+  lines = [
+      "## The prior-aware attack on the released trajectory (Hayes et al. 2023)", "",
+      "Threat model, the one the accountant covers: full-batch DP-SGD releases θ_0 … θ_T; the "
+      "adversary knows the other n − 1 training images and their labels, θ_0, the recipe "
+      "(η, C, σ, T, weight decay, loss, architecture) and a prior of K candidate images of "
+      "the target's class (drawn from the images outside the training set), the target one "
+      "of them uniformly at random. From each released step it recovers the noisy sum "
+      "S_t = n(θ_t − θ_{t+1})/η − n·wd·θ_t, subtracts the clipped gradients of the images "
+      "it knows, and scores each candidate z by the Gaussian log-likelihood −Σ_t ||R_t − "
+      "ḡ_z(θ_t)||² / (2σ²C²); it answers the argmax (`trdr.attacks.prior_aware`): the "
+      "Bayes-optimal answer for this release. Without the release its success is exactly "
+      "κ = 1/K, so the bound Φ(Φ⁻¹(1/K) + μ) needs no estimate. K = 10: all candidates; "
+      "K = 2: the target and one other of them. Each trial draws the target's class, the "
+      "candidates, the target and the noise; D⁻ is the training set of the seed's victim "
+      "without one image. "
+      f"Trials per (victim, level): {trials_needed(float(config.prior_aware.halfwidth), conf)}"
+      f" or more over the seeds, so that every {conf:g} Clopper–Pearson interval is within "
+      f"± {config.prior_aware.halfwidth:g}. σ = 0: the DP recipe without noise; "
+      "non-private: the same T gradient steps, neither clipped nor noised. Victims: "
+      + "; ".join(f"{name} ({size})" for name, size in sizes.items())
+      + (". The MLP's trials run a smaller MLP of the same recipe (T, C, lr; σ and μ do "
+         "not depend on n): the :cpu MLP (n = 100, widths (256, 256)) took 36 s per trial "
+         "on the shared 2-core machine, 20 hours for its 2,010 trials"
+         if config.prior_aware.get("resize", {}) and "haim_mlp" in config.prior_aware.resize
+         and "widths" in config.prior_aware.resize.haim_mlp else "") + ".", "",
+      f"| victim | privacy | ε | σ | μ | K | κ = 1/K | successes / trials | rate [{conf:g} "
+      "Clopper–Pearson] | bound Φ(Φ⁻¹(κ) + μ) | κ + ½(bound − κ) | above the bound | "
+      "reaches κ + ½(bound − κ) |",
+      "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+  for r in table:
+    lines.append(
+        f"| {r['victim']} | {r['level']} | {_num(r['epsilon'])} | "
+        f"{r['noise_multiplier']:.3g}{'' if r['clip_norm'] else ', no clip'} | "
+        f"{_num(r['mu'])} | {r['K']} | {r['kappa']:.2f} | "
+        f"{r['successes']} / {r['trials']} | {r['rate']:.3f} [{r['low']:.3f}, "
+        f"{r['high']:.3f}] | {r['bound']:.3f} | {r['mark']:.3f} | "
+        f"{'**yes**' if r['above'] else 'no'} | {'yes' if r['reaches'] else 'no'} |")
+  lines += ["", prior_aware_reading(table), "", THETA_STAR_ONLY, ""]
+  return lines
+
+
+def prior_aware_reading(table: list[dict]) -> str:
+  """From `prior_aware_summary`'s rows: whether any lies above its bound; where the bound
+  lies in [0.2, 0.9], the K = max rows that reach κ + ½(bound − κ) and those that do not,
+  with their numbers; the rows at ε = ∞."""
+  above = [r for r in table if r["above"]]
+  parts = ["No prior-aware success lies above its bound (one-sided Clopper–Pearson lower "
+           "limit against the exact bound)." if not above else
+           "**Above the bound**: " + "; ".join(
+               f"{r['victim']} {r['level']} K = {r['K']} ({r['successes']} / {r['trials']}, "
+               f"bound {r['bound']:.3f})" for r in above) + "."]
+  k_top = max(r["K"] for r in table)
+  middle = [r for r in table if r["K"] == k_top and 0.2 <= r["bound"] <= 0.9]
+  if middle:
+    hit = [r for r in middle if r["reaches"]]
+    short = [r for r in middle if not r["reaches"]]
+    fmt = lambda r: (f"{r['victim']} {r['level']}: {r['rate']:.3f} [{r['low']:.3f}, "
+                     f"{r['high']:.3f}] against bound {r['bound']:.3f}, mark {r['mark']:.3f}")
+    if hit:
+      parts.append(f"Where the bound lies in [0.2, 0.9] at K = {k_top}, the attack reaches "
+                   "κ + ½(bound − κ) on " + "; ".join(map(fmt, hit)) + ".")
+    if short:
+      parts.append("It falls short on " + "; ".join(map(fmt, short)) + ". The bound is "
+                   "the worst case over all neighbouring training sets: it is attained only "
+                   "where the target's clipped gradient has norm C at every step and the "
+                   "other candidates' are far from it. Candidates of one class can have "
+                   "partly alike clipped gradients, and gradients below C are not scaled "
+                   "up, either of which lowers the signal the noise hides; which of them "
+                   "holds here is not measured on this page.")
+  else:
+    parts.append(f"No K = {k_top} bound lies in [0.2, 0.9] at these ε.")
+  inf = [r for r in table if not math.isfinite(r["epsilon"])]
+  if inf:
+    parts.append("At ε = ∞: " + "; ".join(
+        f"{r['victim']} {r['level']} K = {r['K']} {r['successes']} / {r['trials']}"
+        for r in inf) + ".")
+  return " ".join(parts)
 
 
 def markdown(result: dict, config: ml_collections.ConfigDict,
@@ -436,7 +817,11 @@ def markdown(result: dict, config: ml_collections.ConfigDict,
       "start images. Informed: `trdr.attacks.informed`, all training images but k known; "
       f"DecoReco: {config.decoreco.steps} steps, m = 2n candidates; bilevel: "
       f"{config.bilevel.steps} outer steps from U(0, 1), one start per training image. "
-      "The attacks are the non-private recipe's: none models the clipping or the noise.", "",
+      "The informed, DecoReco and bilevel attacks are the non-private recipe's: none models "
+      "the clipping or the noise; their rows are labelled by their power on the non-private "
+      "victim (Reading). The prior-aware attack is built for the mechanism (next section).",
+      "", *_partial(result, config), PREPROCESSING, "", MECHANISM, "",
+      *prior_aware_section(result, config),
       "## The prior's baseline κ", "",
       "| victim | class | κ̂ (best guess) | count / trials | upper limit | random draw |",
       "|---|---|---:|---:|---:|---:|"]

@@ -1,16 +1,20 @@
 """DP-SGD victims: full-batch DP-GD or Poisson-subsampled DP-SGD (Abadi et al., CCS 2016).
 
-A step of trdr's own on per-example gradients by `jax.vmap` of `jax.grad` (not optax's
-DP-SGD transform), written as `trdr.victim.training.train_gd`'s full-batch step is.
+The clipping and the noise are jax-privacy's (`jax_privacy.clipping.clipped_grad`, the
+sum of per-example gradients each clipped to C, and `jax_privacy.noise_addition.
+gaussian_privatizer`, isotropic Gaussian noise); the loop around them is trdr's, written
+as `trdr.victim.training.train_gd`'s full-batch step is. jax-privacy 2.0 installs beside
+jax 0.10, flax 0.12, optax 0.2.8 and numpy 2 without changing any of them (`pip install
+--dry-run jax-privacy==2.0.*` would install jax_privacy alone).
 
 Each step t = 1 … T, from θ0 (the victim's own initialisation, `trdr.victim.cache.
 initial_params`):
 
-  g_i = ∇θ ℓ(Φ(x_i; θ), y_i)                      per example, by `jax.vmap` of `jax.grad`
+  g_i = ∇θ ℓ(Φ(x_i; θ), y_i)                      per example
   ḡ_i = g_i · min(1, C / ||g_i||)                  ||·|| over all of θ (flat clipping)
-  G   = (Σ_{i ∈ B_t} ḡ_i + N(0, σ²C² I)) / (q n)   B_t: all n points (q = 1), or each point
+  S   = Σ_{i ∈ B_t} ḡ_i + N(0, σ²C² I)             B_t: all n points (q = 1), or each point
                                                    independently with probability q
-  θ  ← θ − η (G + wd θ)
+  θ  ← θ − η (S / (q n) + wd θ)
 
 with ℓ the victim's loss (the logistic loss of `trdr.victim.energy` for an L-BFGS victim,
 ``victim.loss`` of `trdr.victim.objective.GD_LOSSES` for a gradient-descent one), wd its
@@ -18,15 +22,20 @@ with ℓ the victim's loss (the logistic loss of `trdr.victim.energy` for an L-B
 ``dp.clip_norm`` (None: no clipping), σ ``dp.noise_multiplier``, q ``dp.sampling_rate``, η
 ``dp.lr``, T ``dp.steps``. The denominator q·n is public (the expected batch size), so one
 training point moves the noisy sum by at most C: each step is a Gaussian mechanism of
-noise multiplier σ, and the released θ_T, post-processing of the T noisy sums, has the ε
-of `trdr.victim.accounting` (written in the report). Only θ_T is the mechanism's output:
-the report's training accuracy and loss are computed from the training data without
-noise and are not private.
+noise multiplier σ, and the released θ_T (and the whole sequence θ_0 … θ_T, which the
+accountant's adaptive composition covers) has the ε of `trdr.victim.accounting` (written
+in the report). The report's training accuracy and loss are computed from the training
+data without noise and are not private.
+
+`clipped_sum`, `privatize` and `update` are the step's parts, shared with the
+prior-aware attack (`trdr.attacks.prior_aware`), which replays the mechanism.
 
 With σ = 0, no clipping and q = 1 the step is `trdr.victim.training.train_gd`'s: the
 same θ* up to the order of the float sums (tests/test_dp.py).
 """
 
+import contextlib
+import warnings
 from typing import Callable, NamedTuple
 
 import jax
@@ -101,21 +110,78 @@ def per_example_gradients(apply_fn: Callable, loss: Callable, params: Params,
   return jax.vmap(jax.grad(one), in_axes=(None, 0, 0))(params, images, labels)
 
 
-def clip_factors(grads: Params, clip_norm: float | None) -> tuple[jax.Array, jax.Array]:
-  """min(1, C / ||g_i||) per example (||·|| over every leaf), and whether each was clipped.
+def _jax_privacy():
+  try:
+    from jax_privacy import clipping, noise_addition  # noqa: PLC0415  (optional dependency)
+  except ImportError as e:
+    raise ImportError("DP-SGD's clipping and noise need the jax-privacy package: "
+                      "pip install -e \".[dp]\"") from e
+  return clipping, noise_addition
+
+
+@contextlib.contextmanager
+def _jax_privacy_warnings():
+  """jax-privacy 2.0's clipping calls optax.global_norm, which optax 0.2.8 deprecates (a
+  warning at trace time, not trdr's to fix); only that warning is silenced."""
+  with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", message="optax.global_norm is deprecated",
+                            category=DeprecationWarning)
+    yield
+
+
+def clipped_sum(apply_fn: Callable, loss: Callable, params: Params, images: jax.Array,
+                labels: jax.Array, weights: jax.Array, clip_norm) -> tuple[Params, jax.Array]:
+  """Σ_i w_i ḡ_i: the per-example gradients of ℓ clipped to C (flat, over all of θ) and
+  summed, by `jax_privacy.clipping.clipped_grad`; w_i ∈ {0, 1} selects a Poisson batch (a
+  0 zeroes the example's loss, so its gradient and its norm are 0).
 
   Args:
-    grads: per-example gradients (`per_example_gradients`), leaves float[n, ...].
-    clip_norm: C > 0, or None (factors 1).
+    apply_fn: (params, images float[b, H, W, C]) -> logits float[b] (or float[b, C]).
+    loss: (logits, labels) -> float[] mean over the batch (`GD_LOSSES`).
+    params: θ, a pytree.
+    images: float[n, H, W, C]; labels: float[n]; weights: float[n] in {0, 1}.
+    clip_norm: C > 0 (a traced scalar is fine), or inf: no clipping.
   Returns:
-    (float[n] factors in (0, 1], bool[n] clipped).
+    (the sum, a pytree like θ; float[n] the norms ||g_i|| before clipping).
   """
-  leaves = jax.tree.leaves(grads)
-  norms = jnp.sqrt(sum(jnp.sum(g.reshape(g.shape[0], -1) ** 2, axis=1) for g in leaves))
-  if clip_norm is None:
-    return jnp.ones_like(norms), jnp.zeros(norms.shape, bool)
-  clipped = norms > clip_norm
-  return jnp.where(clipped, clip_norm / jnp.where(clipped, norms, 1.0), 1.0), clipped
+  clipping, _ = _jax_privacy()
+  one = lambda p, x, y, w: w[0] * loss(apply_fn(p, x), y)
+  with _jax_privacy_warnings():
+    summed, aux = clipping.clipped_grad(one, l2_clip_norm=clip_norm, batch_argnums=(1, 2, 3),
+                                        return_grad_norms=True)(params, images, labels,
+                                                                weights)
+  return summed, aux.grad_norms
+
+
+def clipped_each(apply_fn: Callable, loss: Callable, params: Params, images: jax.Array,
+                 labels: jax.Array, clip_norm) -> Params:
+  """ḡ_i for every i, not summed: `per_example_gradients` each clipped to C by
+  `jax_privacy.clipping.clip_pytree` (leaves with a leading axis n)."""
+  clipping, _ = _jax_privacy()
+  grads = per_example_gradients(apply_fn, loss, params, images, labels)
+  with _jax_privacy_warnings():
+    return jax.vmap(lambda g: clipping.clip_pytree(g, clip_norm)[0])(grads)
+
+
+def privatize(summed: Params, key: jax.Array, stddev) -> Params:
+  """summed + N(0, stddev² I) by `jax_privacy.noise_addition.gaussian_privatizer` (the
+  noise drawn from ``key`` in the leaves' dtype). stddev = σC; 0 adds exact zeros."""
+  _, noise_addition = _jax_privacy()
+  privatizer = noise_addition.gaussian_privatizer(stddev=stddev, prng_key=key)
+  return privatizer.update(summed, privatizer.init(summed))[0]
+
+
+def update(params: Params, noisy_sum: Params, denominator, weight_decay, lr) -> Params:
+  """θ − η (S / (q n) + wd θ): the step from the noisy sum S (`privatize`)."""
+  grad = optax.tree.add_scale(jax.tree.map(lambda v: v / denominator, noisy_sum),
+                              weight_decay, params)
+  return jax.tree.map(lambda p, g: p - lr * g, params, grad)
+
+
+def step_key(key: jax.Array, t) -> tuple[jax.Array, jax.Array]:
+  """(the Poisson sampling key, the noise key) of step t from the run's key."""
+  k_sample, k_noise = jax.random.split(jax.random.fold_in(key, t))
+  return k_sample, k_noise
 
 
 def train_dp(key: jax.Array, model, params0: Params, task,
@@ -155,33 +221,19 @@ def train_dp(key: jax.Array, model, params0: Params, task,
   def run(params, x, y, key, sigma, clip_norm, lr):
     dtype = x.dtype
     noise_scale = sigma * (clip_norm if clip is not None else 1.0)
-    denominator = q * n
+    bound = clip_norm if clip is not None else jnp.inf
 
     def step(t, carry):
       params, clipped_total = carry
-      k_sample, k_noise = jax.random.split(jax.random.fold_in(key, t))
-      grads = per_example_gradients(apply_fn, loss, params, x, y)
-      factors, clipped = clip_factors(grads, None if clip is None else clip_norm)
-      if q < 1:
-        sampled = jax.random.bernoulli(k_sample, q, (n,))
-        weights = jnp.where(sampled, factors, 0.0)
-        clipped_total += jnp.sum(clipped & sampled) / jnp.maximum(jnp.sum(sampled), 1)
-      else:
-        weights = factors
-        clipped_total += jnp.mean(clipped)
-      summed = jax.tree.map(lambda g: jnp.tensordot(weights.astype(g.dtype), g, axes=1),
-                            grads)
-      leaves, tree = jax.tree.flatten(summed)
-      noise_keys = jax.random.split(k_noise, len(leaves))
-      # σ = 0 adds exact zeros: the sum is unchanged bit for bit.
-      summed = jax.tree.unflatten(tree, [
-          v + noise_scale * jax.random.normal(k, v.shape, v.dtype)
-          for v, k in zip(leaves, noise_keys)])
-      # The sum over the n examples divided by n, plus wd θ: `train_gd`'s step when σ = 0,
-      # C = None and q = 1 (the batch gradient of the mean loss there).
-      grad = optax.tree.add_scale(jax.tree.map(lambda v: v / denominator, summed), wd,
-                                  params)
-      params = jax.tree.map(lambda p, g: p - lr * g, params, grad)
+      k_sample, k_noise = step_key(key, t)
+      sampled = (jax.random.bernoulli(k_sample, q, (n,)) if q < 1
+                 else jnp.ones((n,), bool))
+      summed, norms = clipped_sum(apply_fn, loss, params, x, y, sampled.astype(dtype), bound)
+      clipped = sampled & (norms > bound)
+      clipped_total += jnp.sum(clipped) / jnp.maximum(jnp.sum(sampled), 1)
+      # σ = 0 adds exact zeros: the sum is unchanged bit for bit. The sum over the n
+      # examples divided by n, plus wd θ: `train_gd`'s step when σ = 0, C = None, q = 1.
+      params = update(params, privatize(summed, k_noise, noise_scale), q * n, wd, lr)
       return params, clipped_total
 
     return jax.lax.fori_loop(0, s.steps, step, (params, jnp.zeros((), dtype)))
