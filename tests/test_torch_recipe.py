@@ -20,6 +20,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trdr import data, experiment, models  # noqa: E402
+from trdr.attacks import decoreco  # noqa: E402
 from trdr.configs import decoreco_cifar  # noqa: E402
 from trdr.runtime import files  # noqa: E402
 from trdr.victim import cache, objective, pretrained, training  # noqa: E402
@@ -135,6 +136,10 @@ def closed_loop(tmp_path_factory):
   assert sorted(net.state_dict()) == ["layers.0.bias", "layers.0.weight", "layers.1.weight",
                                       "layers.2.weight"]
 
+  # Both attacks at the same settings: a loaded θ* never runs the config's untuned defaults
+  # (`trdr.attacks.decoreco.own_model`), so both take Haim et al.'s published ones.
+  with config.attack.unlocked():
+    config.attack.update(decoreco.PUBLISHED["b9dfyspx"]._asdict())
   own = experiment.run(config, str(root / "trdr"), "attack").summary
   config.victim.load = str(pth)
   loaded = experiment.run(config, str(root / "torch"), "attack").summary
