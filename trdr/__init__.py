@@ -12,7 +12,8 @@ The packages and modules are the pipeline, in the order data flows through it:
   configs     every experiment config, `get_config(variant)`
   victim      E(x, y; θ), its solver, training to θ*, θ* cached or read from a file
   attacks     the Attack protocol and ATTACKS: bilevel (eq. 2, 7), DecoReco, informed
-              (all training points but k known); INITS (eq. 10)
+              (all training points but k known); INITS (eq. 10); the prior-aware attack
+              on DP-SGD's released trajectory (Hayes et al. 2023)
   evaluation  SSIM, nearest neighbours, distances, ||θ* − θ||², records, ROC statistics
   experiment  run(config, workdir, mode): starts, the checkpointed loop, one function per mode
   plotting    the runs' figures, from saved files only
