@@ -91,6 +91,19 @@ LATER_INITS: dict[str, Callable[[int], dict]] = {
 }
 
 
+def activation_function(activation: str | Callable) -> Callable[[jax.Array], jax.Array]:
+  """``activation`` as a function: a name of `ACTIVATIONS`, or a callable kept as it is.
+
+  Raises:
+    ValueError: an unknown name.
+  """
+  if not isinstance(activation, str):
+    return activation
+  if activation not in ACTIVATIONS:
+    raise ValueError(f"unknown activation {activation!r}; known: {sorted(ACTIVATIONS)}")
+  return ACTIVATIONS[activation]
+
+
 def _checked_settings(module: nn.Module, sizes: str) -> Callable[[jax.Array], jax.Array]:
   """The activation function of a `HaimMLP` or `ConvNet` ``module``, after checking its
   settings: the activation (a name of `ACTIVATIONS` or a callable), the layer sizes
@@ -100,13 +113,7 @@ def _checked_settings(module: nn.Module, sizes: str) -> Callable[[jax.Array], ja
   Raises:
     ValueError: naming the setting that is wrong.
   """
-  if isinstance(module.activation, str):
-    if module.activation not in ACTIVATIONS:
-      raise ValueError(
-          f"unknown activation {module.activation!r}; known: {sorted(ACTIVATIONS)}")
-    act = ACTIVATIONS[module.activation]
-  else:
-    act = module.activation
+  act = activation_function(module.activation)
   values = getattr(module, sizes)
   if not values or any(v <= 0 for v in values):
     raise ValueError(f"{sizes} must be a non-empty tuple of positive ints, got {values}")
@@ -443,13 +450,7 @@ class Sequential(nn.Module):
         dense layer before it, a last layer that is not dense with num_outputs outputs, an
         unknown activation, a window larger than its padded map.
     """
-    if isinstance(self.activation, str):
-      if self.activation not in ACTIVATIONS:
-        raise ValueError(
-            f"unknown activation {self.activation!r}; known: {sorted(ACTIVATIONS)}")
-      act = ACTIVATIONS[self.activation]
-    else:
-      act = self.activation
+    act = activation_function(self.activation)
     parsed = [parse_layer(spec) for spec in self.layers]
     if not parsed or parsed[-1][0] != "dense" or parsed[-1][1]["out"] != (self.num_outputs,):
       raise ValueError(f"layers {self.layers}: the last must be a dense layer with "
