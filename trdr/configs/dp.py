@@ -31,11 +31,9 @@ Variants: "cpu" (affine n = 100 in float64, MLP n = 100 of widths (256, 256) in 
 (affine n = 40, MLP n = 10 of widths (32, 32), both float64; ε ∈ {1, 100}; k ∈ {1, 2}; two
 seeds; for tests). The prior-aware trials: 402 per victim and level at ":cpu" (134 per
 seed; the MLP's at n = 20, widths (32, 32): ``prior_aware.resize``), 18 at ":smoke".
-Expected runtime: ":cpu" was about 12 minutes on a 2-core CPU (AVX2) before the
-prior-aware rows and jax-privacy's clipping; on a 2-core machine shared with other jobs
-the prior-aware rows took about 8 minutes and the :cpu MLP's DP-SGD training 4 to 8
-minutes per victim (15 victims), so the whole run takes well over 45 minutes there;
-":smoke" about 11 minutes there. Rows are written as they finish and reused by a rerun.
+Expected runtime: ":cpu" over 45 minutes on 2 cores (the MLP's DP-SGD training
+dominates). Rows are written as they finish
+and reused by a rerun.
 """
 
 import ml_collections
@@ -122,11 +120,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.prior_aware.k_max = 10
   config.prior_aware.halfwidth = 0.25 if smoke else 0.05
   config.prior_aware.batch = 9 if smoke else 45
-  # Each trial replays the T steps with n − 1 + K per-example gradients. The :cpu MLP
-  # (n = 100, widths (256, 256)) took 36 s per trial on the shared 2-core machine (B = 20
-  # trials vmapped): 2,010 trials would take 20 hours. Its prior-aware rows use a smaller
-  # MLP of the same recipe (T, C, lr; σ, hence ε and μ, do not depend on n); the page
-  # says so beside the rows.
+  # Each trial replays the T steps with n − 1 + K per-example gradients, which at the
+  # :cpu MLP (n = 100, widths (256, 256)) and 2,010 trials is hours on a CPU. Its
+  # prior-aware rows use a smaller MLP of the same recipe (T, C, lr; σ, hence ε and μ, do
+  # not depend on n); the page says so beside the rows.
   config.prior_aware.resize = ml_collections.ConfigDict(
       {"haim_mlp": {"n_per_class": 10}} if smoke else
       {"haim_mlp": {"n_per_class": 10, "widths": (32, 32)}})
