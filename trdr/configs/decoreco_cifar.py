@@ -136,6 +136,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # windows the counts are also reported at: 3, Haim et al.'s (kornia ssim(window_size=3)).
   config.eval.ssim_window = 11
   config.eval.count_windows = (3,)
+  # Also count as Haim et al.'s notebook does (summary.json's reconstructed_haim, the start
+  # images' beside): each training image's match by NCC at ½ resolution (no one-to-one
+  # constraint), its SSIM by kornia's window-3 convention (trdr/evaluation/haim_match.py).
+  config.eval.haim_protocol = False
   # The metrics recorded at each reconstruction's nearest image of every set ({set}_{metric};
   # landscape records {metric}_to_{set}) and the metric that finds it: names of
   # trdr/evaluation/registry.py's METRICS.

@@ -18,7 +18,7 @@ import numpy as np
 from absl import logging
 
 from trdr.attacks import init as inits
-from trdr.evaluation import evaluate, records, registry
+from trdr.evaluation import evaluate, haim_match, records, registry
 from trdr.experiment import results as results_npz
 from trdr.experiment.phases import (BEST_FILE, LANDSCAPE_FILE, MEMBERSHIP_FILE, SUMMARY_FILE,
                                     SWEEP_FILE, Attacked, Finished, Prepared, attack_phase,
@@ -117,10 +117,28 @@ def write_attack(run: Prepared, attacked: Attacked, workdir: str) -> Finished:
     summary.update(records.per_class_counts(results, task.train_labels, thresholds))
     summary.update(ssim_window=config.eval.ssim_window, mean_best_ssim=float(np.mean(best)),
                    **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})
+  if config.eval.get("haim_protocol", False):
+    summary.update(haim_protocol_counts(results, thresholds))
   phase_done(summary, "evaluation", began)
   rundir.finish(workdir, SUMMARY_FILE, summary)
   logging.info("Attack: %s", summary.get("reconstructed"))
   return Finished(workdir, summary)
+
+
+def haim_protocol_counts(results: dict, thresholds) -> dict[str, dict]:
+  """Haim et al.'s evaluation protocol (`trdr.evaluation.haim_match.protocol`) of one run's
+  final and (the baseline) start images, counted at each SSIM threshold: {"reconstructed_haim":
+  {"ssim_ge_0.4": count, ...}, "start_reconstructed_haim": {...}} (``eval.haim_protocol``)."""
+  out = {}
+  for prefix, key in (("", "final_images"), (evaluate.START, "initial_images")):
+    if not np.all(np.isfinite(results[key])):  # their NCC and scaling have no value there
+      logging.warning("eval.haim_protocol: %s has non-finite pixels; not counted", key)
+      out[prefix + "reconstructed_haim"] = None
+      continue
+    found = haim_match.protocol(results[key], results["train_images"], results["mean"])
+    out[prefix + "reconstructed_haim"] = {f"ssim_ge_{t:g}": int(np.sum(found.ssim >= t))
+                                          for t in thresholds}
+  return out
 
 
 def sweep(run: Prepared, workdir: str) -> Finished:

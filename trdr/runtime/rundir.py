@@ -91,7 +91,9 @@ ADDED_KEYS = {"victim.init": "default", "victim.later_init": "flax", "victim.flo
               "data.training_set": None, "attack.stop_loss": 0.0, "attack.stop_grad_norm": 0.0,
               "attack.autodiff_order": "reverse_over_reverse",
               # trdr.evaluation.registry's defaults: the evaluation before the registry.
-              "eval.metrics": ["ssim", "l2"], "eval.nearest": "ssim"}
+              "eval.metrics": ["ssim", "l2"], "eval.nearest": "ssim",
+              # Haim et al.'s evaluation protocol beside trdr's counts: off before it existed.
+              "eval.haim_protocol": False}
 
 
 def added_key(key: str, value: Any) -> bool:
