@@ -106,3 +106,26 @@ def test_protocol_rejects_bad_input():
     haim_match.protocol(train, train, mean[:16])
   with pytest.raises(ValueError, match="no image"):
     haim_match.protocol(train[:0], train, mean)
+
+
+def test_summary_counts_the_final_and_the_start_images():
+  """eval.haim_protocol's summary.json entries (`modes.haim_protocol_counts`): `protocol`'s
+  count at each threshold, for the reconstructions and (the baseline) the start images; a
+  saved config without the key is the same run as one with it off."""
+  from trdr.experiment import modes  # pylint: disable=g-import-not-at-top
+  from trdr.runtime import rundir  # pylint: disable=g-import-not-at-top
+  train, mean = _task()
+  rng = np.random.default_rng(4)
+  starts = rng.normal(0.0, 0.3, (3,) + train.shape[1:]).astype(np.float32)
+  finals = np.stack([starts[0], train[0] + 0.3, 2.5 * train[2]]).astype(np.float32)
+  results = {"final_images": finals, "initial_images": starts, "train_images": train,
+             "mean": mean}
+  out = modes.haim_protocol_counts(results, (0.3, 0.4, 0.5))
+  for key, images in (("reconstructed_haim", finals), ("start_reconstructed_haim", starts)):
+    sims = haim_match.protocol(images, train, mean).ssim
+    assert out[key] == {f"ssim_ge_{t:g}": int(np.sum(sims >= t)) for t in (0.3, 0.4, 0.5)}
+  assert out["reconstructed_haim"]["ssim_ge_0.4"] >= 2  # the duplicates' shifted copy
+  diverged = dict(results, final_images=np.full_like(finals, np.nan))
+  assert modes.haim_protocol_counts(diverged, (0.4,))["reconstructed_haim"] is None
+  assert rundir.config_change({"eval": {}}, {"eval": {"haim_protocol": False}}) == ""
+  assert rundir.config_change({"eval": {}}, {"eval": {"haim_protocol": True}}) != ""
