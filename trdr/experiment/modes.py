@@ -122,6 +122,9 @@ def write_attack(run: Prepared, attacked: Attacked, workdir: str) -> Finished:
   phase_done(summary, "evaluation", began)
   rundir.finish(workdir, SUMMARY_FILE, summary)
   logging.info("Attack: %s", summary.get("reconstructed"))
+  if "reconstructed_haim" in summary:
+    logging.info("Haim et al.'s protocol: %s (start images: %s)", summary["reconstructed_haim"],
+                 summary[evaluate.START + "reconstructed_haim"])
   return Finished(workdir, summary)
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from trdr import experiment
 from trdr.attacks import init as inits
-from trdr.evaluation import evaluate, records
+from trdr.evaluation import evaluate, haim_match, records
 from trdr.evaluation.evaluate import START
 from trdr.report import artefacts
 from trdr.report.runs import LANDSCAPE_ATTACKS, VICTIMS
@@ -174,7 +174,9 @@ def comparable_records(run_dir: str) -> list[dict]:
 def counts(summaries: dict) -> list[dict]:
   """Training images reconstructed by each DecoReco run on both scales: SSIM-nearest
   reconstruction vs Haim et al.'s best buddies, at every SSIM window the run counted with
-  (`trdr.evaluation.evaluate.reconstructions`), beside the same counts of its start images.
+  (`trdr.evaluation.evaluate.reconstructions`), and, where the run set eval.haim_protocol, Haim
+  et al.'s whole protocol (`trdr.evaluation.haim_match.protocol`: window 3), beside the same
+  counts of its start images.
 
   Returns:
     Rows {run, matching, window, counts: {"ssim_ge_t": int}, start: {...}, n_train}.
@@ -183,6 +185,12 @@ def counts(summaries: dict) -> list[dict]:
   for name, summary in summaries.items():
     window = summary.get("ssim_window", evaluate.SSIM_WINDOW)
     for key in summary:
+      if key == "reconstructed_haim" and summary[key] is not None:
+        rows.append({"run": name, "window": haim_match.KORNIA_WINDOW,
+                     "matching": "Haim et al.'s protocol (NCC match, kornia SSIM)",
+                     "counts": summary[key], "start": summary[START + key],
+                     "n_train": summary["n_train"]})
+        continue
       base, _, suffix = key.partition("_w")
       if base not in ("reconstructed", "reconstructed_best_buddies"):
         continue

@@ -71,7 +71,12 @@ def counts_markdown(rows: list[dict]) -> list[str]:
            "its SSIM-nearest reconstruction, or to its best buddy (Haim et al.'s mutual "
            "nearest neighbours under their NCC distance), reaches t; SSIM with an 11×11 "
            "window (dm-pix's default) and a 3×3 window (Haim et al.'s counts; theirs pads "
-           "'same', ours 'valid'). In parentheses: the same count for the start images.", "",
+           "'same', ours 'valid')." + (
+               " Haim et al.'s protocol: every training image's NCC-nearest reconstruction "
+               "at ½ resolution (no one-to-one constraint), min–max scaled, kornia's 3×3 "
+               "SSIM ('same', reflected borders)." if any(
+                   r["matching"].startswith("Haim") for r in rows) else "")
+           + " In parentheses: the same count for the start images.", "",
            "| run | matching | window | n | " + " | ".join(
                f"SSIM ≥ {k.removeprefix('ssim_ge_')}" for k in levels) + " |",
            "|---|---|---:|---:|" + "---:|" * len(levels)]
