@@ -129,3 +129,13 @@ def test_summary_counts_the_final_and_the_start_images():
   assert modes.haim_protocol_counts(diverged, (0.4,))["reconstructed_haim"] is None
   assert rundir.config_change({"eval": {}}, {"eval": {"haim_protocol": False}}) == ""
   assert rundir.config_change({"eval": {}}, {"eval": {"haim_protocol": True}}) != ""
+  # The report's counts table carries the protocol's row, its start count beside.
+  from trdr.report import evidence, markdown  # pylint: disable=g-import-not-at-top
+  summary = {"n_train": len(train), "reconstructed": {"ssim_ge_0.4": 0},
+             "start_reconstructed": {"ssim_ge_0.4": 0}, **out}
+  rows = evidence.counts({"run": summary})
+  haim = [r for r in rows if r["matching"].startswith("Haim et al.'s protocol")]
+  assert len(haim) == 1 and haim[0]["window"] == 3
+  assert haim[0]["counts"] == out["reconstructed_haim"]
+  assert haim[0]["start"] == out["start_reconstructed_haim"]
+  assert any("Haim et al.'s protocol" in line for line in markdown.counts_markdown(rows))
