@@ -131,8 +131,8 @@ def test_summary_counts_the_final_and_the_start_images():
   assert rundir.config_change({"eval": {}}, {"eval": {"haim_protocol": True}}) != ""
   # The report's counts table carries the protocol's row, its start count beside.
   from trdr.report import evidence, markdown  # pylint: disable=g-import-not-at-top
-  summary = {"n_train": len(train), "reconstructed": {"ssim_ge_0.4": 0},
-             "start_reconstructed": {"ssim_ge_0.4": 0}, **out}
+  zero = {f"ssim_ge_{t:g}": 0 for t in (0.3, 0.4, 0.5)}
+  summary = {"n_train": len(train), "reconstructed": zero, "start_reconstructed": zero, **out}
   rows = evidence.counts({"run": summary})
   haim = [r for r in rows if r["matching"].startswith("Haim et al.'s protocol")]
   assert len(haim) == 1 and haim[0]["window"] == 3
