@@ -84,7 +84,7 @@ def truth_candidates(train_images, train_labels, candidate_labels) -> np.ndarray
     slots = np.flatnonzero(wanted == value)
     pool = np.flatnonzero(labels == value)
     if not pool.size:
-      raise ValueError(f"candidate label {value!r} has no training image (training labels: "
+      raise ValueError(f"candidate label {value.item()!r} has no training image (training labels: "
                        f"{sorted(np.unique(labels).tolist())})")
     out[slots] = images[pool[np.arange(len(slots)) % len(pool)]]
   return out
@@ -177,23 +177,32 @@ def _attack_loss(target, attack_config, labels) -> tuple[Callable, Callable]:
   return loss, prior
 
 
-def loss_at(target, attack_config, labels, images, *, max_iter: int = 500,
-            tol: float = 1e-9) -> dict:
-  """The attack's loss at fixed ``images`` float[m, H, W, C] with λ fitted (`fit_lambdas`
-  from λ = 1/2, the mean of the attack's U(0, 1) draw).
+def loss_at(target, attack_config, labels, *images, max_iter: int = 500,
+            tol: float = 1e-9) -> list[dict]:
+  """The attack's loss at each of the fixed ``images`` (each float[m, H, W, C]) with λ
+  fitted as `fit_lambdas` fits it (from λ = 1/2, the mean of the attack's U(0, 1) draw);
+  one compiled solve for all of them (the images are its argument, not constants).
 
   Returns:
-    {"loss": L(x, λ*), "residual": its residual term alone (L minus the pixel and λ
-    priors), "lambda_fit_grad_norm": ||∂L/∂λ|| at λ*, "lambdas": λ* float[m] (an array)}.
+    One dict per image set: {"loss": L(x, λ*), "residual": its residual term alone (L minus
+    the pixel and λ priors), "lambda_fit_grad_norm": ||∂L/∂λ|| at λ*, "lambdas": λ*
+    float[m] (an array)}.
   """
   loss, prior = _attack_loss(target, attack_config, labels)
-  images = jnp.asarray(images)
-  lambdas, value, grad_norm = fit_lambdas(lambda lam: loss(images, lam),
-                                          jnp.full(images.shape[:1], 0.5, images.dtype),
-                                          max_iter=max_iter, tol=tol)
-  residual = value - float(prior(images, lambdas))
-  return {"loss": value, "residual": residual, "lambda_fit_grad_norm": grad_norm,
-          "lambdas": lambdas}
+
+  @jax.jit
+  def fit(x):
+    lambdas, info = solver.minimize_energy(lambda lam: loss(x, lam),
+                                           jnp.full(x.shape[:1], 0.5, x.dtype),
+                                           max_iter=max_iter, tol=tol, memory_size=20)
+    return lambdas, loss(x, lambdas), prior(x, lambdas), info.grad_norm
+
+  out = []
+  for x in images:
+    lambdas, value, penalty, grad_norm = fit(jnp.asarray(x))
+    out.append({"loss": float(value), "residual": float(value - penalty),
+                "lambda_fit_grad_norm": float(grad_norm), "lambdas": lambdas})
+  return out
 
 
 def diagnose(target, attack_config, labels, task, *, history: dict, images, steps: int,
@@ -227,18 +236,19 @@ def diagnose(target, attack_config, labels, task, *, history: dict, images, step
     with a final image at SSIM ≥ the level, the run's window and window 3), "n",
     "diverged"}, "ssim_level", "seconds", and `verdict`'s keys}}. The verdict compares the
     truth's loss with the lower of loss_reached and loss_reached_lambda_fitted, so that
-    both sides have λ at its best.
+    both sides have λ at its best (a non-finite one left out; both: +inf, a search that
+    diverged is lower than nothing).
   """
   del key
   began = time.time()
   a = attack_config
   labels = jnp.asarray(labels)
   x_true = jnp.asarray(truth_candidates(task.train_images, task.train_labels, labels), dtype)
-  at_truth = loss_at(target, a, labels, x_true)
+  reached_images = jnp.asarray(np.asarray(images)[0], dtype)
+  at_truth, at_reached = loss_at(target, a, labels, x_true, reached_images)
   objective = np.asarray(history[next(iter(history))], np.float64)
   finite = objective[:, -1][np.isfinite(objective[:, -1])]
   loss_reached = float(np.min(finite)) if finite.size else float("nan")
-  at_reached = loss_at(target, a, labels, jnp.asarray(np.asarray(images)[0], dtype))
   logging.info("Truth diagnostic: the attack's loss at the true training images %.6g "
                "(residual %.6g, λ fitted to ||∂L/∂λ|| %.3g), reached from its starts %.6g "
                "(%.6g with λ fitted); running the attack from the truth for %d steps...",
@@ -256,11 +266,16 @@ def diagnose(target, attack_config, labels, task, *, history: dict, images, step
          "lambda_fit_grad_norm": at_truth["lambda_fit_grad_norm"],
          "loss_reached": loss_reached, "loss_reached_lambda_fitted": at_reached["loss"],
          "truth_start": truth_start_summary, "ssim_level": level,
-         **verdict(at_truth["loss"], float(np.nanmin([loss_reached, at_reached["loss"]])),
-                   kept["kept"], n)}
+         **verdict(at_truth["loss"], _lower(loss_reached, at_reached["loss"]), kept["kept"], n)}
   out["seconds"] = time.time() - began
   logging.info("Truth diagnostic: %s (%s)", out["verdict"], headline(out))
   return {"truth": out}
+
+
+def _lower(*losses: float) -> float:
+  """The least finite loss; +inf when none is (a search that diverged reached nothing)."""
+  finite = [v for v in losses if np.isfinite(v)]
+  return min(finite) if finite else float("inf")
 
 
 def headline(truth: dict) -> str:
