@@ -187,8 +187,11 @@ def reevaluate(run_dir: str, images: np.ndarray, workdir: str) -> Finished:
         grid(images), {k: grid(saved[k]) for k in outputs},
         evaluate.comparison_sets(run.task, starts.extra.get("noise_images"),
                                  public=config.eval.public_set),
+        # θ*'s premise and the attack's truth diagnostic (of the run's own attack, from its
+        # history: carried over as the history is) are the run's.
         {**{k: summary[k] for k in ("victim", "attack", "attack_seconds", "kkt_premise",
-                                    "phase_seconds", "hyperparameters") if k in summary},
+                                    "truth", "phase_seconds", "hyperparameters")
+            if k in summary},
          "reevaluated": os.path.abspath(run_dir)})
     building = workdir.rstrip(os.sep) + ".reevaluating"
     shutil.rmtree(building, ignore_errors=True)   # a failed call's leftover
