@@ -19,6 +19,7 @@ import pytest
 from trdr import data, models, victim
 from trdr.attacks import decoreco, truth
 from trdr.configs import decoreco_cifar
+from trdr.experiment import phases
 
 # The victims: n = 4 CIFAR images (d = 3072), one hidden layer of 16: p = 3072·16 + 16 + 16 =
 # 49,184 parameters against d·n = 12,288 unknown pixels and d·m = 24,576 for the attack's
@@ -82,25 +83,32 @@ def _labels(task):
   return jnp.concatenate([-jnp.ones(n), jnp.ones(n)])   # m = 2n, −1 then +1 (the recipe)
 
 
-def _diagnose(model, params, task, tmp_path):
-  """The attack from Gaussian starts (as a run's), then the diagnostic on its history."""
+def _diagnose(model, params, task):
+  """The attack from Gaussian starts (as a run's), then the diagnostic on its history, with
+  the run's scoring (`phases.truth_scores`) and its steps under `lax.scan` (the runner's
+  checkpointed loop runs the same steps: tests/test_truth.py's runner test)."""
   a = _attack_config()
   target = _victim(model, params)
   labels = _labels(task)
   attack = decoreco.build(target, a, labels)
+
+  def run(attack, states):
+    states, metrics = jax.jit(jax.vmap(lambda s: jax.lax.scan(
+        lambda c, _: attack.step(c), s, None, length=STEPS)))(states)
+    return states, {"loss": np.asarray(metrics.loss)}
+
   x0 = a.init_scale * jax.random.normal(jax.random.key(1), (len(labels),
                                                             *task.train_images.shape[1:]))
-  state = attack.init(x0, jax.random.key(2))
-  state, metrics = jax.jit(lambda s: jax.lax.scan(lambda c, _: attack.step(c), s, None,
-                                                  length=STEPS))(state)
-  ev = ml_collections.ConfigDict(dict(ssim_window=11, ssim_chunk_size=500))
-  return truth.diagnose(target, a, labels, task, history={"loss": np.asarray(metrics.loss)[None]},
-                        images=np.asarray(attack.images(state))[None], steps=STEPS,
-                        eval_config=ev, workdir=str(tmp_path / "truth_start"),
-                        dtype=jnp.float64)["truth"]
+  states, history = run(attack, jax.tree.map(lambda v: v[None],
+                                             attack.init(x0, jax.random.key(2))))
+  e = ml_collections.ConfigDict(dict(ssim_window=11, ssim_chunk_size=500))
+  score = lambda x, starts, display: phases.truth_scores(x, starts, task, display=display, e=e)
+  return truth.diagnose(target, a, labels, task, history=history,
+                        images=np.asarray(attack.images(states)), dtype=jnp.float64,
+                        run=run, score=score)["truth"]
 
 
-def test_a_victim_whose_truth_minimises_the_objective_reads_search(x64, task, model, tmp_path):
+def test_a_victim_whose_truth_minimises_the_objective_reads_search(x64, task, model):
   """θ* a zero of ∇̃E: with m = 2n candidates, every image twice at λ_i = σ(−y_i Φ_i),
   (1/m) Σ_j λ_j y_j ∇̃Φ_j = (1/n) Σ_i λ_i y_i ∇̃Φ_i, so the attack's residual
   ||wd θ* − (1/m) Σ_j λ_j y_j ∇̃Φ_j||² is exactly ||∇̃E(θ*)||², and its priors vanish (true
@@ -132,7 +140,7 @@ def test_a_victim_whose_truth_minimises_the_objective_reads_search(x64, task, mo
   at_true_lambdas = float(loss_and_grad(candidates, true_lambdas, ALPHA, 0.05)[0])
   np.testing.assert_allclose(at_true_lambdas, stationarity ** 2, rtol=1e-6)
 
-  out = _diagnose(model, theta, task, tmp_path)
+  out = _diagnose(model, theta, task)
   # λ* minimises a convex function that is at_true_lambdas at λ_true: no higher, but for
   # the solver's last step (its gradient ≤ 1e-9: a change below 1e-15 in the loss).
   assert out["loss_at_truth"] <= at_true_lambdas + 1e-15
@@ -144,7 +152,7 @@ def test_a_victim_whose_truth_minimises_the_objective_reads_search(x64, task, mo
   assert "Search failure" in out["reading"]
 
 
-def test_a_random_theta_reads_objective(x64, task, model, tmp_path):
+def test_a_random_theta_reads_objective(x64, task, model):
   """θ* at its random initialisation holds nothing of the training images: they are a
   generic point of the attack's loss, not stationary (the run started there descends: its
   loss falls below the truth's), so a descent from noise reaches below them as well (the
@@ -157,7 +165,7 @@ def test_a_random_theta_reads_objective(x64, task, model, tmp_path):
   "stays" alone never makes the verdict "search"."""
   theta0 = models.init_params(model, jax.random.key(0), task.train_images.shape[1:],
                               jnp.float64)
-  out = _diagnose(model, theta0, task, tmp_path)
+  out = _diagnose(model, theta0, task)
   assert out["truth_start"]["loss"] < out["loss_at_truth"]
   assert not out["truth_lower"], out
   assert out["verdict"] == "objective"

@@ -31,19 +31,15 @@ objective, whose floor is not comparable with the attack's loss.
 `trdr.experiment` through `trdr.attacks.protocol.AttackKind.truth` after the attack.
 """
 
-import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
-from trdr import data
 from trdr.attacks import decoreco
-from trdr.evaluation import evaluate, ssim
-from trdr.runtime import rundir
 from trdr.victim import solver
 
 # The truth-start run's directory inside the run directory: its checkpoint and metrics.jsonl
@@ -54,6 +50,16 @@ TRUTH_DIR = "truth_start"
 SSIM_LEVEL = 0.4
 # Haim et al.'s SSIM window, at which "kept_w3" counts beside the run's own window.
 HAIM_WINDOW = 3
+
+# What the runner (`trdr.experiment`, a later stage than the attacks) lends `diagnose`:
+#   RunFn:   (attack `trdr.attacks.protocol.Attack`, states with a leading grid axis of 1)
+#            -> (final states, history {metric: float[1, steps]}), the run's checkpointed
+#            loop for its steps (`trdr.experiment.loop.run` in its own directory);
+#   ScoreFn: (images float[m, H, W, C], starts float[m, H, W, C], display) ->
+#            {"ssim_to_start", "kept", "kept_w3", ...}, the run's evaluation of them
+#            (`trdr.experiment.phases.truth_scores`).
+RunFn = Callable[[Any, Any], tuple[Any, dict]]
+ScoreFn = Callable[[np.ndarray, np.ndarray, str], dict]
 
 
 def truth_candidates(train_images, train_labels, candidate_labels) -> np.ndarray:
@@ -205,8 +211,8 @@ def loss_at(target, attack_config, labels, *images, max_iter: int = 500,
   return out
 
 
-def diagnose(target, attack_config, labels, task, *, history: dict, images, steps: int,
-             eval_config, workdir: str, dtype, key=None) -> dict:
+def diagnose(target, attack_config, labels, task, *, history: dict, images, dtype,
+             run: RunFn, score: ScoreFn, key=None) -> dict:
   """The truth diagnostic of one DecoReco run (module docstring), logged in one line.
 
   Args:
@@ -214,30 +220,25 @@ def diagnose(target, attack_config, labels, task, *, history: dict, images, step
     attack_config: the run's attack section, as the attack was built from (its settings
       applied: `trdr.experiment.attack_config`).
     labels: float[m] (±1) or int[m], the attack's candidates' labels.
-    task: the run's `trdr.data.Task`; its training set is θ*'s (the caller checks).
+    task: the run's `trdr.data.Task`; its training set is θ*'s (the caller checks:
+      `training_set_known`).
     history: the run's loss history {metric: float[G, steps]} (`trdr.experiment.loop.run`;
       the first metric is the attack's objective before each step).
     images: float[G, m, H, W, C], the attack's final images (victim input space).
-    steps: the run's attack steps, run again from the truth.
-    eval_config: the run's eval section: ssim_window, ssim_chunk_size and, if set,
-      ssim_level (else `SSIM_LEVEL`).
-    workdir: the truth-start run's directory (created; a checkpoint there of this same
-      run is resumed: the caller's run directory holds one config only).
     dtype: the run's float dtype.
+    run: `RunFn`, the run's loop for its steps (the truth-start run).
+    score: `ScoreFn`, the run's evaluation of the truth-start run's images.
     key: the key of the attack's λ draw; unused (the truth start takes λ* instead).
   Returns:
     {"truth": {"loss_at_truth", "residual_at_truth", "lambda_fit_grad_norm",
     "loss_reached" (the attack's objective before its last step, the history's last
     value, at its own λ; the minimum over G starts), "loss_reached_lambda_fitted" (the
     attack's loss at its final images with λ fitted as at the truth; the first start's),
-    "truth_start": {"loss" (its objective before its last step), "ssim_to_start" (mean over
-    the candidates of the SSIM of each final image to its start, both as the run displays
-    them, the run's SSIM window), "kept", "kept_w3" (training images that are best buddies
-    with a final image at SSIM ≥ the level, the run's window and window 3), "n",
-    "diverged"}, "ssim_level", "seconds", and `verdict`'s keys}}. The verdict compares the
-    truth's loss with the lower of loss_reached and loss_reached_lambda_fitted, so that
-    both sides have λ at its best (a non-finite one left out; both: +inf, a search that
-    diverged is lower than nothing).
+    "truth_start": {"loss" (its objective before its last step), "ssim_to_start",
+    "kept", "kept_w3" (`ScoreFn`), "n", "diverged"}, "seconds", and `verdict`'s keys}}. The
+    verdict compares the truth's loss with the lower of loss_reached and
+    loss_reached_lambda_fitted, so that both sides have λ at its best (a non-finite one
+    left out; both: +inf, a search that diverged is lower than nothing).
   """
   del key
   began = time.time()
@@ -251,21 +252,22 @@ def diagnose(target, attack_config, labels, task, *, history: dict, images, step
   loss_reached = float(np.min(finite)) if finite.size else float("nan")
   logging.info("Truth diagnostic: the attack's loss at the true training images %.6g "
                "(residual %.6g, λ fitted to ||∂L/∂λ|| %.3g), reached from its starts %.6g "
-               "(%.6g with λ fitted); running the attack from the truth for %d steps...",
+               "(%.6g with λ fitted); running the attack from the truth...",
                at_truth["loss"], at_truth["residual"], at_truth["lambda_fit_grad_norm"],
-               loss_reached, at_reached["loss"], steps)
-  start = truth_start(target, a, labels, x_true, at_truth["lambdas"], steps=steps,
-                      workdir=workdir)
-  level = float(eval_config.get("ssim_level", SSIM_LEVEL))
-  kept = kept_counts(start["images"], x_true, task, display=start["display"], level=level,
-                     window=int(eval_config.ssim_window),
-                     chunk_size=int(eval_config.ssim_chunk_size))
+               loss_reached, at_reached["loss"])
+  attack = decoreco.build(target, a, labels)
+  state = attack.init(x_true, jax.random.key(0))   # the λ drawn here is replaced by λ*
+  state = state._replace(attack=decoreco.init_state(
+      x_true, jnp.asarray(at_truth["lambdas"], x_true.dtype)))
+  states, start_history = run(attack, jax.tree.map(lambda v: v[None], state))
+  start_loss = float(np.asarray(start_history[next(iter(start_history))])[0, -1])
+  kept = score(np.asarray(attack.images(states))[0], np.asarray(x_true), attack.display)
   n = int(len(task.train_images))
-  truth_start_summary = {"loss": start["loss"], **kept, "n": n, "diverged": start["diverged"]}
   out = {"loss_at_truth": at_truth["loss"], "residual_at_truth": at_truth["residual"],
          "lambda_fit_grad_norm": at_truth["lambda_fit_grad_norm"],
          "loss_reached": loss_reached, "loss_reached_lambda_fitted": at_reached["loss"],
-         "truth_start": truth_start_summary, "ssim_level": level,
+         "truth_start": {"loss": start_loss, **kept, "n": n,
+                         "diverged": not np.isfinite(start_loss)},
          **verdict(at_truth["loss"], _lower(loss_reached, at_reached["loss"]), kept["kept"], n)}
   out["seconds"] = time.time() - began
   logging.info("Truth diagnostic: %s (%s)", out["verdict"], headline(out))
@@ -287,63 +289,12 @@ def headline(truth: dict) -> str:
           f"{t['kept_w3']}).")
 
 
-def truth_start(target, attack_config, labels, x_true, lambdas, *, steps: int,
-                workdir: str) -> dict:
-  """The attack (`decoreco.build`, the run's settings) started at (x_true, λ) and run for
-  ``steps`` steps in the checkpointed loop (`trdr.experiment.loop.run`) in ``workdir``.
-
-  Returns:
-    {"images": float[m, H, W, C] final images, "loss": the objective before the last step,
-    "diverged": whether it is not finite, "display": the attack's display}.
-  """
-  from trdr.experiment import loop  # noqa: PLC0415  (trdr.experiment imports the attacks)
-  a = attack_config
-  attack = decoreco.build(target, a, labels)
-  state = attack.init(x_true, jax.random.key(0))
-  state = state._replace(attack=decoreco.init_state(x_true, jnp.asarray(lambdas, x_true.dtype)))
-  states = jax.tree.map(lambda v: v[None], state)
-  os.makedirs(workdir, exist_ok=True)
-  resume = os.path.exists(os.path.join(workdir, rundir.CHECKPOINT_FILE))
-  states, history, _ = loop.run(attack, states, steps=steps, log_every=a.log_every,
-                                grid_batch_size=a.grid_batch_size, workdir=workdir,
-                                resume=resume, stop_on_divergence=False,
-                                checkpoint_every=a.checkpoint_every)
-  loss = float(np.asarray(history[next(iter(history))])[0, -1])
-  return {"images": np.asarray(attack.images(states))[0], "loss": loss,
-          "diverged": not np.isfinite(loss), "display": attack.display}
-
-
-def kept_counts(images, starts, task, *, display: str, level: float, window: int,
-                chunk_size: int = 500) -> dict:
-  """How the truth-start run's ``images`` float[m, H, W, C] compare with their ``starts``
-  (the true images as candidates) and the training set.
-
-  Returns:
-    {"ssim_to_start": mean over candidates of SSIM(image, its start), both displayed as
-    the run displays ("minmax" for DecoReco), window ``window``; "kept", "kept_w3":
-    training images that are best buddies (Haim et al.'s NCC matching) with an image at
-    SSIM ≥ ``level``, windows ``window`` and `HAIM_WINDOW`, as the run's counts
-    "reconstructed_best_buddies" are computed (`trdr.evaluation.evaluate.reconstructions`)}.
-  """
-  mean = task.mean if np.size(task.mean) else None
-  shown = evaluate.to_display(np.asarray(images), mean, display)
-  shown_start = evaluate.to_display(np.asarray(starts), mean, display)
-  to_start = float(np.mean(np.asarray(ssim.ssim(shown, shown_start, filter_size=window))))
-  train = np.asarray(data.to_pixels(task.train_images, mean))
-  ev = evaluate.reconstructions(images, mean, {"train": train}, display=display,
-                                thresholds=(level,), chunk_size=chunk_size,
-                                ssim_window=window, count_windows=(HAIM_WINDOW,))
-  kept = int(ev["count_best_buddies_ssim_ge"][0])
-  kept_w3 = int(ev.get(f"count_best_buddies_ssim_ge_w{HAIM_WINDOW}",
-                       ev["count_best_buddies_ssim_ge"])[0])
-  return {"ssim_to_start": to_start, "kept": kept, "kept_w3": kept_w3}
-
-
 def training_set_known(config) -> bool:
   """Whether the run's task holds θ*'s exact training set: θ* trained by trdr (no
   ``victim.load``), or a θ* file with the user's training set (``data.training_set``)."""
   return not config.victim.get("load") or bool(config.data.get("training_set"))
 
 
-__all__ = ["SSIM_LEVEL", "TRUTH_DIR", "diagnose", "fit_lambdas", "headline", "kept_counts",
-           "loss_at", "training_set_known", "truth_candidates", "truth_start", "verdict"]
+__all__ = ["HAIM_WINDOW", "SSIM_LEVEL", "TRUTH_DIR", "RunFn", "ScoreFn", "diagnose",
+           "fit_lambdas", "headline", "loss_at", "training_set_known", "truth_candidates",
+           "verdict"]
