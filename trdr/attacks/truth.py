@@ -191,7 +191,8 @@ def loss_at(target, attack_config, labels, *images, max_iter: int = 500,
 
   Returns:
     One dict per image set: {"loss": L(x, λ*), "residual": its residual term alone (L minus
-    the pixel and λ priors), "lambda_fit_grad_norm": ||∂L/∂λ|| at λ*, "lambdas": λ*
+    the pixel and λ priors), "lambda_fit_grad_norm": ||∂L/∂λ|| at λ*,
+    "lambda_fit_iterations": the L-BFGS iterations it took, "lambdas": λ*
     float[m] (an array)}.
   """
   loss, prior = _attack_loss(target, attack_config, labels)
@@ -201,13 +202,14 @@ def loss_at(target, attack_config, labels, *images, max_iter: int = 500,
     lambdas, info = solver.minimize_energy(lambda lam: loss(x, lam),
                                            jnp.full(x.shape[:1], 0.5, x.dtype),
                                            max_iter=max_iter, tol=tol, memory_size=20)
-    return lambdas, loss(x, lambdas), prior(x, lambdas), info.grad_norm
+    return lambdas, loss(x, lambdas), prior(x, lambdas), info.grad_norm, info.num_iter
 
   out = []
   for x in images:
-    lambdas, value, penalty, grad_norm = fit(jnp.asarray(x))
+    lambdas, value, penalty, grad_norm, iterations = fit(jnp.asarray(x))
     out.append({"loss": float(value), "residual": float(value - penalty),
-                "lambda_fit_grad_norm": float(grad_norm), "lambdas": lambdas})
+                "lambda_fit_grad_norm": float(grad_norm),
+                "lambda_fit_iterations": int(iterations), "lambdas": lambdas})
   return out
 
 
@@ -231,6 +233,7 @@ def diagnose(target, attack_config, labels, task, *, history: dict, images, dtyp
     key: the key of the attack's λ draw; unused (the truth start takes λ* instead).
   Returns:
     {"truth": {"loss_at_truth", "residual_at_truth", "lambda_fit_grad_norm",
+    "lambda_fit_iterations",
     "loss_reached" (the attack's objective before its last step, the history's last
     value, at its own λ; the minimum over G starts), "loss_reached_lambda_fitted" (the
     attack's loss at its final images with λ fitted as at the truth; the first start's),
@@ -265,6 +268,7 @@ def diagnose(target, attack_config, labels, task, *, history: dict, images, dtyp
   n = int(len(task.train_images))
   out = {"loss_at_truth": at_truth["loss"], "residual_at_truth": at_truth["residual"],
          "lambda_fit_grad_norm": at_truth["lambda_fit_grad_norm"],
+         "lambda_fit_iterations": at_truth["lambda_fit_iterations"],
          "loss_reached": loss_reached, "loss_reached_lambda_fitted": at_reached["loss"],
          "truth_start": {"loss": start_loss, **kept, "n": n,
                          "diverged": not np.isfinite(start_loss)},
