@@ -100,12 +100,21 @@ class AttackKind(NamedTuple):
       with the attack's settings chosen for a θ* read from a user's file (`victim.load`),
       and where they came from, for the run's summary (DecoReco: never its untuned
       defaults).
+    truth: None, or (target, attack_config, labels, task, *, history, images, dtype, run,
+      score, key) -> {summary key: JSON-able dict}: whether the attack's own objective
+      prefers θ*'s training set, measured after the attack in mode "attack" where the
+      training set is known and ``attack.truth_diagnostic`` is set (``history``: the run's
+      {metric: float[G, steps]}; ``images``: its final images float[G, m, H, W, C];
+      ``run``, ``score``: the run's checkpointed loop and its evaluation, which the runner
+      lends: `trdr.attacks.truth.RunFn`, `trdr.attacks.truth.ScoreFn`), logged and written
+      into the run's summary.json (DecoReco: `trdr.attacks.truth.diagnose`).
   """
   build: Callable[..., Attack]
   title: str
   premise: Callable[..., dict] | None = None
   sweep: Sweepable | None = None
   own_model: Callable[..., tuple[Any, dict]] | None = None
+  truth: Callable[..., dict] | None = None
 
   def __call__(self, *args, **kwargs) -> Attack:
     return self.build(*args, **kwargs)

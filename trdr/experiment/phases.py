@@ -8,6 +8,9 @@
                   on it (`trdr.attacks.protocol.AttackKind.premise`), the attack built on it
                   (`trdr.attacks.ATTACKS`) and its starts attacked in the checkpointed loop
                   (`trdr.experiment.loop`) -> `Attacked`
+  truth_phase     (mode "attack", DecoReco) whether the attack's own objective prefers θ*'s
+                  training set, where it is known (`trdr.attacks.protocol.AttackKind.truth`,
+                  `trdr.attacks.truth`): summary.json's "truth"
   evaluate_phase  the reconstructions and, as the verdicts' attack-free baseline, the start
                   images x0 evaluated alike (`trdr.evaluation.evaluate`, with the metrics of
                   ``eval.metrics`` at the ``eval.nearest``-nearest images; the start images'
@@ -34,7 +37,8 @@ from absl import logging
 from trdr import data, models, victim
 from trdr.attacks import ATTACKS, Attack
 from trdr.attacks import init as inits
-from trdr.evaluation import evaluate, registry
+from trdr.attacks import truth
+from trdr.evaluation import evaluate, registry, ssim
 from trdr.experiment import loop
 from trdr.experiment.starts import STARTS, Starts
 from trdr.runtime import distributed, files, rundir
@@ -225,6 +229,78 @@ def attack_phase(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attac
   outputs = attack.outputs(states) if attack.outputs is not None else {}
   return Attacked(target, attack, history, trajectory, attack.images(states),
                   {k: np.asarray(v) for k, v in outputs.items()}, sets, summary)
+
+
+def truth_phase(run: Prepared, attacked: Attacked, workdir: str) -> None:
+  """The attack's truth diagnostic (`trdr.attacks.protocol.AttackKind.truth`) into
+  ``attacked.summary`` (its key, e.g. "truth", and phase_seconds "truth"), for an attack
+  that has one, with ``attack.truth_diagnostic`` set (a config without the key: set), when
+  the task holds θ*'s exact training set (`trdr.attacks.truth.training_set_known`) and the
+  run is in one process; otherwise a log line says why it was not measured. It lends the
+  attack the run's checkpointed loop, in ``workdir``/`trdr.attacks.truth.TRUTH_DIR` (an
+  interrupted run resumes there), and the run's evaluation (`truth_scores`)."""
+  a = run.attack_config
+  kind = ATTACKS[a.name]
+  if kind.truth is None or not a.get("truth_diagnostic", True):
+    return
+  why = ("θ* was read from a file without its exact training set (data.training_set)"
+         if not truth.training_set_known(run.config) else
+         "the run spans several processes" if distributed.active() else None)
+  if why is not None:
+    logging.info("Truth diagnostic not measured: %s", why)
+    return
+  began = time.time()
+  directory = os.path.join(workdir, truth.TRUTH_DIR)
+
+  def attack_loop(attack, states):
+    os.makedirs(directory, exist_ok=True)
+    states, history, _ = loop.run(
+        attack, states, steps=run.steps, log_every=a.log_every,
+        grid_batch_size=a.grid_batch_size, workdir=directory,
+        resume=os.path.exists(os.path.join(directory, rundir.CHECKPOINT_FILE)),
+        stop_on_divergence=False, checkpoint_every=a.checkpoint_every)
+    return states, history
+
+  def score(images, starts, display):
+    return truth_scores(images, starts, run.task, display=display, e=run.config.eval)
+
+  attacked.summary.update(kind.truth(
+      attacked.target, a, run.starts.labels, run.task, history=attacked.history,
+      images=attacked.images, dtype=run.dtype, run=attack_loop, score=score,
+      key=run.starts.build_key))
+  phase_done(attacked.summary, "truth", began)
+
+
+def truth_scores(images, starts, task: data.Task, *, display: str, e) -> dict:
+  """How a run from the true images ended (`trdr.attacks.truth.ScoreFn`): its ``images``
+  float[m, H, W, C] against their ``starts`` (the true images as candidates) and the
+  training set, both shown as the run shows them (``display``).
+
+  Args:
+    e: the run's eval section: ssim_window, ssim_chunk_size and, where set, ssim_level
+      (else `trdr.attacks.truth.SSIM_LEVEL`).
+  Returns:
+    {"ssim_to_start": mean over the candidates of SSIM(image, its start) at window
+    ``e.ssim_window``; "kept", "kept_w3": training images that are best buddies (Haim et
+    al.'s NCC matching) with an image at SSIM ≥ the level, at the run's window and at
+    `trdr.attacks.truth.HAIM_WINDOW`, as the run's "reconstructed_best_buddies" counts
+    (`evaluate.reconstructions`); "ssim_level"}.
+  """
+  mean = task.mean if np.size(task.mean) else None
+  level = float(e.get("ssim_level", truth.SSIM_LEVEL))
+  shown, shown_start = (evaluate.to_display(np.asarray(x), mean, display)
+                        for x in (images, starts))
+  to_start = float(np.mean(np.asarray(ssim.ssim(shown, shown_start,
+                                                filter_size=e.ssim_window))))
+  train = np.asarray(data.to_pixels(task.train_images, mean))
+  out = evaluate.reconstructions(images, mean, {"train": train}, display=display,
+                                 thresholds=(level,), chunk_size=e.ssim_chunk_size,
+                                 ssim_window=e.ssim_window,
+                                 count_windows=(truth.HAIM_WINDOW,))
+  counts = out["count_best_buddies_ssim_ge"]
+  return {"ssim_to_start": to_start, "kept": int(counts[0]),
+          "kept_w3": int(out.get(f"count_best_buddies_ssim_ge_w{truth.HAIM_WINDOW}",
+                                 counts)[0]), "ssim_level": level}
 
 
 def _partition_starts(run: Prepared) -> np.ndarray:

@@ -93,7 +93,11 @@ ADDED_KEYS = {"victim.init": "default", "victim.later_init": "flax", "victim.flo
               # trdr.evaluation.registry's defaults: the evaluation before the registry.
               "eval.metrics": ["ssim", "l2"], "eval.nearest": "ssim",
               # Haim et al.'s evaluation protocol beside trdr's counts: off before it existed.
-              "eval.haim_protocol": False}
+              "eval.haim_protocol": False,
+              # A run finished before the truth diagnostic is the same attack: it is reused
+              # as it is, its summary.json without "truth" (not measured); an unfinished
+              # one resumed adds it.
+              "attack.truth_diagnostic": True}
 
 
 def added_key(key: str, value: Any) -> bool:
