@@ -49,6 +49,12 @@ SETTING_WORDS = {"b9dfyspx": "Haim et al.'s published settings (b9dfyspx)",
 
 NOT_EVIDENCE = "a 0 is not evidence of privacy"
 
+# `premise_threshold`'s rule in words, as the page states it.
+RULE = ("a cell recovers when its best buddies (window 11, SSIM ≥ 0.4) exceed its start "
+        "images'; the threshold is the largest first-layer unexplained fraction at which some "
+        "cell still recovers; the residual separates when every non-recovering cell lies "
+        "above it")
+
 
 def _layer_order(name: str) -> tuple:
   """trdr's layer names in the network's order (`trdr.models`): ``dense``, ``hidden``,
@@ -282,10 +288,7 @@ def premise_threshold(cells: Iterable[Mapping]) -> dict:
   recovers = np.asarray([int(c["recovered"]) > int(c["start"]) for c in cells])
   out = {"cells": len(cells), "recovering": int(recovers.sum()),
          "range": [float(u.min()), float(u.max())],
-         "rule": ("a cell recovers when its best buddies (window 11, SSIM ≥ 0.4) exceed its "
-                  "start images'; the threshold is the largest first-layer unexplained "
-                  "fraction at which some cell still recovers; the residual separates when "
-                  "every non-recovering cell lies above it")}
+         "rule": RULE}
   if not recovers.any():
     out.update(threshold=None, failing_below=len(cells), separates=False,
                reading=(f"No cell of {len(cells)} recovers more than its start images: no "

@@ -26,6 +26,7 @@ import os
 
 import jax
 import matplotlib.figure
+import matplotlib.ticker
 import ml_collections
 import numpy as np
 from absl import logging
@@ -274,8 +275,12 @@ def figure(rows: list[dict], config: ml_collections.ConfigDict, derived: dict | 
   point per run, with the derived threshold (``derived``, `threshold`) as a line."""
   fig = matplotlib.figure.Figure(figsize=(11, 4.4))
   ax, scatter = fig.subplots(1, 2)
-  markers = dict(zip(settings(config), "os^vD"))
-  for setting in settings(config):
+  names = settings(config)
+  markers = dict(zip(names, "os^vD"))
+  colors = {name: f"C{i}" for i, name in enumerate(names)}
+  # Settings side by side around each n (a log axis: a factor), so equal counts stay visible.
+  shift = {name: 1.0 + 0.03 * (i - (len(names) - 1) / 2) for i, name in enumerate(names)}
+  for setting in names:
     ns = [int(n) for n in config.ns if any(r["n"] == int(n) and r["setting"] == setting
                                            for r in rows)]
     if not ns:
@@ -287,31 +292,36 @@ def figure(rows: list[dict], config: ml_collections.ConfigDict, derived: dict | 
       err = np.asarray([[m - c.min() for m, c in zip(mean, counts)],
                         [c.max() - m for m, c in zip(mean, counts)]])
       label = f"{setting}" + (", start images" if field == "start_recovered" else "")
-      ax.errorbar(ns, mean, yerr=err, ls=style, marker=markers[setting], capsize=3,
-                  alpha=1.0 if field == "recovered" else 0.55, label=label)
+      ax.errorbar(np.asarray(ns) * shift[setting], mean, yerr=err, ls=style,
+                  marker=markers[setting], color=colors[setting], capsize=3,
+                  mfc=None if field == "recovered" else "none",
+                  alpha=1.0 if field == "recovered" else 0.6, label=label)
   ax.plot([], [], color="none", label="mean over seeds, bars [min, max]")
   ax.set_xscale("log")
+  ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
   ax.set_xticks([int(n) for n in config.ns], [str(int(n)) for n in config.ns])
+  ax.set_ylim(bottom=0)
   ax.set_xlabel("n, training images")
-  ax.set_ylabel(f"training images recovered (best buddies, SSIM ≥ {config.eval.ssim_level:g}, "
-                "window 11)")
+  ax.set_ylabel(f"recovered (best buddies, SSIM ≥ {config.eval.ssim_level:g}, window 11)")
   ax.set_title("DecoReco's power against n (Haim et al.'s MLP)")
   if rows:
     ratio = {r["n"]: r["ratio"] for r in rows}
     top = ax.secondary_xaxis("top")
-    top.set_xticks(sorted(ratio), [f"{ratio[n]:.2g}" for n in sorted(ratio)])
+    top.set_xticks(sorted(ratio), [f"{ratio[n]:.3g}" for n in sorted(ratio)])
+    top.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     top.set_xlabel("p / (d·n)")
   ax.legend(fontsize=7)
   for setting in settings(config):
     rs = [r for r in rows if r["setting"] == setting and not r.get("same_as")]
     if rs:
       scatter.scatter([first_layer(r) for r in rs], [r["recovered"]["w11_bb"] for r in rs],
-                      marker=markers[setting], label=setting, alpha=0.8)
+                      marker=markers[setting], color=colors[setting], label=setting, alpha=0.8)
   if derived and derived.get("threshold") is not None:
     scatter.axvline(derived["threshold"], color="0.3", ls=":",
                     label=f"derived threshold {derived['threshold']:.3f}")
   scatter.set_xlabel("first layer's unexplained KKT fraction ‖r‖²/‖θ*‖²")
-  scatter.set_ylabel("training images recovered (best buddies, window 11)")
+  scatter.set_ylabel("recovered (best buddies, window 11)")
+  scatter.set_ylim(bottom=0)
   scatter.set_title("The premise's residual against what the attack recovers\n(one point "
                     "per run, every n and seed)")
   scatter.legend(fontsize=7)
@@ -429,8 +439,7 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
   derived = threshold(rows) if rows else None
   lines += ["", "## The premise warning's threshold", "",
             "The rule, stated before the cells were looked at: "
-            + (derived["rule"] if derived else power.premise_threshold(
-                [{"unexplained": 0.0, "recovered": 0, "start": 0}])["rule"])
+            + power.RULE
             + ". Each run (n, seed, setting) is one cell; a tuned setting that reused a "
             "fixed one's run counts once.", ""]
   if derived:
@@ -472,6 +481,12 @@ def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
   if verdicts:
     out.append(f"The truth diagnostic reads \"search\" in {verdicts.count('search')} and "
                f"\"objective\" in {verdicts.count('objective')} of {len(verdicts)} runs.")
+  ratios = sorted({r["ratio"] for r in rows})
+  side = ("every one has p above d·n" if ratios[0] > 1 else
+          "every one has p at or below d·n" if ratios[-1] <= 1 else "they cross p = d·n")
+  out.append(f"p / (d·n) spans {ratios[0]:.3g} to {ratios[-1]:.3g} on these cells: {side} "
+             "(Iurada et al. 2025: reconstruction needs p well above d·n); p = d·n is n = "
+             f"{rows[0]['p'] / rows[0]['d']:,.0f} for this victim.")
   derived = threshold(rows)
   out.append(derived["reading"])
   out.append("A count of 0 on a victim of this architecture is evidence of privacy only at "
