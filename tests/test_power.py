@@ -207,12 +207,17 @@ def test_the_smoke_study_writes_its_rows_table_and_page(tmp_path):
   assert [study._key(r) for r in rows] == [(n, 0, s) for n in (4, 8)
                                            for s in ("b9dfyspx", "tuned")]
   key = f"ssim_ge_{config.eval.ssim_level:g}"
+  saved_truth = lambda r: files.read_json(workdir / r["run"] / "config.json")["attack"][
+      "truth_diagnostic"]
   for r in rows:
     summary = files.read_json(workdir / r["run"] / experiment.SUMMARY_FILE)
     assert r["recovered"]["w11_bb"] == summary["reconstructed_best_buddies"][key]
     assert r["start_recovered"]["w3_bb"] == summary["start_reconstructed_best_buddies_w3"][key]
     assert r["kkt"] == summary["kkt_premise"]
     assert r["truth"] == summary.get("truth")
+    if "truth_diagnostic" in config.decoreco.attack:   # trdr.attacks.truth, at its settings
+      assert (r["truth"] is not None) == (r["setting"] in config.truth_settings)
+      assert saved_truth(r) == (r["setting"] in config.truth_settings)
     assert r["signature"] == f"{D}x32,32x32,32x1" and r["d"] == D
     assert r["p"] == D * 32 + 32 + 32 * 32 + 32 and r["ratio"] == r["p"] / (D * r["n"])
     assert r["candidates"] == 2 * r["n"] and r["steps"] == 10

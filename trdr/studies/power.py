@@ -122,7 +122,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
     "w11_bb", "w3_bb"}, `summary_counts`), truth (summary.json's "truth", or None where
     the run has none), haim and start_haim (Haim et al.'s protocol count at the level,
     summary.json "reconstructed_haim", or None), final_loss, victim_seconds,
-    attack_seconds (the run's, the truth diagnostic included), run (the run directory,
+    attack_seconds, truth_seconds (the truth diagnostic's, or None), run (the run directory,
     relative to ``workdir``)}, of ``config.seeds`` × ``config.ns`` × `settings` in that
     order; WORKDIR/power_cells.json keeps every row run there.
   Raises:
@@ -198,7 +198,8 @@ def _row(c: ml_collections.ConfigDict, directory: str, level: float) -> dict:
           "haim": haim("reconstructed_haim"), "start_haim": haim("start_reconstructed_haim"),
           "final_loss": summary["final_loss"],
           "victim_seconds": float(saved.get("train_seconds", 0.0)),
-          "attack_seconds": summary["attack_seconds"]}
+          "attack_seconds": summary["attack_seconds"],
+          "truth_seconds": (summary.get("truth") or {}).get("seconds")}
 
 
 def _shapes(c: ml_collections.ConfigDict, image_shape) -> dict:
@@ -263,8 +264,11 @@ def _truth_cell(row: dict) -> str:
   if not t:
     return "not run"
   ts = t.get("truth_start", {})
+  # the verdict's comparison: the lower of the loss reached and the same with λ fitted
+  reached = min(v for v in (t["loss_reached"], t.get("loss_reached_lambda_fitted"))
+                if v is not None and np.isfinite(v))
   return (f"{t['verdict']} (at truth {t['loss_at_truth']:.4g} vs reached "
-          f"{t['loss_reached']:.4g}; kept {ts.get('kept', '?')} of {ts.get('n', row['n'])})")
+          f"{reached:.4g}; kept {ts.get('kept', '?')} of {ts.get('n', row['n'])})")
 
 
 def figure(rows: list[dict], config: ml_collections.ConfigDict, derived: dict | None
@@ -381,7 +385,7 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
       "",
       "| n | p / (d·n) | setting | best buddies w11 / w3 | start w11 / w3 | "
       "KKT unexplained: first layer / whole θ* | Haim protocol (start) | attack's loss | "
-      "attack s |",
+      "attack s / truth s |",
       "|---|---|---|---|---|---|---|---|---|",
   ]
   for n in config.ns:
@@ -394,6 +398,7 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
                          f"{sum(bool(r.get('same_as')) for r in rs)} seed"
                          f"{'s' if len(rs) > 1 else ''})" if same else "")
       haim = [r for r in rs if r.get("haim") is not None]
+      timed = [r for r in rs if r.get("truth_seconds") is not None]
       lines.append(
           f"| {n} | {rs[0]['ratio']:.3g} | {label} | "
           f"{_over(rs, lambda r: r['recovered']['w11_bb'])} / "
@@ -404,7 +409,8 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
           + (f"{_over(haim, lambda r: r['haim'])} ({_over(haim, lambda r: r['start_haim'])})"
              if haim else "—")
           + f" | {_over(rs, lambda r: r['final_loss'])} | "
-          f"{_over(rs, lambda r: r['attack_seconds'], '.0f')} |")
+          f"{_over(rs, lambda r: r['attack_seconds'], '.0f')} / "
+          f"{_over(timed, lambda r: r['truth_seconds'], '.0f')} |")
   if config.tuned:
     tuned = {r["n"]: r["values"] for r in rows if r["setting"] == TUNED}
     if tuned:
