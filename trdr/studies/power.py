@@ -432,7 +432,9 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
   truth_lines = []
   for n in config.ns:
     for setting in names:
-      by = {r["seed"]: r for r in rows if (r["n"], r["setting"]) == (int(n), setting)}
+      # a tuned setting that reused a fixed one's run shows under that one
+      by = {r["seed"]: r for r in rows if (r["n"], r["setting"]) == (int(n), setting)
+            and not r.get("same_as")}
       if by and any(r.get("truth") for r in by.values()):
         truth_lines.append(f"| {n} | {setting} | " + " | ".join(
             _truth_cell(by[int(s)]) if int(s) in by else "—" for s in config.seeds) + " |")
