@@ -190,6 +190,8 @@ def _row(c: ml_collections.ConfigDict, directory: str, level: float) -> dict:
   d = int(np.prod(image_shape))
   n = int(summary["n_train"])
   key = f"ssim_ge_{level:g}"
+  # OPTIONAL: Haim et al.'s protocol count (summary.json "reconstructed_haim", written where
+  # the run's eval counts as their notebook does); None where the run has none.
   haim = lambda name: (summary.get(name) or {}).get(key)
   return {"signature": power.signature(model), "architecture": describe(c.victim),
           "p": p, "d": d, "ratio": p / (d * n), "candidates": summary["candidates"],
@@ -343,6 +345,7 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
   names = settings(config)
   total = len(config.seeds) * len(config.ns) * len(names)
   first = rows[0] if rows else None
+  tensors = list(first["kkt"]["relative"]) if first else []
   lines = [
       "# What a DecoReco zero is worth: the attack's power against n",
       "",
@@ -377,16 +380,16 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
       f"**Recovered**: training images that are best buddies (each the other's SSIM-nearest) "
       f"with a reconstruction at SSIM ≥ {level} (window 11, dm-pix's default, and 3, Haim "
       "et al.'s); **start**: the same count for the start images, the baseline an attack "
-      "that does nothing scores. **KKT unexplained, first layer**: ‖r‖²/‖θ*‖² of the first "
-      "layer's kernel for the best λ ≥ 0 on the true training images (`trdr.victim.kkt`; "
-      "DecoReco's premise is 0). **Haim protocol**: Haim et al.'s notebook's count "
-      "(summary.json \"reconstructed_haim\"), where the runs have it. Each entry: the mean "
-      "over seeds [min, max].",
+      "that does nothing scores. **Unexplained**: the KKT residual ‖r_t‖²/‖θ*_t‖² per tensor "
+      "t, and of θ* as a whole, for the best λ ≥ 0 on the true training images "
+      "(`trdr.victim.kkt`; DecoReco's premise is 0). **Haim protocol**: Haim et al.'s "
+      "notebook's count (summary.json \"reconstructed_haim\"), where the runs have it. Each "
+      "entry: the mean over seeds [min, max].",
       "",
       "| n | p / (d·n) | setting | best buddies w11 / w3 | start w11 / w3 | "
-      "KKT unexplained: first layer / whole θ* | Haim protocol (start) | attack's loss | "
-      "attack s / truth s |",
-      "|---|---|---|---|---|---|---|---|---|",
+      + "".join(f"unexplained {t} | " for t in tensors)
+      + "unexplained, whole θ* | Haim protocol (start) | attack's loss | attack s / truth s |",
+      "|---|---|---|---|---|" + "---|" * len(tensors) + "---|---|---|---|",
   ]
   for n in config.ns:
     for setting in names:
@@ -405,7 +408,8 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
           f"{_over(rs, lambda r: r['recovered']['w3_bb'])} | "
           f"{_over(rs, lambda r: r['start_recovered']['w11_bb'])} / "
           f"{_over(rs, lambda r: r['start_recovered']['w3_bb'])} | "
-          f"{_over(rs, first_layer)} / {_over(rs, lambda r: r['kkt']['relative_total'])} | "
+          + "".join(f"{_over(rs, lambda r, t=t: r['kkt']['relative'][t])} | " for t in tensors)
+          + f"{_over(rs, lambda r: r['kkt']['relative_total'])} | "
           + (f"{_over(haim, lambda r: r['haim'])} ({_over(haim, lambda r: r['start_haim'])})"
              if haim else "—")
           + f" | {_over(rs, lambda r: r['final_loss'])} | "
