@@ -88,8 +88,14 @@ def test_a_cell_no_better_than_its_start_images_has_no_power(tmp_path):
   is not evidence."""
   table = _table(tmp_path, [_cell(50, "b9dfyspx", [0, 1, 0], [1, 0, 0])])
   text = power.statement(SIG, 50, table=table)
-  assert text.endswith("no more than its start images, so it has no measured power here "
-                       "and a 0 is not evidence of privacy")
+  assert text.endswith("(3 seeds; start images 0–1, no more than its start images) (best "
+                       "buddies, SSIM ≥ 0.4, window 11): it has no measured power here and a "
+                       "0 is not evidence of privacy")
+  # Beside a setting that has power, only the powerless one is marked.
+  table = _table(tmp_path, [_cell(50, "b9dfyspx", [0, 1, 0], [1, 0, 0]),
+                            _cell(50, "tuned", [4, 6, 5], [1, 0, 0])])
+  text = power.statement(SIG, 50, table=table)
+  assert text.count("no more than its start images") == 1 and "no measured power" not in text
 
 
 def test_nearest_breaks_a_tie_towards_the_larger_n_and_keeps_the_factor_two_boundary():

@@ -231,16 +231,16 @@ def statement(params_or_signature, n: int, recovered: int | None = None, *,
   parts = []
   for c in cells:
     seeds = len(c["seeds"])
+    none = ", no more than its start images" if c["recovered"]["max"] <= c["start"]["max"] else ""
     parts.append(f"{_range(c['recovered'])} of {at} at {_words(c['setting'])} ({seeds} "
-                 f"seed{'s' if seeds != 1 else ''}; start images {_range(c['start'])})")
+                 f"seed{'s' if seeds != 1 else ''}; start images {_range(c['start'])}{none})")
   where = (f"at n = {at}" if at == n else f"at n = {at}, the calibrated size nearest this "
            f"run's n = {n},")
   text = (f"on trdr's own victims of this architecture {where} this attack recovers "
           + " and ".join(parts) + f" (best buddies, SSIM ≥ {level:g}, window {window})")
   powerless = all(c["recovered"]["max"] <= c["start"]["max"] for c in cells)
   if powerless:
-    text += (": no more than its start images, so it has no measured power here and "
-             f"{NOT_EVIDENCE}")
+    text += f": it has no measured power here and {NOT_EVIDENCE}"
   if recovered is not None:
     low = min(c["recovered"]["min"] for c in cells)
     high = max(c["recovered"]["max"] for c in cells)
