@@ -142,7 +142,7 @@ dp:  ## Attacks on DP-SGD victims (ε ≈ 1 to 100, σ = 0, non-private) beside 
 dp-doc:  ## docs/dp.{md,png} from runs/dp_SIZE, after make dp.
 	cp $(RUNS)/dp_$(SIZE)/dp.md $(RUNS)/dp_$(SIZE)/dp.png docs/
 
-power:  ## DecoReco's power against n: Haim et al.'s MLP at n = 10-100, published and sweep-tuned settings, 3 seeds (~54 min at SIZE=cpu on 2 quiet cores, an estimate): runs/power_SIZE/power.md.
+power:  ## DecoReco's power against n: Haim et al.'s MLP at n = 10-100, published and sweep-tuned settings, 3 seeds (~50 min at SIZE=cpu on 2 quiet cores, an estimate): runs/power_SIZE/power.md.
 	$(PYTHON) experiments/power.py --config=configs/power.py:$(SIZE) --workdir=$(RUNS)/power_$(SIZE)
 
 power-doc:  ## docs/power.{md,png} and the calibration table trdr/assets/power.json from runs/power_SIZE, after make power.
