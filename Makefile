@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep benchmark-pruning benchmark-step benchmark-cold-path benchmark-conv membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc cnn cnn-doc dp dp-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step readings-attack sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep benchmark-pruning benchmark-step benchmark-cold-path benchmark-conv membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc cnn cnn-doc dp dp-doc power power-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step readings-attack sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -141,6 +141,13 @@ dp:  ## Attacks on DP-SGD victims (ε ≈ 1 to 100, σ = 0, non-private) beside 
 
 dp-doc:  ## docs/dp.{md,png} from runs/dp_SIZE, after make dp.
 	cp $(RUNS)/dp_$(SIZE)/dp.md $(RUNS)/dp_$(SIZE)/dp.png docs/
+
+power:  ## DecoReco's power against n: Haim et al.'s MLP at n = 10-100, published and sweep-tuned settings, 3 seeds (~50 min at SIZE=cpu on 2 quiet cores, an estimate): runs/power_SIZE/power.md.
+	$(PYTHON) experiments/power.py --config=configs/power.py:$(SIZE) --workdir=$(RUNS)/power_$(SIZE)
+
+power-doc:  ## docs/power.{md,png} and the calibration table trdr/assets/power.json from runs/power_SIZE, after make power.
+	cp $(RUNS)/power_$(SIZE)/power.md $(RUNS)/power_$(SIZE)/power.png docs/
+	cp $(RUNS)/power_$(SIZE)/power.json trdr/assets/power.json
 
 knowledge-smoke:  ## The same at smoke size (a couple of minutes; CI runs it in the tests).
 	$(MAKE) knowledge SIZE=smoke

@@ -14,11 +14,13 @@ The packages and modules are the pipeline, in the order data flows through it:
   attacks     the Attack protocol and ATTACKS: bilevel (eq. 2, 7), DecoReco, informed
               (all training points but k known); INITS (eq. 10); the prior-aware attack
               on DP-SGD's released trajectory (Hayes et al. 2023)
-  evaluation  SSIM, nearest neighbours, distances, ||θ* − θ||², records, ROC statistics
+  evaluation  SSIM, nearest neighbours, distances, ||θ* − θ||², records, ROC statistics,
+              the attack's measured power (calibration table, statement)
   experiment  run(config, workdir, mode): starts, the checkpointed loop, one function per mode
   plotting    the runs' figures, from saved files only
   studies     experiments of their own: membership, knowledge, the θ0 readings, the
-              victim recipe, the CNN beside the MLP, DP-SGD victims beside the ReRo bound
+              victim recipe, the CNN beside the MLP, DP-SGD victims beside the ReRo bound,
+              DecoReco's power against n
   report      the paper's claims (one record each), their rules and verdicts, report.md
   api         the Python entry points (`trdr.<name>`)
   cli         the scripts' flags and mains

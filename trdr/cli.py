@@ -453,3 +453,27 @@ def cnn_main(argv):
                                   figure_written=fig is not None).encode())
   print(cnn.reading(rows, config))
   print(f"Wrote {os.path.join(workdir, 'cnn.md')}")
+
+
+def power_main(argv):
+  """``main`` of experiments/power.py: DecoReco's power against n (`trdr.studies.power`;
+  finished rows reused), WORKDIR/power.json (the calibration table), power.{png,pdf} and
+  power.md."""
+  del argv
+  from trdr import plotting, report  # noqa: PLC0415  (see the imports above)
+  from trdr.runtime import files  # noqa: PLC0415
+  from trdr.studies import power  # noqa: PLC0415
+  config = _CONFIG.value
+  workdir = _workdir(_WORKDIR.value or default_workdir(
+      config_flags.get_config_filename(flags.FLAGS["config"])))
+  rows = power.run(config, workdir)
+  provenance = report.provenance(config.variant)
+  files.write_json(os.path.join(workdir, power.TABLE_FILE),
+                   power.calibration(rows, config, provenance))
+  plotting.save_figure(power.figure(rows, config, power.threshold(rows) if rows else None),
+                       workdir, power.FIGURE, plotting.size_stamp(config.variant))
+  files.atomic_write(os.path.join(workdir, "power.md"),
+                     power.markdown(rows, config, provenance).encode())
+  print(power.reading(rows, config))
+  print(f"Wrote {os.path.join(workdir, 'power.md')}")
+

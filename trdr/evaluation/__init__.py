@@ -13,4 +13,6 @@
   rero      reconstruction robustness: the bound DP puts on any attack's success
             (Φ(Φ⁻¹(κ) + μ) for μ-GDP; from a privacy profile otherwise), the prior's
             baseline κ from images, and whether a measured success exceeds a bound
+  power     the attack's measured power at the nearest calibrated cell (`make power`'s
+            table, shipped in trdr/assets), and the premise warning's threshold rule
 """

@@ -11,6 +11,8 @@
                  same size and settings: the counts, the KKT premise, the test accuracy
   dp             privacy due to noise: the attacks on DP-SGD victims (ε ≈ 1 to 100, σ = 0,
                  non-private) beside the reconstruction-robustness bound DP guarantees
+  power          DecoReco's power against the training-set size n (published and sweep-
+                 tuned settings): the calibration table of `trdr.evaluation.power`
 
 Each runs its own `trdr.experiment` runs (reused while finished with the same config) and
 writes its own JSON and Markdown; `trdr.report` judges what they measured by the rules of
