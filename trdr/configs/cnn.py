@@ -20,33 +20,38 @@ training images per seed (the seed draws the data, θ0 and the attack's starts):
     those of the study before the wide pair, so their finished runs are reused).
   * "wide": ``victims.cnn_wide`` (channels (64, 64), 42,752 parameters) and
     ``victims.mlp_small_n`` (the same MLP) at n = 4 (2 per class group): p / (d·n) = 3.5
-    for the CNN, above the law's line. Three seeds, each victim attacked at b9dfyspx and
-    at the settings tuned for it by trdr's sweep (`experiment` mode "sweep": 8 settings ×
-    500 iterations ranked by the in-run score, b9dfyspx among them; per victim and seed,
-    on that run's θ*), the tuned attack reading the sweep's best.json (attack.hparams_file).
+    for the CNN, above the law's line (at n = 4 fewer channels fall near it: (32, 64) gives
+    1.9). Three seeds, each victim attacked at b9dfyspx and at the settings tuned for it by
+    trdr's sweep (`experiment` mode "sweep": 8 settings × 250 iterations ranked by the
+    in-run score, b9dfyspx among them; per victim and seed, on the θ* of its b9dfyspx run),
+    the tuned attack reading the sweep's best.json (attack.hparams_file). 2,000 attack
+    iterations, not 5,000: with m = 8 candidates the loss flattens within a few hundred.
 
 Every victim: a bias in the first layer only, the first layer N(0, 1e-8) and the later
 ones at PyTorch's default, trained by full-batch gradient descent on BCE to train loss
-1e-4; DecoReco with m = 2n candidates and 5,000 iterations, float32 (as the report's
-DecoReco runs), the CNN's autodiff order on all (the MLP's fused kkt_mlp does not read it);
-the in-run score's k at most n (eval.score_k).
+1e-4; DecoReco with m = 2n candidates, float32 (as the report's DecoReco runs), the CNN's
+autodiff order on all (the MLP's fused kkt_mlp does not read it); the in-run score's k at
+most n (eval.score_k).
 
 Variants: "cpu" as above; "smoke" (n = 10 for the control pair with CNN channels (4, 8),
 MLP widths (32, 32); n = 2 for the wide pair with CNN channels (16, 32), p = 7,104 > d·n
-= 6,144; 40 iterations, a 3-setting sweep of 20, float64, one seed): a minute or two, for
+= 6,144; 40 iterations, a 3-setting sweep of 20, float64, one seed): a few minutes, for
 tests.
 
-Expected runtime of ":cpu" on a 2-core CPU (AVX2): the control pair as before, about 11
-minutes per seed (the CNN's 5,000 attack steps about 470 s on quiet cores, the MLP's about
-140 s). The wide pair: one wide-CNN attack step at m = 8 cost about as much as one of the
-control CNN at m = 200 when the two ran side by side (the (64, 64) convolutions at 16 × 16
-dominate: 9 · 64 · 64 multiply-adds per pixel against 9 · 16 · 32), about 0.09 s per step
-measured on a machine shared with a dozen other processes (an upper bound): so per seed
-about 450 s per CNN attack (×2: b9dfyspx and tuned), about 0.8 of that for its sweep (8 ×
-500 steps), and under a minute for each MLP run at n = 4. The whole ":cpu" study is about
-20 (control) + 3 × 20 (wide) = 80 minutes at that pace, more with the truth diagnostic's
-truth-start run (a second DecoReco run per attack); rows are written as each run finishes
-and a rerun reuses them. ":smoke" a minute or two.
+Expected runtime of ":cpu" on a 2-core CPU (AVX2). The control pair as before: about 11
+minutes per seed on quiet cores (the CNN's 5,000 attack steps about 470 s, the MLP's about
+140 s), 22 for its two; its runs' configs are unchanged, so a workdir that holds them
+reuses them. The wide pair: one attack step of the (64, 64) CNN at m = 8 took 0.1 to 0.2
+of the control CNN's at m = 200 when the two ran side by side (the (64, 64) convolutions
+at 16 × 16 cost 9 · 64 · 64 multiply-adds per pixel, 8 images against 200), i.e. about
+0.02 s per step on quiet cores, 40 s per 2,000-step attack and as much for its sweep;
+with compilation, evaluation, θ*'s training and the MLP's runs, about 5 minutes per seed,
+15 minutes for the three. Measured on a machine shared with a dozen other processes
+(load average 8 to 15 on 2 cores), so the ratio is rough; the slowest wide-CNN step seen
+there, 0.09 s, bounds the estimate from above (3 minutes per attack, about 35 minutes for
+the pair). The truth diagnostic, where the runs make it, adds its truth-start run: about one
+more attack per attack run. Rows are written as each run finishes and a rerun reuses
+them. ":smoke" a few minutes.
 """
 
 import ml_collections
@@ -60,15 +65,19 @@ VARIANTS = sizes.CPU
 SETTINGS = ("b9dfyspx", "tuned")
 
 
-def _victim(module, variant: str, n_per_class: int | None = None, **arch
-            ) -> ml_collections.ConfigDict:
+def _victim(module, variant: str, n_per_class: int | None = None, steps: int | None = None,
+            **arch) -> ml_collections.ConfigDict:
   """The DecoReco experiment config of one victim: ``module``'s at ``variant``, at
-  ``n_per_class`` training images per class group (None: the variant's), the architecture
-  fields ``arch`` set, the study's attack (b9dfyspx, float32 at ":cpu")."""
+  ``n_per_class`` training images per class group and ``steps`` attack iterations (None:
+  the variant's; the sweep then runs steps // 8), the architecture fields ``arch`` set,
+  the study's attack (b9dfyspx, float32 at ":cpu")."""
   c = module.get_config(variant)
   c.float64 = variant == "smoke"   # ":cpu" in float32, as the report's DecoReco runs
   if n_per_class is not None:
     c.data.n_per_class = n_per_class
+  if steps is not None:
+    c.attack.steps, c.attack.log_every = steps, min(c.attack.log_every, steps)
+    c.sweep.steps = steps // 8   # the sweep's share of the iterations as at ":cpu"
   for key, value in arch.items():
     c.victim[key] = value
   c.attack.init_scale, c.attack.lr, c.attack.lambda_min, c.attack.alpha = B9DFYSPX
@@ -84,12 +93,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   smoke = variant == "smoke"
   config = ml_collections.ConfigDict()
   config.variant = variant
-  wide_n_per_class = 1 if smoke else 2
-  wide_channels = (16, 32) if smoke else (64, 64)
+  # the wide pair: n = 4 (n = 2 at ":smoke"), 2,000 iterations (":smoke" its own 40)
+  wide = {"n_per_class": 1 if smoke else 2, "steps": None if smoke else 2000}
   config.victims = ml_collections.ConfigDict({
       "cnn": _victim(decoreco_cnn, variant), "mlp": _victim(decoreco_cifar, variant),
-      "cnn_wide": _victim(decoreco_cnn, variant, wide_n_per_class, channels=wide_channels),
-      "mlp_small_n": _victim(decoreco_cifar, variant, wide_n_per_class)})
+      "cnn_wide": _victim(decoreco_cnn, variant, **wide,
+                          channels=(16, 32) if smoke else (64, 64)),
+      "mlp_small_n": _victim(decoreco_cifar, variant, **wide)})
   config.pairs = ml_collections.ConfigDict({
       "control": {"victims": ("cnn", "mlp"), "seeds": (0,) if smoke else (0, 1),
                   "settings": ("b9dfyspx",)},
