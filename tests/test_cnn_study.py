@@ -115,7 +115,7 @@ def test_rows_are_the_runs_numbers_reused_and_written(tmp_path):
   config.pairs.control.seeds = (0, 1)
   assert "mlp / seed 1 / b9dfyspx" in cnn.markdown(rows, config, report.provenance("smoke"))
   # A finished run of other settings in the same directory is refused, naming the key.
-  config.victims.cnn.attack.steps = 12
+  config.victims.cnn.attack.steps = config.victims.mlp.attack.steps = 12
   with pytest.raises(FileExistsError, match="attack.steps"):
     cnn.run(config, str(tmp_path))
 
