@@ -43,7 +43,7 @@ import numpy as np
 from absl import logging
 
 from trdr import victim
-from trdr.attacks import ATTACKS
+from trdr.attacks import ATTACKS, truth
 from trdr.evaluation import evaluate
 from trdr.experiment import modes
 from trdr.experiment import results as results_npz
@@ -98,6 +98,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
     finished = _run(config, workdir, mode, overwrite)
   if not keep_checkpoint:
     rundir.drop_checkpoints(workdir)
+    if os.path.isdir(truth_start := os.path.join(workdir, truth.TRUTH_DIR)):
+      rundir.drop_checkpoints(truth_start)   # the truth diagnostic's own run
   return finished
 
 
@@ -185,8 +187,11 @@ def reevaluate(run_dir: str, images: np.ndarray, workdir: str) -> Finished:
         grid(images), {k: grid(saved[k]) for k in outputs},
         evaluate.comparison_sets(run.task, starts.extra.get("noise_images"),
                                  public=config.eval.public_set),
+        # θ*'s premise and the attack's truth diagnostic (of the run's own attack, from its
+        # history: carried over as the history is) are the run's.
         {**{k: summary[k] for k in ("victim", "attack", "attack_seconds", "kkt_premise",
-                                    "phase_seconds", "hyperparameters") if k in summary},
+                                    "truth", "phase_seconds", "hyperparameters")
+            if k in summary},
          "reevaluated": os.path.abspath(run_dir)})
     building = workdir.rstrip(os.sep) + ".reevaluating"
     shutil.rmtree(building, ignore_errors=True)   # a failed call's leftover
