@@ -160,13 +160,15 @@ def test_a_zero_reads_uninformative_unless_a_positive_control_at_its_n_recovered
 
 
 def test_the_truth_diagnostic_shows_where_the_runs_made_it():
-  """The page's truth columns read summary["truth"] per row: its losses' spread, the
+  """The page's truth columns read summary["truth"] per row: its losses' spread (the
+  loss reached as the verdict compares it: the lower of the run's own and λ-fitted), the
   truth-start run's kept count and the verdicts; "–" for rows without it."""
   config = cnn_config.get_config("cpu")
   config.pairs.control.seeds = (0, 1)
   config.pairs.wide.seeds = ()
   truth = lambda at, reached, kept, verdict: {
-      "loss_at_truth": at, "loss_reached": reached, "verdict": verdict,
+      "loss_at_truth": at, "loss_reached": reached + 1.0,
+      "loss_reached_lambda_fitted": reached, "verdict": verdict,
       "truth_start": {"kept": kept, "n": 100}}
   kkt = {"relative": {"a": 0.5}, "first_layer": "a", "residual_total": 1.0}
   rows = [{**_row("control", "cnn", s, "b9dfyspx", 100, 7104, 0, truth=t), "kkt": kkt,
@@ -178,6 +180,7 @@ def test_the_truth_diagnostic_shows_where_the_runs_made_it():
   line = next(x for x in page.splitlines() if x.startswith("| cnn |"))
   assert "| 2 [1, 3] / 2 [2, 2] | 30 [0, 60] | objective 1, search 1 |" in line
   assert "| – / – | – | – |" in next(x for x in page.splitlines() if x.startswith("| mlp |"))
-  assert "in 1 and \"objective\" (the objective does not single out the truth) in 1 of 2" \
-      in cnn.reading(rows, config)
+  text = cnn.reading(rows, config)
+  assert 'truth diagnostic: "search" in 1, "objective" in 1 of 2 seeds' in text
+  assert "(the objective does not single out the truth)" in text
   assert "Not run yet" in page and "mlp / seed 1 / b9dfyspx" in page

@@ -301,6 +301,15 @@ def _truth(rs: list[dict], value, fmt: str = ".3g") -> str:
                                                    f" ({len(have)} of {len(rs)} seeds)")
 
 
+def _reached(truth: dict) -> float:
+  """The loss the attack reached as the truth diagnostic's verdict compares it: the lower
+  of its own (at its λ) and at its final images with λ fitted, a non-finite one left out
+  (`trdr.attacks.truth.diagnose`)."""
+  values = [truth["loss_reached"], truth.get("loss_reached_lambda_fitted", float("inf"))]
+  finite = [v for v in values if v is not None and np.isfinite(v)]
+  return min(finite) if finite else float("inf")
+
+
 def _verdicts(rs: list[dict]) -> str:
   have = [r["truth"]["verdict"] for r in rs if r.get("truth")]
   if not have:
@@ -351,7 +360,8 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
       "**start**: the same best-buddy counts for the start images (the baseline: what an "
       "attack that does nothing scores). **Truth diagnostic** (summary.json[\"truth\"], "
       "where the run made it): the attack's own loss at the true training images, λ fitted "
-      "(L(x_true)), beside the loss it reached from its starts; the training images kept "
+      "(L(x_true)), beside the loss it reached from its starts (the lower of its own λ and "
+      "λ fitted, as the verdict compares them); the training images kept "
       "by DecoReco started at the truth; the verdict per seed (\"search\": the truth is "
       "lower and stays, the search failed; \"objective\": the objective does not single out "
       "the truth). **Says**: what the count is evidence of: a zero reads uninformative by "
@@ -372,7 +382,7 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
         f"{_windows(rs, 'recovered', '')} | {_windows(rs, 'recovered', '_bb')} | "
         f"{_windows(rs, 'start_recovered', '_bb')} | "
         f"{_truth(rs, lambda t: t['loss_at_truth'])} / "
-        f"{_truth(rs, lambda t: t['loss_reached'])} | "
+        f"{_truth(rs, _reached)} | "
         f"{_truth(rs, lambda t: t['truth_start']['kept'], '.2g')} | {_verdicts(rs)} | "
         f"{label(cell, pair_cells)} | "
         f"{_over(rs, lambda r: r['victim_seconds'], '.0f')} | "
@@ -449,7 +459,7 @@ def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
   if not table:
     return "No run finished yet."
   level = config.eval.ssim_level
-  out = []
+  out, diagnosed = [], False
   for pair in config.pairs:
     pair_cells = [c for c in table if c["pair"] == pair]
     if not pair_cells:
@@ -467,12 +477,16 @@ def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
               f"{says}")
       verdicts = [r["truth"]["verdict"] for r in rs if r.get("truth")]
       if verdicts:
-        text += (f"; the truth diagnostic reads \"search\" (the truth is lower and stays: "
-                 f"the search failed) in {verdicts.count('search')} and \"objective\" (the "
-                 f"objective does not single out the truth) in {verdicts.count('objective')} "
-                 f"of {len(verdicts)} seeds")
+        text += (f" (truth diagnostic: \"search\" in {verdicts.count('search')}, "
+                 f"\"objective\" in {verdicts.count('objective')} of {len(verdicts)} seeds)")
+        diagnosed = True
       parts.append(text)
     out.append(f"Pair {pair} (n = {n}): " + "; ".join(parts) + ".")
+  if diagnosed:
+    out.append("The truth diagnostic's \"search\": the attack's loss at the true training "
+               "images is below the loss it reached and DecoReco started there keeps them (the "
+               "search failed); \"objective\": it is not, or the truth drifts away (the "
+               "objective does not single out the truth).")
   out.append("A count at or below its start images' is not evidence that a victim's "
              "training images are safe from reconstruction: it reads uninformative where "
              "p < d·n or where no victim at the same n recovered, and even beside a "
