@@ -49,9 +49,14 @@ with compilation, evaluation, θ*'s training and the MLP's runs, about 5 minutes
 15 minutes for the three. Measured on a machine shared with a dozen other processes
 (load average 8 to 15 on 2 cores), so the ratio is rough; the slowest wide-CNN step seen
 there, 0.09 s, bounds the estimate from above (3 minutes per attack, about 35 minutes for
-the pair). The truth diagnostic, where the runs make it, adds its truth-start run: about one
-more attack per attack run. Rows are written as each run finishes and a rerun reuses
-them. ":smoke" a few minutes.
+the pair). The truth diagnostic (attack.truth_diagnostic, on by default) adds to
+each attack run about three times its attack's seconds (the λ fit, the truth-start run
+and its evaluation; the wide CNN's first run on the shared machine: 235 s of attack, 688 s
+of diagnostic): about 10 minutes per seed of the wide pair on quiet cores, 30 for the
+three, and about 35 minutes per seed on the shared machine; the control pair's runs,
+finished before the diagnostic existed, are reused without it (`trdr.runtime.rundir`'s
+ADDED_KEYS), and rerun from scratch they would take about four times their 22 minutes.
+Rows are written as each run finishes and a rerun reuses them. ":smoke" a few minutes.
 """
 
 import ml_collections
