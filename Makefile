@@ -130,7 +130,7 @@ victim-recipe:  ## DecoReco's victim recipe ablated: later-layer init x training
 victim-recipe-doc:  ## docs/victim_recipe.md from runs/victim_recipe_SIZE, after make victim-recipe.
 	cp $(RUNS)/victim_recipe_$(SIZE)/victim_recipe.md docs/
 
-cnn:  ## DecoReco on a CNN beside Haim et al.'s MLP at the same size and settings, 2 seeds (~23 min at SIZE=cpu): runs/cnn_SIZE/cnn.md.
+cnn:  ## DecoReco on CNNs beside Haim et al.'s MLP: the 7,104-parameter CNN at n = 100 (p << d·n, 2 seeds) and a (64, 64) CNN at n = 4 (p > d·n, b9dfyspx and sweep-tuned, 3 seeds) (~30 min at SIZE=cpu with the n = 100 runs reused, the truth diagnostic included; over an hour without them): runs/cnn_SIZE/cnn.md.
 	$(PYTHON) experiments/cnn.py --config=configs/cnn.py:$(SIZE) --workdir=$(RUNS)/cnn_$(SIZE)
 
 cnn-doc:  ## docs/cnn.{md,png} from runs/cnn_SIZE, after make cnn.

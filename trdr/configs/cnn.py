@@ -1,32 +1,62 @@
-r"""DecoReco on a convolutional victim beside Haim et al.'s MLP (`trdr.studies.cnn`).
+r"""DecoReco on convolutional victims beside Haim et al.'s MLP (`trdr.studies.cnn`), at a
+parameter count p below and above the training set's d·n pixel values.
 
 Command:
   make cnn                            # ":cpu", into runs/cnn_cpu (cnn.md, cnn.json, cnn.png)
   make cnn-doc                        # docs/cnn.md and docs/cnn.png from runs/cnn_cpu
   python experiments/cnn.py --config=configs/cnn.py:smoke --workdir=DIR
 
-Two victims per seed, on the same training images (the seed draws the data, θ0 and the
-attack's starts): ``victims.cnn`` (configs/decoreco_cnn.py: `trdr.models.ConvNet`, 3 × 3
-convolutions with ReLU and 2 × 2 average pooling, a linear head) and ``victims.mlp``
-(configs/decoreco_cifar.py: Haim et al.'s MLP D-1000-1000-1), both with a bias in the
-first layer only, the first layer N(0, 1e-8) and the later ones at PyTorch's default,
-trained by the same full-batch gradient descent on BCE to train loss 1e-4, and attacked by
-DecoReco at the same n, m = 2n candidates, iterations and settings (σ, lr, λ_min, α) =
-Haim et al.'s published CIFAR-10 run b9dfyspx. Per victim and seed: the training images
-recovered (SSIM ≥ 0.4, windows 11 and 3, SSIM-nearest and best buddies) beside the same
-count for the start images, the KKT premise of θ* (`trdr.victim.kkt`, per tensor), the test
-accuracy and the seconds.
+Iurada et al. (ICLR 2026, "A Law of Data Reconstruction", arXiv 2509.22214) tie
+reconstruction from θ* to p / (d·n), d = 32 · 32 · 3 = 3,072 pixel values per CIFAR-10
+image: at p far below d·n the parameters cannot hold the training set, and a zero is
+expected from the count alone. Two pairs (``pairs``), each of victims trained on the same
+training images per seed (the seed draws the data, θ0 and the attack's starts):
 
-Variants: "cpu" (configs/decoreco_*.py:cpu: n = 100, 5,000 iterations on m = 200, CNN
-channels (16, 32), float32 as the report's DecoReco runs) with TWO seeds, not three: a
-seed's pair takes about 11 minutes on a 2-core CPU (AVX2), most of it the CNN's 5,000
-attack steps (matrix products over 3 × 3 patches, `trdr.models.Conv3x3`, differentiated
-forward-over-reverse; `make benchmark-conv`), so a third seed would not fit the issue's
-25-minute budget; rows are
-reused, so `--config.seeds=0,1,2` adds one later. "smoke" (n = 10, CNN channels (4, 8),
-MLP widths (32, 32), 40 iterations, float64, one seed): about a minute, for tests.
-Expected runtime: ":cpu" about 23 minutes on a 2-core CPU (rows are written as each run
-finishes and a rerun reuses them); ":smoke" about a minute.
+  * "control": ``victims.cnn`` (configs/decoreco_cnn.py:cpu, channels (16, 32), 7,104
+    parameters) and ``victims.mlp`` (configs/decoreco_cifar.py:cpu, Haim et al.'s MLP
+    D-1000-1000-1) at n = 100: p / (d·n) = 0.023 for the CNN, so its count is
+    uninformative by parameter count; the MLP beside it is the attack's positive control.
+    Two seeds, Haim et al.'s published settings b9dfyspx only (these rows' configs are
+    those of the study before the wide pair, so their finished runs are reused).
+  * "wide": ``victims.cnn_wide`` (channels (64, 64), 42,752 parameters) and
+    ``victims.mlp_small_n`` (the same MLP) at n = 4 (2 per class group): p / (d·n) = 3.5
+    for the CNN, above the law's line (at n = 4 fewer channels fall near it: (32, 64) gives
+    1.9). Three seeds, each victim attacked at b9dfyspx and at the settings tuned for it by
+    trdr's sweep (`experiment` mode "sweep": 8 settings × 250 iterations ranked by the
+    in-run score, b9dfyspx among them; per victim and seed, on the θ* of its b9dfyspx run),
+    the tuned attack reading the sweep's best.json (attack.hparams_file). 2,000 attack
+    iterations, not 5,000: with m = 8 candidates the loss flattens within a few hundred.
+
+Every victim: a bias in the first layer only, the first layer N(0, 1e-8) and the later
+ones at PyTorch's default, trained by full-batch gradient descent on BCE to train loss
+1e-4; DecoReco with m = 2n candidates, float32 (as the report's DecoReco runs), the CNN's
+autodiff order on all (the MLP's fused kkt_mlp does not read it); the in-run score's k at
+most n (eval.score_k).
+
+Variants: "cpu" as above; "smoke" (n = 10 for the control pair with CNN channels (4, 8),
+MLP widths (32, 32); n = 2 for the wide pair with CNN channels (16, 32), p = 7,104 > d·n
+= 6,144; 40 iterations, a 3-setting sweep of 20, float64, one seed): a few minutes, for
+tests.
+
+Expected runtime of ":cpu" on a 2-core CPU (AVX2). The control pair as before: about 11
+minutes per seed on quiet cores (the CNN's 5,000 attack steps about 470 s, the MLP's about
+140 s), 22 for its two; its runs' configs are unchanged, so a workdir that holds them reuses
+them. The wide pair: one attack step of the (64, 64) CNN at m = 8 took 0.1 to 0.2 of the
+control CNN's at m = 200 when the two ran side by side (the (64, 64) convolutions at 16 × 16
+cost 9 · 64 · 64 multiply-adds per pixel, 8 images against 200), i.e. about 0.02 s per step
+on quiet cores, 40 s per 2,000-step attack and as much for its sweep; with compilation,
+evaluation, θ*'s training and the MLP's runs, about 5 minutes per seed, 15 minutes for the
+three. Measured on a machine shared with a dozen other processes (load average 8 to 15 on 2
+cores), so the ratio is rough; the slowest wide-CNN step seen there, 0.12 s (the first
+":cpu" run), bounds it from above (4 minutes per attack, about 45 minutes for the pair
+without the diagnostic). The truth diagnostic (attack.truth_diagnostic, on by default) adds
+to each attack run about three times its attack's seconds (the λ fit, the truth-start run
+and its evaluation; the wide CNN's first run on the shared machine: 235 s of attack, 688 s
+of diagnostic): about 10 minutes per seed of the wide pair on quiet cores, 30 for the three,
+and about 35 minutes per seed on the shared machine; the control pair's runs, finished
+before the diagnostic existed, are reused without it (`trdr.runtime.rundir`'s ADDED_KEYS),
+and rerun from scratch they would take about four times their 22 minutes. Rows are written
+as each run finishes and a rerun reuses them. ":smoke" a few minutes.
 """
 
 import ml_collections
@@ -35,6 +65,32 @@ from trdr.configs import decoreco_cifar, decoreco_cnn, sizes
 from trdr.configs.victim_recipe import B9DFYSPX
 
 VARIANTS = sizes.CPU
+# The attack settings a pair runs at: Haim et al.'s published b9dfyspx, or "tuned" (the
+# sweep's best.json on that victim and seed).
+SETTINGS = ("b9dfyspx", "tuned")
+
+
+def _victim(module, variant: str, n_per_class: int | None = None, steps: int | None = None,
+            **arch) -> ml_collections.ConfigDict:
+  """The DecoReco experiment config of one victim: ``module``'s at ``variant``, at
+  ``n_per_class`` training images per class group and ``steps`` attack iterations (None:
+  the variant's; the sweep then runs steps // 8), the architecture fields ``arch`` set,
+  the study's attack (b9dfyspx, float32 at ":cpu")."""
+  c = module.get_config(variant)
+  c.float64 = variant == "smoke"   # ":cpu" in float32, as the report's DecoReco runs
+  if n_per_class is not None:
+    c.data.n_per_class = n_per_class
+  if steps is not None:
+    c.attack.steps, c.attack.log_every = steps, min(c.attack.log_every, steps)
+    c.sweep.steps = steps // 8   # the sweep's share of the iterations as at ":cpu"
+  for key, value in arch.items():
+    c.victim[key] = value
+  c.attack.init_scale, c.attack.lr, c.attack.lambda_min, c.attack.alpha = B9DFYSPX
+  # the CNN's autodiff order on both (the MLP's fused kkt_mlp does not read it)
+  c.attack.autodiff_order = "forward_over_reverse"
+  # Haim et al.'s in-run score averages the k best-matched training images: k ≤ n
+  c.eval.score_k = min(c.eval.score_k, 2 * c.data.n_per_class)
+  return c
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
@@ -42,14 +98,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   smoke = variant == "smoke"
   config = ml_collections.ConfigDict()
   config.variant = variant
-  config.seeds = (0,) if smoke else (0, 1)
+  # the wide pair: n = 4 (n = 2 at ":smoke"), 2,000 iterations (":smoke" its own 40)
+  wide = {"n_per_class": 1 if smoke else 2, "steps": None if smoke else 2000}
   config.victims = ml_collections.ConfigDict({
-      "cnn": decoreco_cnn.get_config(variant), "mlp": decoreco_cifar.get_config(variant)})
-  for c in config.victims.values():
-    c.float64 = smoke   # ":cpu" in float32, as the report's DecoReco runs
-    c.attack.init_scale, c.attack.lr, c.attack.lambda_min, c.attack.alpha = B9DFYSPX
-    # the CNN's autodiff order on both (the MLP's fused kkt_mlp does not read it)
-    c.attack.autodiff_order = "forward_over_reverse"
+      "cnn": _victim(decoreco_cnn, variant), "mlp": _victim(decoreco_cifar, variant),
+      "cnn_wide": _victim(decoreco_cnn, variant, **wide,
+                          channels=(16, 32) if smoke else (64, 64)),
+      "mlp_small_n": _victim(decoreco_cifar, variant, **wide)})
+  config.pairs = ml_collections.ConfigDict({
+      "control": {"victims": ("cnn", "mlp"), "seeds": (0,) if smoke else (0, 1),
+                  "settings": ("b9dfyspx",)},
+      "wide": {"victims": ("cnn_wide", "mlp_small_n"), "seeds": (0,) if smoke else (0, 1, 2),
+               "settings": SETTINGS}})
   config.eval = ml_collections.ConfigDict()
   config.eval.ssim_level = 0.4
   config.eval.n_show = 8 if smoke else 16   # training images per victim in cnn.png

@@ -1,20 +1,30 @@
-"""DecoReco on a convolutional victim beside Haim et al.'s MLP: what the attack recovers from
-each, and how near each θ* is to the KKT point it assumes.
+"""DecoReco on convolutional victims beside Haim et al.'s MLP: what the attack recovers
+from each, whether the victim's parameter count could hold its training set, and what the
+attack's own objective says at the truth.
 
 Haim et al. (2022) reconstruct from MLPs; Buzaglo et al. (2023) report reconstructions from
-convolutional networks too. `run` trains, per seed, the CNN and the MLP of
-configs/cnn.py on the same training images by the same gradient-descent recipe and attacks
-both by DecoReco (Haim et al.'s eq. 3, `trdr.attacks.decoreco`) at the same n, m,
-iterations and settings. Per victim and seed it records the training images recovered
-(SSIM ≥ the config's level, windows 11 and 3, SSIM-nearest and best buddies) beside the same
-count for the start images, the KKT premise of θ* (`trdr.victim.kkt`, per tensor, from the
-run's summary.json), the test accuracy and the seconds. `markdown` writes the page (the
-mean [min, max] over seeds per victim, and a reading computed from the rows), `figure` the
-training images beside their best reconstructions.
+convolutional networks too. Iurada et al. (ICLR 2026, "A Law of Data Reconstruction", arXiv
+2509.22214) tie reconstruction to p / (d·n), p the parameters, d the pixel values per image,
+n the training images: at p far below d·n a count of zero is expected by parameter count and
+says nothing about the attack or the victim. `run` trains, per pair of configs/cnn.py
+(victims at the same n) and seed, each victim on the same training images by the same
+gradient-descent recipe and attacks it by DecoReco (Haim et al.'s eq. 3,
+`trdr.attacks.decoreco`) at each of the pair's settings: Haim et al.'s published b9dfyspx,
+or "tuned" (trdr's sweep on that victim and seed, `experiment` mode "sweep", its best.json
+read by the attack). Per row it records the training images recovered (SSIM ≥ the config's
+level, windows 11 and 3, SSIM-nearest and best buddies) beside the same count for the
+start images, p and p / (d·n), the KKT premise of θ* (`trdr.victim.kkt`, per tensor), the
+truth diagnostic where the run made it (summary.json["truth"]: the attack's loss at the
+true images, the truth-start run, the verdict), the test accuracy and the seconds.
+`markdown` writes the page (the mean [min, max] over seeds per victim and setting, what
+each count says, and a reading computed from the rows), `figure` the training images beside
+their best reconstructions.
 
-Rows are written to WORKDIR/cnn.json as each run finishes; a rerun skips those there (a long
-run never loses finished work). Each run is a `trdr.experiment` run in
-WORKDIR/runs/<victim>_seed<seed>/ (`experiment.run_or_reuse`: resumed when interrupted).
+Each run is a `trdr.experiment` run (`experiment.run_or_reuse`: a finished run of the same
+config is reused, an interrupted one resumed, one of another config refused):
+WORKDIR/runs/<victim>_seed<seed>/ (b9dfyspx; θ* trained there), <victim>_seed<seed>_sweep/
+and <victim>_seed<seed>_tuned/ (both on that θ*). Rows are derived from the runs' files and
+written to WORKDIR/cnn.json as each run finishes (a long run never loses finished work).
 """
 
 import os
@@ -26,6 +36,7 @@ import numpy as np
 from absl import logging
 
 from trdr import experiment, models, plotting, victim
+from trdr.configs.cnn import SETTINGS
 from trdr.runtime import files, rundir
 from trdr.studies.victim_recipe import spread, summary_counts
 
@@ -34,13 +45,22 @@ FIGURE = "cnn"
 
 
 def _key(row: dict) -> tuple:
-  return row["victim"], row["seed"]
+  return row["victim"], row["seed"], row.get("setting", "b9dfyspx")
+
+
+def plan(config: ml_collections.ConfigDict) -> list[tuple[str, str, int, str]]:
+  """The rows of ``config`` in the order they run: (pair, victim, seed, setting) for each
+  pair of ``config.pairs``, its seeds, its victims and its settings."""
+  return [(pair, name, int(seed), setting)
+          for pair, p in config.pairs.items() for seed in p.seeds for name in p.victims
+          for setting in p.settings]
 
 
 def run_config(config: ml_collections.ConfigDict, name: str, seed: int
                ) -> ml_collections.ConfigDict:
   """The DecoReco experiment config of victim ``name`` (a key of ``config.victims``) at
-  ``seed``: every seed of it (the data draw, θ0, the attack's starts) set to ``seed``.
+  ``seed`` and Haim et al.'s b9dfyspx: every seed of it (the data draw, θ0, the attack's
+  starts) set to ``seed``.
 
   Raises:
     ValueError: ``name`` is not a victim of ``config``.
@@ -52,77 +72,115 @@ def run_config(config: ml_collections.ConfigDict, name: str, seed: int
   return c
 
 
+def tuning_configs(config: ml_collections.ConfigDict, workdir: str, name: str, seed: int
+                   ) -> tuple[ml_collections.ConfigDict, ml_collections.ConfigDict]:
+  """The sweep's config and the tuned attack's of victim ``name`` at ``seed``: both on the
+  θ* of its b9dfyspx run (victim.checkpoint_dir), the attack reading the sweep's best.json
+  (attack.hparams_file). The sweep ranks its settings (``victims[name].sweep``) by the
+  in-run score."""
+  c = run_config(config, name, seed)
+  c.victim.checkpoint_dir = os.path.join(run_dir(workdir, name, seed), "victim")
+  tuned = c.copy_and_resolve_references()
+  tuned.attack.hparams_file = os.path.join(run_dir(workdir, name, seed, "sweep"),
+                                           experiment.BEST_FILE)
+  return c, tuned
+
+
 def check_same_setting(config: ml_collections.ConfigDict) -> None:
-  """The victims differ in their architecture alone: the same data, precision, training
-  recipe and attack (what makes their counts comparable).
+  """The victims of each pair differ in their architecture alone: the same data (n
+  included), precision, training recipe and attack (what makes their counts comparable);
+  every pair names known victims and settings.
 
   Raises:
-    ValueError: fewer than two victims, or two that differ elsewhere (naming the keys).
+    ValueError: a pair with fewer than two victims, an unknown victim or setting, or two
+      victims of a pair that differ elsewhere (naming the keys).
   """
-  names = list(config.victims)
-  if len(names) < 2:
-    raise ValueError(f"configs/cnn.py compares victims: need two or more, got {names}")
+  for pair, p in config.pairs.items():
+    names = list(p.victims)
+    if len(names) < 2:
+      raise ValueError(f"configs/cnn.py's pair {pair!r} compares victims: need two or more, "
+                       f"got {names}")
+    for name in names:
+      if name not in config.victims:
+        raise ValueError(f"pair {pair!r} names the unknown victim {name!r}; configs/cnn.py "
+                         f"has {list(config.victims)}")
+    if unknown := [s for s in p.settings if s not in SETTINGS]:
+      raise ValueError(f"pair {pair!r} has unknown settings {unknown}; known: {SETTINGS}")
 
-  def setting(name):
-    c = config.victims[name].to_dict()
-    own = {"arch", *models.MODEL_FIELDS.get(c["victim"]["arch"], ())}
-    c["victim"] = {k: v for k, v in c["victim"].items() if k not in own}
-    return c
-  for name in names[1:]:
-    if change := rundir.config_change(setting(names[0]), setting(name), shown=6):
-      raise ValueError(f"victims {names[0]!r} and {name!r} of configs/cnn.py differ beyond "
-                       f"their architecture ({change}): set both alike")
+    def setting(name):
+      c = config.victims[name].to_dict()
+      own = {"arch", *models.MODEL_FIELDS.get(c["victim"]["arch"], ())}
+      c["victim"] = {k: v for k, v in c["victim"].items() if k not in own}
+      return c
+    for name in names[1:]:
+      if change := rundir.config_change(setting(names[0]), setting(name), shown=6):
+        raise ValueError(f"victims {names[0]!r} and {name!r} of configs/cnn.py's pair "
+                         f"{pair!r} differ beyond their architecture ({change}): set both "
+                         "alike")
 
 
-def run_dir(workdir: str, name: str, seed: int) -> str:
-  """The `trdr.experiment` run of victim ``name`` at ``seed``."""
-  return os.path.join(workdir, "runs", f"{name}_seed{seed}")
+def run_dir(workdir: str, name: str, seed: int, setting: str = "b9dfyspx") -> str:
+  """The `trdr.experiment` run of victim ``name`` at ``seed``: its attack at ``setting``
+  ("b9dfyspx", "tuned") or its sweep ("sweep")."""
+  tail = "" if setting == "b9dfyspx" else f"_{setting}"
+  return os.path.join(workdir, "runs", f"{name}_seed{seed}{tail}")
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
-  """Every (seed, victim) run of ``config`` (configs/cnn.py), finished rows reused.
+  """Every (pair, seed, victim, setting) run of ``config`` (configs/cnn.py), finished runs
+  reused.
 
   Returns:
-    The rows {victim, seed, arch, architecture (words), parameters (θ's entries), n,
-    candidates, steps, train_accuracy, test_accuracy (the victim's on the test split),
+    The rows {pair, victim, seed, setting, arch, architecture (words), parameters (θ's
+    entries), pixels (d: values per image), ratio (p / (d·n)), n, candidates, steps,
+    hyperparameters (the attack's (σ, lr, λ_min, α)), train_accuracy, test_accuracy,
     epochs, kkt (`trdr.victim.kkt.KKTFit.to_json`: relative, residual, norm per tensor,
     relative_total, residual_total, first_layer, positive, n, form), recovered and
     start_recovered ({"w11", "w3", "w11_bb", "w3_bb"}: training images whose best
     reconstruction, resp. start image, has SSIM ≥ config.eval.ssim_level; "_bb": best
-    buddies), final_loss, victim_seconds (θ*'s training), attack_seconds,
-    evaluation_seconds, run (the run directory, relative to ``workdir``)}, of
-    ``config.seeds`` × ``config.victims`` in that order; WORKDIR/cnn.json keeps every row
-    run there (a seed dropped from the config stays, and returns when added back).
+    buddies), final_loss, truth (summary.json["truth"], the truth diagnostic, or None where
+    the run has none), victim_seconds (θ*'s training), attack_seconds, sweep_seconds (the
+    sweep's, "tuned" only, else 0), evaluation_seconds, run (the run directory, relative to
+    ``workdir``)}, in `plan` order; WORKDIR/cnn.json keeps every row run there (a row
+    dropped from the config stays, and returns when added back).
   Raises:
-    FileExistsError: ``workdir`` holds rows of other settings (all but the seeds, which may
-      grow), or a run directory there holds a finished run of another config.
-    ValueError: the victims differ beyond their architecture (`check_same_setting`), or a
-      victim's config is not a DecoReco run that counts at config.eval.ssim_level with
+    FileExistsError: a run directory there holds a finished run of another config.
+    ValueError: a pair's victims differ beyond their architecture (`check_same_setting`),
+      or a victim's config is not a DecoReco run that counts at config.eval.ssim_level with
       windows 11 and 3 (`summary_counts`).
   """
   check_same_setting(config)
-  path, rows = rundir.study_rows(workdir, config, ROWS_FILE)
-  done = {_key(r) for r in rows}
-  for seed in config.seeds:
-    for name in config.victims:
-      if (name, int(seed)) in done:
-        continue
-      c = run_config(config, name, seed)
-      directory = run_dir(workdir, name, int(seed))
+  os.makedirs(workdir, exist_ok=True)
+  path = os.path.join(workdir, ROWS_FILE)
+  kept = files.read_json(path) if os.path.exists(path) else []
+  order = plan(config)
+  keys = {(name, seed, setting) for _, name, seed, setting in order}
+  rows = {_key(r): r for r in kept if _key(r) not in keys}
+  out = []
+  for pair, name, seed, setting in order:
+    directory = run_dir(workdir, name, seed, setting)
+    sweep_seconds = 0.0
+    if setting == "tuned":
+      c_sweep, c = tuning_configs(config, workdir, name, seed)
       with jax.enable_x64(bool(c.float64)):
-        experiment.run_or_reuse("attack", c, directory)
-      row = {"victim": name, "seed": int(seed),
-             **_row(c, directory, config.eval.ssim_level),
-             "run": os.path.relpath(directory, workdir)}
-      logging.info("cnn study %s, seed %d: recovered %s, start %s, test accuracy %.3f, "
-                   "%.0f s", name, seed, row["recovered"], row["start_recovered"],
-                   row["test_accuracy"], row["victim_seconds"] + row["attack_seconds"])
-      rows.append(row)
-      done.add(_key(row))
-      files.write_json(path, rows)
-  order = {(n, int(s)): i for i, (s, n) in enumerate(
-      (s, n) for s in config.seeds for n in config.victims)}
-  return sorted((r for r in rows if _key(r) in order), key=lambda r: order[_key(r)])
+        sweep_dir = run_dir(workdir, name, seed, "sweep")
+        experiment.run_or_reuse("sweep", c_sweep, sweep_dir)
+      sweep_seconds = float(files.read_json(
+          os.path.join(sweep_dir, experiment.SUMMARY_FILE)).get("seconds", 0.0))
+    else:
+      c = run_config(config, name, seed)
+    with jax.enable_x64(bool(c.float64)):
+      experiment.run_or_reuse("attack", c, directory)
+    row = {"pair": pair, "victim": name, "seed": seed, "setting": setting,
+           **_row(c, directory, config.eval.ssim_level), "sweep_seconds": sweep_seconds,
+           "run": os.path.relpath(directory, workdir)}
+    logging.info("cnn study %s, seed %d, %s: recovered %s, start %s, p / (d·n) %.3g, "
+                 "test accuracy %.3f", name, seed, setting, row["recovered"],
+                 row["start_recovered"], row["ratio"], row["test_accuracy"])
+    out.append(row)
+    rows[_key(row)] = row
+    files.write_json(path, list(rows.values()))
+  return out
 
 
 def describe(victim_config: ml_collections.ConfigDict) -> str:
@@ -150,10 +208,12 @@ def _row(c: ml_collections.ConfigDict, directory: str, level: float) -> dict:
   saved = victim.load_metadata(c.victim.checkpoint_dir or os.path.join(directory, "victim"))
   image_shape = tuple(saved["config"]["image_shape"])
   phases = summary.get("phase_seconds", {})
+  p, d = parameter_count(c, image_shape), int(np.prod(image_shape))
   return {"arch": c.victim.arch, "architecture": describe(c.victim),
-          "parameters": parameter_count(c, image_shape),
+          "parameters": p, "pixels": d, "ratio": p / (d * summary["n_train"]),
           "n": summary["n_train"], "candidates": summary["candidates"],
-          "steps": summary["steps"], "train_accuracy": report["train_accuracy"],
+          "steps": summary["steps"], "hyperparameters": summary.get("hyperparameters"),
+          "truth": summary.get("truth"), "train_accuracy": report["train_accuracy"],
           "test_accuracy": report["test_accuracy"], "epochs": report.get("epochs"),
           "kkt": summary["kkt_premise"], **summary_counts(summary, level),
           "final_loss": summary["final_loss"],
@@ -165,104 +225,200 @@ def _row(c: ml_collections.ConfigDict, directory: str, level: float) -> dict:
 
 def figure(rows: list[dict], workdir: str, config: ml_collections.ConfigDict
            ) -> matplotlib.figure.Figure | None:
-  """The first seed with every victim finished: per victim, its training images (black)
+  """Per (victim, setting) of `plan`, the first seed's row: its training images (black)
   beside their best reconstruction (grey), best first (`plotting.best_per_train_grid`);
-  None before such a seed exists."""
-  for seed in config.seeds:
-    mine = [r for r in rows if r["seed"] == int(seed)]
-    if {r["victim"] for r in mine} >= set(config.victims):
-      break
-  else:
+  None before any row exists."""
+  by = {_key(r): r for r in rows}
+  panels, seen = [], set()
+  for _, name, seed, setting in plan(config):
+    if (name, setting) not in seen and (name, seed, setting) in by:
+      seen.add((name, setting))
+      panels.append(by[(name, seed, setting)])
+  if not panels:
     return None
-  panels = [next(r for r in mine if r["victim"] == name) for name in config.victims]
 
   def draw(subfig, row):
     plotting.best_per_train_grid(
         experiment.load_results(os.path.join(workdir, row["run"])), config.eval.n_show,
-        title=f"{row['victim']}: {row['architecture']}", fig=subfig)
-  return plotting.stacked(panels, f"DecoReco on each victim, seed {seed}: the best-recovered "
-                          "training images", draw, config.eval.n_show)
+        title=(f"{row['victim']} ({row['setting']}, seed {row['seed']}, n = {row['n']}): "
+               f"{row['architecture']}"), fig=subfig)
+  return plotting.stacked(panels, "DecoReco on each victim: the best-recovered training "
+                          "images", draw, config.eval.n_show)
+
+
+def cells(rows: list[dict], config: ml_collections.ConfigDict) -> list[dict]:
+  """One entry per (pair, victim, setting) of ``config`` with rows: {pair, victim,
+  setting, rows (its seeds' rows)}, in `plan` order."""
+  out = []
+  for pair, p in config.pairs.items():
+    for name in p.victims:
+      for setting in p.settings:
+        mine = [r for r in rows if r.get("pair") == pair and _key(r)[0::2] == (name, setting)]
+        if mine:
+          out.append({"pair": pair, "victim": name, "setting": setting, "rows": mine})
+  return out
+
+
+def _buddies(r: dict) -> int:
+  return r["recovered"]["w11_bb"]
+
+
+def _start_buddies(r: dict) -> int:
+  return max(r["start_recovered"]["w11_bb"], r["start_recovered"]["w3_bb"])
+
+
+def recovers(cell_rows: list[dict]) -> bool:
+  """Whether a cell's attack recovered: its best buddies (window 11) exceed its start
+  images' (either window) in at least one seed."""
+  return any(_buddies(r) > _start_buddies(r) for r in cell_rows)
+
+
+def label(cell: dict, pair_cells: list[dict]) -> str:
+  """What a cell's count says, in words: it recovers; or its zero is uninformative by
+  parameter count (p / (d·n) < 1, Iurada et al.); or uninformative since no victim of its
+  pair (the same n) recovered at any setting (no positive control); or a negative beside a
+  positive control at the same n (naming it)."""
+  rs = cell["rows"]
+  ratio = rs[0]["ratio"]
+  if recovers(rs):
+    return "recovers"
+  if ratio < 1:
+    return f"uninformative by parameter count (p / (d·n) = {ratio:.2g})"
+  positive = [c for c in pair_cells if c is not cell and recovers(c["rows"])]
+  if not positive:
+    return ("uninformative: no victim at this n recovered at any setting (no positive "
+            "control)")
+  shown = ", ".join(f"{c['victim']} at {c['setting']}" for c in positive)
+  return f"a negative beside a positive control at the same n ({shown})"
+
+
+def _truth(rs: list[dict], value, fmt: str = ".3g") -> str:
+  """A truth-diagnostic entry over a cell's seeds; "–" where no run made it."""
+  have = [r["truth"] for r in rs if r.get("truth")]
+  if not have:
+    return "–"
+  return spread([value(t) for t in have], fmt) + ("" if len(have) == len(rs) else
+                                                   f" ({len(have)} of {len(rs)} seeds)")
+
+
+def _reached(truth: dict) -> float:
+  """The loss the attack reached as the truth diagnostic's verdict compares it: the lower
+  of its own (at its λ) and at its final images with λ fitted, a non-finite one left out
+  (`trdr.attacks.truth.diagnose`)."""
+  values = [truth["loss_reached"], truth.get("loss_reached_lambda_fitted", float("inf"))]
+  finite = [v for v in values if v is not None and np.isfinite(v)]
+  return min(finite) if finite else float("inf")
+
+
+def _verdicts(rs: list[dict]) -> str:
+  have = [r["truth"]["verdict"] for r in rs if r.get("truth")]
+  if not have:
+    return "–"
+  return ", ".join(f"{v} {have.count(v)}" for v in sorted(set(have)))
 
 
 def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: dict,
              figure_written: bool = True) -> str:
-  """The page: what was run, the table per victim (mean [min, max] over seeds), the KKT
-  premise per tensor, the figure and the reading; ``provenance`` (`trdr.report.provenance`)
-  in its header."""
+  """The page: what was run, the table per victim and setting (mean [min, max] over
+  seeds) with p / (d·n), the truth diagnostic and what each count says, the KKT premise
+  per tensor, the figure and the reading; ``provenance`` (`trdr.report.provenance`) in its
+  header."""
   level = config.eval.ssim_level
-  runs = len(config.seeds) * len(config.victims)
-  first = {name: next((r for r in rows if r["victim"] == name), None)
-           for name in config.victims}
+  planned = plan(config)
+  by = {_key(r): r for r in rows}
+  done = sum((name, seed, setting) in by for _, name, seed, setting in planned)
   c = next(iter(config.victims.values()))
   a = c.attack
-  n = next((r["n"] for r in rows), 2 * c.data.n_per_class)
+  table = cells(rows, config)
   lines = [
-      "# DecoReco on a convolutional victim beside Haim et al.'s MLP",
+      "# DecoReco on convolutional victims beside Haim et al.'s MLP",
       "",
       f"Written by `make cnn` (configs/cnn.py:{config.variant}) on {provenance['machine']}, "
       f"jax {provenance['jax']}, {provenance['utc']}, from cnn.json; do not edit by hand. "
-      f"{len(rows)} runs of {runs} ({len(config.seeds)} seed"
-      f"{'s' if len(config.seeds) > 1 else ''}) finished.",
+      f"{done} runs of {len(planned)} finished.",
       "",
-      f"Per seed, both victims are trained on the same n = {n} training images "
+      "Iurada et al. (ICLR 2026, \"A Law of Data Reconstruction\", arXiv 2509.22214) tie "
+      "reconstruction from θ* to p / (d·n): p parameters, d pixel values per image (3,072 "
+      "for CIFAR-10), n training images; recovery needs p well above d·n. Each pair below "
+      "trains its victims on the same n training images per seed "
       f"({'mean subtracted, ' if c.data.subtract_mean else ''}from {c.data.source}) by "
-      f"{_recipe(c.victim)}. Both are attacked by DecoReco "
-      f"at the same settings: {a.steps:,} iterations on m = {a.candidates_per_image * n} "
-      f"candidates from N(0, σ²) starts, (σ, lr, λ_min, α) = ({a.init_scale:g}, {a.lr:g}, "
-      f"{a.lambda_min:g}, {a.alpha:g}) (Haim et al.'s published CIFAR-10 run), "
-      f"{'float64' if c.float64 else 'float32'}. The victims: "
-      + "; ".join(f"**{name}**: {r['architecture']}, {r['parameters']:,} parameters"
-                  for name, r in first.items() if r is not None) + ".",
+      f"{_recipe(c.victim)}, and attacks them by DecoReco at the same settings: "
+      f"{a.steps:,} iterations on m = {a.candidates_per_image}n candidates from N(0, σ²) "
+      "starts, at Haim et al.'s published CIFAR-10 run b9dfyspx (σ, lr, λ_min, α) = "
+      f"({a.init_scale:g}, {a.lr:g}, {a.lambda_min:g}, {a.alpha:g}) and, where the pair "
+      "says so, at the settings trdr's sweep tuned for that victim and seed (its in-run "
+      f"score; {c.sweep.num_settings} settings × {c.sweep.steps:,} iterations, b9dfyspx "
+      f"among them), {'float64' if c.float64 else 'float32'}. Pairs: "
+      + "; ".join(f"**{pair}**: {', '.join(p.victims)} at "
+                  f"n = {2 * config.victims[p.victims[0]].data.n_per_class}, seeds "
+                  f"{', '.join(str(s) for s in p.seeds)}, settings {', '.join(p.settings)}"
+                  for pair, p in config.pairs.items()) + ".",
       "",
       f"**Recovered**: training images whose best reconstruction has SSIM ≥ {level} (window "
       "11, dm-pix's default, and 3, Haim et al.'s); **best buddies**: the same where the "
       "training image and that reconstruction are each the other's SSIM-nearest; "
-      "**start**: the same counts for the start images (the baseline: what an attack that "
-      "does nothing scores). **KKT unexplained**: ‖r_t‖²/‖θ*_t‖², the part of θ* that no "
-      "non-negative combination of the true training images' gradients explains "
-      "(`trdr.victim.kkt`; DecoReco's premise is 0), for the first layer's kernel, where "
-      "the images enter, and for the whole θ*. Each entry: the mean over seeds [min, max].",
+      "**start**: the same best-buddy counts for the start images (the baseline: what an "
+      "attack that does nothing scores). **Truth diagnostic** (summary.json[\"truth\"], "
+      "where the run made it): the attack's own loss at the true training images, λ fitted "
+      "(L(x_true)), beside the loss it reached from its starts (the lower of its own λ and "
+      "λ fitted, as the verdict compares them); the training images kept "
+      "by DecoReco started at the truth; the verdict per seed (\"search\": the truth is "
+      "lower and stays, the search failed; \"objective\": the objective does not single out "
+      "the truth). **Says**: what the count is evidence of: a zero reads uninformative by "
+      "parameter count where p < d·n, and uninformative where no victim at the same n "
+      "recovered (no positive control). Each entry: the mean over seeds [min, max].",
       "",
-      "| victim | test accuracy | recovered w11 / w3 | best buddies w11 / w3 | start w11 / w3 "
-      "| start best buddies w11 / w3 | KKT unexplained: first layer / whole θ* | "
-      "victim s | attack s |",
-      "|---|---|---|---|---|---|---|---|---|",
+      "| victim | setting | n | p | p / (d·n) | test accuracy | recovered w11 / w3 "
+      "| best buddies w11 / w3 | start best buddies w11 / w3 | L(x_true) / loss reached "
+      "| truth start kept | verdict | says | victim s | sweep s | attack s |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
   ]
-  for name in config.victims:
-    rs = [r for r in rows if r["victim"] == name]
-    if not rs:
-      continue
+  for cell in table:
+    rs = cell["rows"]
+    pair_cells = [x for x in table if x["pair"] == cell["pair"]]
     lines.append(
-        f"| {name} | {_over(rs, lambda r: r['test_accuracy'])} | "
+        f"| {cell['victim']} | {cell['setting']} | {rs[0]['n']} | {rs[0]['parameters']:,} "
+        f"| {rs[0]['ratio']:.2g} | {_over(rs, lambda r: r['test_accuracy'])} | "
         f"{_windows(rs, 'recovered', '')} | {_windows(rs, 'recovered', '_bb')} | "
-        f"{_windows(rs, 'start_recovered', '')} | {_windows(rs, 'start_recovered', '_bb')} | "
-        f"{_over(rs, lambda r: r['kkt']['relative'][r['kkt']['first_layer']])} / "
-        f"{_over(rs, lambda r: r['kkt']['relative_total'])} | "
+        f"{_windows(rs, 'start_recovered', '_bb')} | "
+        f"{_truth(rs, lambda t: t['loss_at_truth'])} / "
+        f"{_truth(rs, _reached)} | "
+        f"{_truth(rs, lambda t: t['truth_start']['kept'], '.2g')} | {_verdicts(rs)} | "
+        f"{label(cell, pair_cells)} | "
         f"{_over(rs, lambda r: r['victim_seconds'], '.0f')} | "
+        f"{_over(rs, lambda r: r.get('sweep_seconds', 0.0), '.0f')} | "
         f"{_over(rs, lambda r: r['attack_seconds'], '.0f')} |")
-  lines += ["", "The KKT premise per tensor (the unexplained fraction ‖r_t‖²/‖θ*_t‖²; the "
-            "residual floor ‖r‖² is DecoReco's loss at the true training images, beside the "
-            "attack's final loss from its starts):", "",
-            "| victim | " + "tensor | unexplained | " + "floor ‖r‖² | attack's final loss |",
-            "|---|---|---|---|---|"]
-  for name in config.victims:
-    rs = [r for r in rows if r["victim"] == name]
-    if not rs:
+  tuned = [r for r in rows if r.get("setting") == "tuned" and r.get("hyperparameters")]
+  if tuned:
+    lines += ["", "The sweep's choice per tuned run (σ, lr, λ_min, α):", ""]
+    lines += [f"- {r['victim']}, seed {r['seed']}: ("
+              + ", ".join(f"{r['hyperparameters'][k]:.4g}" for k in
+                          ("init_scale", "lr", "lambda_min", "alpha")) + ")"
+              for r in tuned]
+  lines += ["", "The KKT premise per tensor (the unexplained fraction ‖r_t‖²/‖θ*_t‖², "
+            "`trdr.victim.kkt`, fitted with the plain ReLU derivative and no λ_min term: "
+            "not the attack's own objective, whose value at the truth is the truth "
+            "diagnostic's L(x_true) above), at b9dfyspx:", "",
+            "| victim | n | tensor | unexplained | residual ‖r‖² |", "|---|---|---|---|---|"]
+  for cell in table:
+    if cell["setting"] != "b9dfyspx":
       continue
+    rs = cell["rows"]
     for k, tensor in enumerate(rs[0]["kkt"]["relative"]):
-      tail = (f"{spread([r['kkt']['residual_total'] for r in rs])} | "
-              f"{spread([r['final_loss'] for r in rs])}" if k == 0 else " | ")
-      lines.append(f"| {name if k == 0 else ''} | {tensor} | "
-                   f"{spread([r['kkt']['relative'][tensor] for r in rs])} | {tail} |")
-  missing = [(s, name) for s in config.seeds for name in config.victims
-             if not any(_key(r) == (name, int(s)) for r in rows)]
+      tail = spread([r["kkt"]["residual_total"] for r in rs]) if k == 0 else ""
+      lines.append(f"| {cell['victim'] if k == 0 else ''} | {rs[0]['n'] if k == 0 else ''} "
+                   f"| {tensor} | {spread([r['kkt']['relative'][tensor] for r in rs])} | "
+                   f"{tail} |")
+  missing = [(name, seed, setting) for _, name, seed, setting in planned
+             if (name, seed, setting) not in by]
   if missing:
     lines += ["", "Not run yet (rerun `make cnn`; finished runs are kept): "
-              + ", ".join(f"{name} / seed {s}" for s, name in missing) + "."]
+              + ", ".join(f"{name} / seed {s} / {setting}" for name, s, setting in missing)
+              + "."]
   if figure_written:
     lines += ["", "## Reconstructions", "",
-              f"The first seed's {config.eval.n_show} best-recovered training images of "
-              "each victim (black), each beside its best reconstruction (grey), with its "
+              f"Per victim and setting, the first seed's {config.eval.n_show} best-recovered "
+              "training images (black), each beside its best reconstruction (grey), with its "
               f"SSIM (window 11): [{FIGURE}.png]({FIGURE}.png).", "",
               f"![DecoReco on each victim]({FIGURE}.png)"]
   lines += ["", "## Reading", "", reading(rows, config)]
@@ -270,7 +426,7 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
 
 
 def _over(rows: list[dict], value, fmt: str = ".3g") -> str:
-  """``value(row)`` over ``rows`` (a victim's seeds): the mean [min, max]."""
+  """``value(row)`` over ``rows`` (a cell's seeds): the mean [min, max]."""
   return spread([value(r) for r in rows], fmt)
 
 
@@ -282,7 +438,7 @@ def _windows(rows: list[dict], field: str, suffix: str) -> str:
 
 def _recipe(v: ml_collections.ConfigDict) -> str:
   """The victims' training in words (the first victim's config; configs/cnn.py gives
-  both the same)."""
+  every victim the same)."""
   stop = (f"to the gradient-flow time {v.flow_time:g}" if v.get("flow_time") is not None
           else f"stopped at train loss {v.loss_threshold:g}")
   later = {"pytorch": "PyTorch's default", "flax": "Flax's default"}.get(v.later_init,
@@ -294,47 +450,45 @@ def _recipe(v: ml_collections.ConfigDict) -> str:
 
 
 def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
-  """The comparison, computed from the rows (per seed, paired), stated as measured."""
-  names = list(config.victims)
-  if len(names) != 2:
-    return "No pair of victims to compare."
-  one, other = names
-  pairs = []
-  for seed in config.seeds:
-    by = {r["victim"]: r for r in rows if r["seed"] == int(seed)}
-    if {one, other} <= set(by):
-      pairs.append(by)
-  if not pairs:
-    return "No seed with both victims finished yet."
-  s = "s" if len(pairs) > 1 else ""
-  buddies = lambda r: r["recovered"]["w11_bb"]
-  more = sum(buddies(p[one]) > buddies(p[other]) for p in pairs)
-  fewer = sum(buddies(p[one]) < buddies(p[other]) for p in pairs)
-  mean = lambda v, f: float(np.mean([f(p[v]) for p in pairs]))
-  first = lambda r: r["kkt"]["relative"][r["kkt"]["first_layer"]]
-  start = max(max(p[v]["start_recovered"]["w11_bb"], p[v]["start_recovered"]["w3_bb"])
-              for p in pairs for v in (one, other))
-  nearer = mean(one, first) < mean(other, first)
-  below = lambda v: sum(p[v]["final_loss"] < p[v]["kkt"]["residual_total"] for p in pairs)
-  gap = lambda r: (r["kkt"]["residual_total"] - r["final_loss"]) / r["kkt"]["residual_total"]
-  return " ".join([
-      f"Over {len(pairs)} seed{s} with both victims, the {one} yields more best buddies "
-      f"(window 11, SSIM ≥ {config.eval.ssim_level}) than the {other} in {more}, fewer in "
-      f"{fewer} and as many in {len(pairs) - more - fewer}; means {mean(one, buddies):.1f} "
-      f"and {mean(other, buddies):.1f} of n = {pairs[0][one]['n']} (SSIM-nearest, window "
-      f"11: {mean(one, lambda r: r['recovered']['w11']):.1f} and "
-      f"{mean(other, lambda r: r['recovered']['w11']):.1f}).",
-      f"The start images reach at most {start} best buddies at either window in any run.",
-      f"The first layer's unexplained KKT fraction is {mean(one, first):.3f} for the {one} "
-      f"and {mean(other, first):.3f} for the {other} (means): the {one}'s θ* is "
-      f"{'nearer to' if nearer else 'no nearer to'} the KKT point DecoReco assumes where "
-      "the images enter.",
-      f"DecoReco's final loss from its starts lies below the floor (its value at the true "
-      f"training images, λ fitted) in {below(one)} of {len(pairs)} seed{s} for the {one} "
-      f"and {below(other)} for the {other} (mean relative gap (floor − final) / floor "
-      f"{mean(one, gap):.3g} and {mean(other, gap):.3g}): with m = "
-      f"{pairs[0][one]['candidates']} candidates for n = {pairs[0][one]['n']} images, a "
-      "loss below the floor is reachable without the training images, so the loss alone "
-      "does not tell a reconstruction from a fit elsewhere.",
-      f"Test accuracy: {mean(one, lambda r: r['test_accuracy']):.3f} ({one}) and "
-      f"{mean(other, lambda r: r['test_accuracy']):.3f} ({other})."])
+  """What the rows say, per cell (victim and setting) and from its own rows only: its
+  best buddies beside its start images', p / (d·n), what its count is evidence of
+  (`label`: a zero is uninformative unless a victim at the same n recovered), and the truth
+  diagnostic's verdicts where the runs made them. No count is compared across victims
+  whose measured power differs."""
+  table = cells(rows, config)
+  if not table:
+    return "No run finished yet."
+  level = config.eval.ssim_level
+  out, diagnosed = [], False
+  for pair in config.pairs:
+    pair_cells = [c for c in table if c["pair"] == pair]
+    if not pair_cells:
+      continue
+    n = pair_cells[0]["rows"][0]["n"]
+    parts = []
+    for cell in pair_cells:
+      rs = cell["rows"]
+      k = len(rs)
+      says = label(cell, pair_cells)
+      text = (f"the {cell['victim']} at {cell['setting']} (p = {rs[0]['parameters']:,}, "
+              f"p / (d·n) = {rs[0]['ratio']:.2g}) yields {_over(rs, _buddies, '.2g')} best "
+              f"buddies (window 11, SSIM ≥ {level}; the start images "
+              f"{_over(rs, _start_buddies, '.2g')}) over {k} seed{'s' if k > 1 else ''}: "
+              f"{says}")
+      verdicts = [r["truth"]["verdict"] for r in rs if r.get("truth")]
+      if verdicts:
+        text += (f" (truth diagnostic: \"search\" in {verdicts.count('search')}, "
+                 f"\"objective\" in {verdicts.count('objective')} of {len(verdicts)} seeds)")
+        diagnosed = True
+      parts.append(text)
+    out.append(f"Pair {pair} (n = {n}): " + "; ".join(parts) + ".")
+  if diagnosed:
+    out.append("The truth diagnostic's \"search\": the attack's loss at the true training "
+               "images is below the loss it reached and DecoReco started there keeps them (the "
+               "search failed); \"objective\": it is not, or the truth drifts away (the "
+               "objective does not single out the truth).")
+  out.append("A count at or below its start images' is not evidence that a victim's "
+             "training images are safe from reconstruction: it reads uninformative where "
+             "p < d·n or where no victim at the same n recovered, and even beside a "
+             "positive control it measures this attack at these settings only.")
+  return " ".join(out)
