@@ -309,6 +309,10 @@ def headline(workdir: str, mode: str, exported: str | None = None) -> str:
                                 for k, v in summary["reconstructed"].items())))
     if warning := summary.get("kkt_premise", {}).get("warning"):
       lines.append(f"Warning: {warning}")
+    if "truth" in summary:   # trdr.attacks.truth: what the count is worth
+      from trdr.attacks import truth  # noqa: PLC0415  (see the imports above)
+      lines.append(f"Truth diagnostic: {summary['truth']['verdict']}. "
+                   + truth.headline(summary["truth"]))
   elif mode == "sweep":
     best = files.read_json(os.path.join(workdir, experiment.BEST_FILE))
     lines.append("Best setting: " + ", ".join(

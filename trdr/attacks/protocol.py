@@ -100,12 +100,20 @@ class AttackKind(NamedTuple):
       with the attack's settings chosen for a θ* read from a user's file (`victim.load`),
       and where they came from, for the run's summary (DecoReco: never its untuned
       defaults).
+    truth: None, or (target, attack_config, labels, task, *, history, images, steps,
+      eval_config, workdir, dtype, key) -> {summary key: JSON-able dict}: whether the
+      attack's own objective prefers θ*'s training set, measured after the attack in mode
+      "attack" where the training set is known and ``attack.truth_diagnostic`` is set
+      (``history``: the run's {metric: float[G, steps]}; ``images``: its final images
+      float[G, m, H, W, C]; ``workdir``: a directory of its own for a checkpointed run),
+      logged and written into the run's summary.json (DecoReco: `trdr.attacks.truth`).
   """
   build: Callable[..., Attack]
   title: str
   premise: Callable[..., dict] | None = None
   sweep: Sweepable | None = None
   own_model: Callable[..., tuple[Any, dict]] | None = None
+  truth: Callable[..., dict] | None = None
 
   def __call__(self, *args, **kwargs) -> Attack:
     return self.build(*args, **kwargs)

@@ -112,6 +112,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # How autodiff (not kkt_mlp) differentiates the KKT residual: a name in
   # trdr.attacks.decoreco.AUTODIFF_ORDERS (the same gradients to rounding; the CNN's is faster)
   config.attack.autodiff_order = "reverse_over_reverse"
+  # After the attack (mode "attack", θ*'s training set known): the attack's loss at the true
+  # training images and the attack run from them (trdr.attacks.truth; summary.json "truth").
+  # Runs the attack's steps a second time.
+  config.attack.truth_diagnostic = True
 
   config.init = ml_collections.ConfigDict()
   config.init.kind = "gaussian"  # a trdr.attacks.init.INITS name: gaussian, uniform, ...

@@ -18,11 +18,13 @@ import numpy as np
 from absl import logging
 
 from trdr.attacks import init as inits
+from trdr.attacks import truth
 from trdr.evaluation import evaluate, records, registry
 from trdr.experiment import results as results_npz
 from trdr.experiment.phases import (BEST_FILE, LANDSCAPE_FILE, MEMBERSHIP_FILE, SUMMARY_FILE,
                                     SWEEP_FILE, Attacked, Finished, Prepared, attack_phase,
-                                    evaluate_phase, phase_done, results_arrays)
+                                    evaluate_phase, phase_done, results_arrays,
+                                    truth_phase)
 from trdr.experiment.results import RESULTS_FILE
 from trdr.runtime import files, rundir
 
@@ -69,10 +71,12 @@ def write_landscape(run: Prepared, attacked: Attacked, workdir: str) -> Finished
 
 def single_attack(run: Prepared, workdir: str) -> Finished:
   """One attack: results.npz (grid axis G = 1 dropped, with Φ(x_i) of the training
-  images) and summary.json (counts of reconstructed training images, the in-run score)."""
+  images) and summary.json (counts of reconstructed training images, the in-run score,
+  and the attack's truth diagnostic where it has one: `truth_phase`)."""
   attacked = attack_phase(run, workdir, stop_on_divergence=True)
   if isinstance(attacked, Finished):
     return attacked
+  truth_phase(run, attacked, workdir)
   return write_attack(run, attacked, workdir)
 
 
@@ -120,6 +124,9 @@ def write_attack(run: Prepared, attacked: Attacked, workdir: str) -> Finished:
   phase_done(summary, "evaluation", began)
   rundir.finish(workdir, SUMMARY_FILE, summary)
   logging.info("Attack: %s", summary.get("reconstructed"))
+  if "truth" in summary:   # the truth diagnostic's verdict beside the count it qualifies
+    logging.info("Truth diagnostic: %s. %s", summary["truth"]["verdict"],
+                 truth.headline(summary["truth"]))
   return Finished(workdir, summary)
 
 

@@ -8,6 +8,9 @@
                   on it (`trdr.attacks.protocol.AttackKind.premise`), the attack built on it
                   (`trdr.attacks.ATTACKS`) and its starts attacked in the checkpointed loop
                   (`trdr.experiment.loop`) -> `Attacked`
+  truth_phase     (mode "attack", DecoReco) whether the attack's own objective prefers θ*'s
+                  training set, where it is known (`trdr.attacks.protocol.AttackKind.truth`,
+                  `trdr.attacks.truth`): summary.json's "truth"
   evaluate_phase  the reconstructions and, as the verdicts' attack-free baseline, the start
                   images x0 evaluated alike (`trdr.evaluation.evaluate`, with the metrics of
                   ``eval.metrics`` at the ``eval.nearest``-nearest images; the start images'
@@ -34,6 +37,7 @@ from absl import logging
 from trdr import data, models, victim
 from trdr.attacks import ATTACKS, Attack
 from trdr.attacks import init as inits
+from trdr.attacks import truth
 from trdr.evaluation import evaluate, registry
 from trdr.experiment import loop
 from trdr.experiment.starts import STARTS, Starts
@@ -225,6 +229,31 @@ def attack_phase(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attac
   outputs = attack.outputs(states) if attack.outputs is not None else {}
   return Attacked(target, attack, history, trajectory, attack.images(states),
                   {k: np.asarray(v) for k, v in outputs.items()}, sets, summary)
+
+
+def truth_phase(run: Prepared, attacked: Attacked, workdir: str) -> None:
+  """The attack's truth diagnostic (`trdr.attacks.protocol.AttackKind.truth`) into
+  ``attacked.summary`` (its key, e.g. "truth", and phase_seconds "truth"), for an attack
+  that has one, with ``attack.truth_diagnostic`` set (a config without the key: set), when
+  the task holds θ*'s exact training set (`trdr.attacks.truth.training_set_known`) and the
+  run is in one process; otherwise a log line says why it was not measured. Its own
+  checkpointed run lives in ``workdir``/`trdr.attacks.truth.TRUTH_DIR`."""
+  kind = ATTACKS[run.attack_config.name]
+  if kind.truth is None or not run.attack_config.get("truth_diagnostic", True):
+    return
+  why = ("θ* was read from a file without its exact training set (data.training_set)"
+         if not truth.training_set_known(run.config) else
+         "the run spans several processes" if distributed.active() else None)
+  if why is not None:
+    logging.info("Truth diagnostic not measured: %s", why)
+    return
+  began = time.time()
+  attacked.summary.update(kind.truth(
+      attacked.target, run.attack_config, run.starts.labels, run.task,
+      history=attacked.history, images=attacked.images, steps=run.steps,
+      eval_config=run.config.eval, workdir=os.path.join(workdir, truth.TRUTH_DIR),
+      dtype=run.dtype, key=run.starts.build_key))
+  phase_done(attacked.summary, "truth", began)
 
 
 def _partition_starts(run: Prepared) -> np.ndarray:

@@ -43,7 +43,7 @@ import numpy as np
 from absl import logging
 
 from trdr import victim
-from trdr.attacks import ATTACKS
+from trdr.attacks import ATTACKS, truth
 from trdr.evaluation import evaluate
 from trdr.experiment import modes
 from trdr.experiment import results as results_npz
@@ -98,6 +98,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, mode: str = "landscape"
     finished = _run(config, workdir, mode, overwrite)
   if not keep_checkpoint:
     rundir.drop_checkpoints(workdir)
+    if os.path.isdir(truth_start := os.path.join(workdir, truth.TRUTH_DIR)):
+      rundir.drop_checkpoints(truth_start)   # the truth diagnostic's own run
   return finished
 
 

@@ -68,6 +68,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   count_rows = evidence.counts(collected["summaries"])
   premises = {name: summary["kkt_premise"] for name, summary in collected["summaries"].items()
               if "kkt_premise" in summary}
+  truths = {name: summary["truth"] for name, summary in collected["summaries"].items()
+            if "truth" in summary}
   if measured is None:
     for name in claims.MEMBERSHIP:
       results[name] = claims.with_texts(name, membership_rules.membership_not_run())
@@ -107,11 +109,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         paper_figures, "table1_readings.json")) | {"markdown": readings_md},
                     "outer_step": outer | {"markdown": outer_step_md},
                     "readings_attack": readings_attack | {"markdown": readings_attack_md},
-                    "kkt_premise": premises,
+                    "kkt_premise": premises, "truth": truths,
                     "generated": provenance(config.variant), "disk": _disk(workdir)})
   files.atomic_write(os.path.join(workdir, "report.md"),
                      markdown.report_page(results, table1_md, measured, config.variant,
-                                          count_rows, premises).encode())
+                                          count_rows, premises, truths).encode())
   return results
 
 

@@ -248,8 +248,34 @@ def premise_markdown(premises: dict) -> list[str]:
   return lines + [""]
 
 
+def truth_markdown(truths: dict) -> list[str]:
+  """DecoReco's truth diagnostic per run (`trdr.attacks.truth`, a run's summary.json "truth"):
+  the attack's loss at the true training images beside the loss it reached, the attack run
+  from them, and the verdict, as Markdown lines; none for no run."""
+  if not truths:
+    return []
+  lines = ["## DecoReco's objective at the truth", "",
+           "The attack's own loss (sigmoid(αz) backward, λ_min and pixel priors) at the true "
+           "training images with λ fitted, beside the loss it reached from its starts (the "
+           "lower of its own λ and λ fitted), and the attack run from the truth for the "
+           "run's steps: its mean SSIM to its start and the training images it keeps (best "
+           "buddies at SSIM ≥ the level; windows 11 and 3). **search**: the truth is lower "
+           "and stays, the search failed; **objective**: the objective does not single out "
+           "the truth, and a low count is no evidence of privacy (`trdr/attacks/truth.py`).",
+           "", "| run | loss at truth | reached | λ fitted | truth start: SSIM | kept | "
+           "kept (w 3) | verdict |", "|---|---:|---:|---:|---:|---:|---:|---|"]
+  for name, t in truths.items():
+    s = t["truth_start"]
+    lines.append(f"| {name} | {t['loss_at_truth']:.4g} | {t['loss_reached']:.4g} | "
+                 f"{t['loss_reached_lambda_fitted']:.4g} | {s['ssim_to_start']:.3f} | "
+                 f"{s['kept']} of {s['n']} | {s['kept_w3']} of {s['n']} | "
+                 f"**{t['verdict']}** |")
+  return lines + [""]
+
+
 def report_page(results: dict, table1_md: str, measured: dict | None, variant: str,
-                count_rows: list[dict] = (), premises: dict | None = None) -> str:
+                count_rows: list[dict] = (), premises: dict | None = None,
+                truths: dict | None = None) -> str:
   """report.md from the verdicts, Table 1's Markdown and the membership measurements.
 
   Args:
@@ -262,6 +288,7 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
     count_rows: `counts` output (the counts table; none: no table).
     premises: {DecoReco run: its summary's "kkt_premise"} (`premise_markdown`; none: no
       section).
+    truths: {DecoReco run: its summary's "truth"} (`truth_markdown`; none: no section).
   """
   size = variant or "paper"
   lines = [f"# trdr reproduction report: Runkel et al. 2024 (size: {size})", "",
@@ -295,6 +322,7 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
   if count_rows:
     lines += ["## Counts on both scales", "", *counts_markdown(count_rows)]
   lines += premise_markdown(premises or {})
+  lines += truth_markdown(truths or {})
   # What a claim's section shows besides its rule: Table 1's tables; the membership
   # experiment's figure and tables where it has run.
   extra = {"table1": [table1_md.strip()],
@@ -368,6 +396,8 @@ def verdicts_page(report: dict, source: str) -> str:
               "Figs. 1–3)", "", report["outer_step"]["markdown"].strip()]
   if report.get("kkt_premise"):   # a report.json written before it had none: no section
     lines += ["", *premise_markdown(report["kkt_premise"])]
+  if report.get("truth"):   # the same: no section
+    lines += ["", *truth_markdown(report["truth"])]
   if "disk" in report:  # the same: no section
     disk = report["disk"]
     lines += ["", "## Disk", "",

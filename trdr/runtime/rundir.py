@@ -91,7 +91,11 @@ ADDED_KEYS = {"victim.init": "default", "victim.later_init": "flax", "victim.flo
               "data.training_set": None, "attack.stop_loss": 0.0, "attack.stop_grad_norm": 0.0,
               "attack.autodiff_order": "reverse_over_reverse",
               # trdr.evaluation.registry's defaults: the evaluation before the registry.
-              "eval.metrics": ["ssim", "l2"], "eval.nearest": "ssim"}
+              "eval.metrics": ["ssim", "l2"], "eval.nearest": "ssim",
+              # A run finished before the truth diagnostic is the same attack: it is reused
+              # as it is, its summary.json without "truth" (not measured); an unfinished
+              # one resumed adds it.
+              "attack.truth_diagnostic": True}
 
 
 def added_key(key: str, value: Any) -> bool:
