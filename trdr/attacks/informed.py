@@ -55,7 +55,7 @@ import optax.tree
 import scipy.optimize
 
 from trdr import models, victim
-from trdr.attacks import decoreco, kkt_mlp
+from trdr.attacks import decoreco, kkt_mlp, truth
 from trdr.attacks import init as inits
 from trdr.attacks.protocol import Attack
 
@@ -455,7 +455,7 @@ def reconstruct(target: victim.Victim, attack_config: ml_collections.ConfigDict,
 #           = Σ_t w_t (||θ_t||² − (2/m) b_tᵀλ + (1/m²) λᵀ K_t λ) + priors,
 #
 # K_t[i, j] = <a_{i,t}, a_{j,t}>, b_t[i] = <a_{i,t}, θ_t> (`haim_grams`, closed form). The
-# adversary knows the known images, so it fits their λ once (`fit_lambdas`, convex), and
+# adversary knows the known images, so it fits their λ once (`truth.fit_lambdas`, convex), and
 # then searches the unknown images and their λ by DecoReco's step on
 # Σ_t w_t ||r_t − (1/m) Σ_{j∈U} λ_j a_{j,t}||² with r = θ − (1/m) Σ_{i∈K} λ_i a_i fixed: the
 # same gradient in (x_U, λ_U) as DecoReco's with λ_K held (DecoReco moves λ by 10⁻⁴ a step),
@@ -531,6 +531,18 @@ def premise_weights(grams: dict, mode: str) -> dict[str, float]:
     return {p: float(p.startswith("dense_0/")) for p in grams}
   if mode != "explained":
     raise ValueError(f"unknown premise weighting {mode!r}; known: all, first_layer, explained")
+  return {p: float(np.clip(1.0 - r, 0.0, 1.0)) for p, r in premise_fit(grams)[0].items()}
+
+
+def premise_fit(grams: dict) -> tuple[dict[str, float], float]:
+  """`trdr.victim.kkt.fit` from `haim_grams` (alpha None): the best λ ≥ 0 by non-negative
+  least squares on ||θ − Σ_i λ_i a_i||², its unexplained fraction per tensor and ‖r‖².
+
+  Returns:
+    ({tensor path: ‖r_t‖² / ‖θ_t‖²}, Σ_t ‖r_t‖²). ‖r_t‖² is formed as ‖θ_t‖² − 2 b_tᵀλ +
+    λᵀK_tλ, a difference of terms of the size of ‖θ_t‖²: relative error about n ε ‖θ_t‖²
+    / ‖r_t‖² (float64), far below what a weight or a premise reading needs.
+  """
   gram = sum(g for g, _, _ in grams.values())
   proj = sum(b for _, b, _ in grams.values())
   w, v = np.linalg.eigh(0.5 * (gram + gram.T))
@@ -538,8 +550,10 @@ def premise_weights(grams: dict, mode: str) -> dict[str, float]:
   root = np.sqrt(w[keep])
   lambdas, _ = scipy.optimize.nnls(root[:, None] * v[:, keep].T,
                                    (v[:, keep].T @ proj) / root, maxiter=50 * gram.shape[0])
-  return {p: float(np.clip((2 * b @ lambdas - lambdas @ g @ lambdas) / c, 0.0, 1.0))
-          if c > 0 else 0.0 for p, (g, b, c) in grams.items()}
+  residual = {p: max(c - 2 * b @ lambdas + lambdas @ g @ lambdas, 0.0)
+              for p, (g, b, c) in grams.items()}
+  return ({p: residual[p] / c if c > 0 else 0.0 for p, (_, _, c) in grams.items()},
+          float(sum(residual.values())))
 
 
 def quadratic(grams: dict, weights: dict[str, float]) -> tuple[np.ndarray, np.ndarray, float]:
@@ -550,35 +564,26 @@ def quadratic(grams: dict, weights: dict[str, float]) -> tuple[np.ndarray, np.nd
 
 
 def lambda_loss(quad, m: int, lambda_min: float, lambda_weight: float, pixel_prior: float = 0.0):
-  """λ ↦ (L, ∂L/∂λ), numpy float64: the KKT loss at fixed images (module section above)."""
-  gram, proj, const = quad
+  """λ float[m] ↦ L float[], jittable: the KKT loss at fixed images (the section above), for
+  `trdr.attacks.truth.fit_lambdas`."""
+  gram, proj, const = (np.asarray(q, np.float64) for q in quad)   # float64 under x64
 
   def loss(lambdas):
-    g = gram @ lambdas
-    below = np.maximum(lambda_min - lambdas, 0.0)
-    value = (const - 2.0 / m * proj @ lambdas + lambdas @ g / m ** 2
-             + lambda_weight * np.sum(below ** 2) + pixel_prior)
-    return float(value), -2.0 / m * proj + 2.0 / m ** 2 * g - 2.0 * lambda_weight * below
+    lambdas = lambdas.astype(jnp.float64)
+    return (const - 2.0 / m * proj @ lambdas + lambdas @ gram @ lambdas / m ** 2
+            + lambda_weight * jnp.sum(jax.nn.relu(lambda_min - lambdas) ** 2) + pixel_prior)
 
   return loss
 
 
-def fit_lambdas(loss_of_lambdas, lambdas0, *, max_iter: int = 500, tol: float = 1e-12
-                ) -> tuple[np.ndarray, float, float]:
-  """min over λ of the attack's own loss at fixed images (convex: a quadratic plus the
-  λ_min prior), unconstrained as in the attack, by L-BFGS (scipy).
-
-  Args:
-    loss_of_lambdas: λ float64[m] -> (L float, ∂L/∂λ float64[m]) (`lambda_loss`).
-    lambdas0: the start, float[m].
-  Returns:
-    (λ float64[m], L at λ, ||∂L/∂λ|| at λ).
-  """
-  res = scipy.optimize.minimize(loss_of_lambdas, np.asarray(lambdas0, np.float64), jac=True,
-                                method="L-BFGS-B",
-                                options={"maxiter": max_iter, "ftol": tol, "gtol": tol})
-  value, grad = loss_of_lambdas(res.x)
-  return res.x, value, float(np.linalg.norm(grad))
+def _fit(loss, lambdas0) -> tuple[np.ndarray, float, float]:
+  """`truth.fit_lambdas` in float64 (λ is n numbers; the Grams are float64)."""
+  if np.size(lambdas0) == 0:
+    return np.zeros(0), float(loss(jnp.zeros(0, jnp.float64))), 0.0
+  with jax.enable_x64(True):
+    lambdas, value, grad_norm = truth.fit_lambdas(loss, jnp.asarray(lambdas0, jnp.float64),
+                                                  max_iter=1000, tol=1e-9)
+    return np.asarray(lambdas, np.float64), float(value), float(grad_norm)
 
 
 def _reduced_loss(target: victim.Victim, kkt: ml_collections.ConfigDict, labels: jax.Array,
@@ -639,7 +644,7 @@ def kkt_objective(target: victim.Victim, kkt: ml_collections.ConfigDict,
 def objective_at(target: victim.Victim, objective: KKTObjective, images: jax.Array,
                  lambdas0=None) -> tuple[np.ndarray, float, float]:
   """min over every λ of the objective with the unknown images at ``images`` (float[k, H, W,
-  C]): (λ float64[n], L, ||∂L/∂λ||) by `fit_lambdas` from ``lambdas0`` (default all 1)."""
+  C]): (λ float64[n], L, ||∂L/∂λ||) by `truth.fit_lambdas` from ``lambdas0`` (default all 1)."""
   kkt = objective.kkt
   known_images, known_labels = objective.known
   alls = jnp.concatenate([known_images, images.astype(known_images.dtype)])
@@ -650,7 +655,7 @@ def objective_at(target: victim.Victim, objective: KKTObjective, images: jax.Arr
                                        x_min=kkt.x_min, x_max=kkt.x_max))
   loss = lambda_loss(quadratic(grams, objective.weights), n, float(kkt.lambda_min),
                      float(kkt.lambda_weight), pixel)
-  return fit_lambdas(loss, np.ones(n) if lambdas0 is None else lambdas0)
+  return _fit(loss, np.ones(n) if lambdas0 is None else lambdas0)
 
 
 def kkt_search(target: victim.Victim, objective: KKTObjective, starts: jax.Array,
@@ -664,7 +669,7 @@ def kkt_search(target: victim.Victim, objective: KKTObjective, starts: jax.Array
     steps: DecoReco iterations (its step: SGD with momentum at the objective's kkt.lr on
       the images, kkt.lambda_lr on λ_U) per start, all starts at once.
     lambdas_known: float[n − k], the known images' λ during the search; default: fitted
-      on the known images alone (`fit_lambdas`).
+      on the known images alone (`truth.fit_lambdas`).
     lambdas_start: float[k], λ_U's start; default: the median of the known ones.
   Returns:
     `KKTSearch` of the start whose final search loss is lowest.
@@ -676,10 +681,10 @@ def kkt_search(target: victim.Victim, objective: KKTObjective, starts: jax.Array
   if lambdas_known is None:
     loss_k = lambda_loss(quadratic(objective.grams_known, objective.weights), n,
                          float(kkt.lambda_min), float(kkt.lambda_weight))
-    lambdas_known = fit_lambdas(loss_k, np.ones(n - k))[0]
+    lambdas_known = _fit(loss_k, np.ones(n - k))[0]
   lambdas_known = np.asarray(lambdas_known, np.float64)
-  if lambdas_start is None:
-    lambdas_start = np.full(k, np.median(lambdas_known))
+  if lambdas_start is None:   # DecoReco's λ ~ U(0, 1) has mean 0.5 (no known image: k = n)
+    lambdas_start = np.full(k, np.median(lambdas_known) if lambdas_known.size else 0.5)
   dtype = jax.tree.leaves(target.params)[0].dtype
   known_images = known_images.astype(dtype)
   apply_fn = _attack_apply(target, float(kkt.alpha))

@@ -72,11 +72,21 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Per victim: starts per row (`informed.start_images`; the lowest final loss kept) and
   # steps (``kkt.steps`` for the gradient-descent victim, whose KKT loss runs over all n
   # points at every step: one start).
-  config.restarts = ml_collections.ConfigDict({"affine": 4, "one_hidden": 4, "haim_mlp": 1})
-  # The diagnostic "the same steps from the true images" (`informed.reconstruct`'s truth) on
-  # these seeds only: it is one more start per row (doubling the gradient-descent victim's
-  # rows, which have one), and it answers a question about the objective, not the seed.
-  config.truth_seeds = (0,)
+  config.restarts = ml_collections.ConfigDict({"affine": 4, "one_hidden": 4, "haim_mlp": 4})
+  # The gradient-descent victim at k ≤ fitted_max_k (and k < n): the known images' λ fitted
+  # first, then DecoReco's step on the k unknown images only (`informed.kkt_search`: k
+  # images a step, so ``restarts`` starts are affordable); above it, DecoReco on all n
+  # points from one start (a step costs all n images).
+  config.fitted_max_k = 2
+  # The informed adversary whose objective keeps the tensors where the premise holds
+  # (`informed.premise_weights`: "explained", each tensor by its explained fraction on the
+  # known images; "first_layer"), at these k, beside the full objective's.
+  config.premises = ("explained",)
+  config.premise_ks = (1,)
+  # The diagnostic "the same steps from the true images" (`informed.reconstruct`'s truth;
+  # for the fitted search the truth diagnostic of `trdr.studies.knowledge.kkt_row`) on
+  # these seeds: every seed, so that each verdict is the seed's own.
+  config.truth_seeds = config.seeds
   config.steps = ml_collections.ConfigDict(
       {"affine": 300 if smoke else 1000, "one_hidden": 300 if smoke else 1000,
        "haim_mlp": 300 if smoke else 1000})
