@@ -228,7 +228,7 @@ def test_knowledge_experiment_writes_its_rows_and_reuses_them(tmp_path):
       ("affine", "informed", 1), ("affine", "informed", 2),
       ("affine", "bilevel, θ0 known", 40), ("affine", "bilevel, θ0 unknown", 40),
       ("haim_mlp", "informed", 1), ("haim_mlp", "informed, premise-weighted", 1),
-      ("haim_mlp", "informed", 2)]
+      ("haim_mlp", "informed, first layer", 1), ("haim_mlp", "informed", 2)]
   assert rows[0]["method"] == "closed form" and rows[0]["recovered"]["w11"] == 1
   assert config.truth_seeds == (0,) and np.isfinite(rows[1]["truth_residual"])
   # The gradient-descent victim's rows carry the truth diagnostic on every truth seed,
@@ -241,6 +241,7 @@ def test_knowledge_experiment_writes_its_rows_and_reuses_them(tmp_path):
     assert 0 <= t["truth_start"]["kept"] <= r["k"] and -1 <= t["truth_start"]["ssim_to_start"] <= 1
   assert set(rows[5]["weights"]) == set(rows[4]["weights"]) and all(
       w == 1.0 for w in rows[4]["weights"].values())
+  assert rows[6]["weights"] == {p: float(p.startswith("dense_0/")) for p in rows[4]["weights"]}
   saved = files.read_json(os.path.join(tmp_path, knowledge.ROWS_FILE))
   fields = lambda rs: [(r["victim"], r["seed"], r["k"], r["recovered"]) for r in rs]
   assert fields(saved) == fields(rows)
@@ -255,7 +256,7 @@ def test_knowledge_experiment_writes_its_rows_and_reuses_them(tmp_path):
   page = knowledge.markdown(rows, config)
   assert page.count("| affine |") == 4 * len(config.eval.windows)
   assert "haim_mlp (gradient descent, KKT only)" in page
-  assert page.count("| haim_mlp | informed") == 3 * len(config.eval.windows) + 3
+  assert page.count("| haim_mlp | informed") == 4 * len(config.eval.windows) + 4
   assert "## The KKT premise" in page and "Truth diagnostic:" in page
   knowledge.figure(rows, tuple(config.eval.windows))
 

@@ -40,7 +40,10 @@ Victims trained by gradient descent without weight decay (Haim et al.'s MLP, tra
 "gd") are stationary only in the KKT sense θ* = Σ_i λ_i y_i ∇θΦ(x_i) with unknown λ_i ≥ 0
 for every point, known or not: there the adversary runs DecoReco (`trdr.attacks.
 decoreco`: its loss, step and settings) on all n points with the n − k known images fixed
-and every λ free.
+and every λ free (`build`, `reconstruct`), or, for a one-output Haim MLP, `kkt_search`:
+the known images' λ fitted first (the loss is a quadratic in λ at fixed images,
+`haim_grams`), then DecoReco's step on the k unknown images and their λ only, its
+objective optionally weighted per tensor where the premise holds (`premise_weights`).
 """
 
 from typing import Any, NamedTuple

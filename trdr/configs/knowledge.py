@@ -12,7 +12,12 @@ knows θ*, the training recipe and all training images but k of them, for every 
 ``ks`` (0 stands for n: the paper's adversary, who knows none). It reconstructs the k
 from the stationarity residual: in closed form where one applies, else by Adam from
 ``restarts[victim]`` starts (U(0, 1) noise; DecoReco's N(0, σ²) for the gradient-descent
-victim) of ``steps[victim]`` steps, keeping the start with the lowest loss. A
+victim) of ``steps[victim]`` steps, keeping the start with the lowest loss; for the
+gradient-descent victim at k ≤ ``fitted_max_k`` the known images' λ are fitted first and
+DecoReco's step moves the unknown images only (`informed.kkt_search`), and on every seed
+of ``truth_seeds`` the truth diagnostic (`trdr.studies.knowledge.kkt_row`) is run, for the
+full objective and, at ``premise_ks``, for objectives weighted where the premise holds
+(``premises``). A
 training image counts as recovered when it and a reconstruction are best buddies at
 SSIM ≥ ``eval.ssim_level`` (windows ``eval.windows``); the baseline is the same count
 for the start images. Beside it, on ``bilevel.victims``, the bilevel attack (eq. 2, 7)
@@ -22,7 +27,10 @@ al., ICLR 2024; SimuDy, ICLR 2025) and with a fresh U(0, 1) θ0 at every lower-l
 Variants: "cpu" (affine n = 100, one-hidden width 128 n = 50, Haim MLP n = 100, three
 seeds), "smoke" (n = 40, 20, 10, seconds per row, for tests). Expected runtime: ":cpu"
 about 40 minutes on a 2-core CPU, half of it the six bilevel runs (each lower-level solve
-starts far from θ*, from θ0); ":smoke" about three minutes.
+starts far from θ*, from θ0), measured before the truth diagnostic ran on every seed
+and the fitted search took four starts (each k = 1 row of the Haim MLP is now 4 starts and
+one truth start of k images a step, and there are two such adversaries): not measured
+since; ":smoke" about three minutes.
 """
 
 import ml_collections
@@ -78,10 +86,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # images a step, so ``restarts`` starts are affordable); above it, DecoReco on all n
   # points from one start (a step costs all n images).
   config.fitted_max_k = 2
-  # The informed adversary whose objective keeps the tensors where the premise holds
-  # (`informed.premise_weights`: "explained", each tensor by its explained fraction on the
-  # known images; "first_layer"), at these k, beside the full objective's.
-  config.premises = ("explained",)
+  # The informed adversaries whose objective keeps the tensors where the premise holds
+  # (`informed.premise_weights`: "explained", each tensor weighted by its explained fraction
+  # on the known images; "first_layer", the layer where the images enter and whose
+  # fraction unexplained is the premise's headline), at these k, beside the full objective.
+  config.premises = ("explained", "first_layer")
   config.premise_ks = (1,)
   # The diagnostic "the same steps from the true images" (`informed.reconstruct`'s truth;
   # for the fitted search the truth diagnostic of `trdr.studies.knowledge.kkt_row`) on

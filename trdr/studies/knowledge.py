@@ -148,6 +148,9 @@ def kkt_row(target: victim.Victim, task, k: int, seed: int,
                                     "kept": kept[f"w{windows[0]}"],
                                     "kept_w3": kept.get("w3", -1), "n": int(k)},
                     **truth.verdict(at_truth, found.loss, kept[f"w{windows[0]}"], k)}
+    # The truth itself need not be stationary: its run may descend below the loss reached
+    # and still keep the images, a lower point near the truth that the search missed.
+    row["truth"]["truth_start_lower"] = bool(start.loss < found.loss)
   row["seconds"] = time.perf_counter() - t0
   return row
 
@@ -531,6 +534,11 @@ def diagnosis(rows: list[dict]) -> str:
     if objective:
       text += (f"; on seeds {objective} the objective does not single out the truth (not "
                "lower than the loss reached, or a search from it does not keep it)")
+    basin = [r["seed"] for r in rs if r["truth"].get("truth_start_lower")
+             and r["truth"]["stays"]]
+    if basin:
+      text += (f"; on seeds {basin} the search from the truth ends below the loss reached "
+               "and keeps the images: a lower point near the truth that the search missed")
     parts.append(text)
   return ("Truth diagnostic: " + "; ".join(parts) + ".") if parts else ""
 
