@@ -67,6 +67,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.victims.one_hidden = _stationary(
       bilevel_one_hidden.get_config("smoke" if smoke else "cpu"), 1e-9)
   config.victims.haim_mlp = decoreco_cifar.get_config(variant)
+  # Run only these victims (names of ``victims``; empty: all), e.g.
+  # --config.only_victims='("haim_mlp",)' --config.ks='(1,)'.
+  config.only_victims = ()
 
   config.attack = ml_collections.ConfigDict()
   config.attack.steps = 300         # replaced per victim by ``steps`` below

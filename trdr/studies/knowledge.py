@@ -226,6 +226,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
   path, rows = rundir.study_rows(workdir, config, ROWS_FILE, growing=("seeds", "ks"))
   done = {_key(r) for r in rows}
   for name, base in config.victims.items():
+    if config.get("only_victims") and name not in config.only_victims:
+      continue
     for seed in config.seeds:
       c = _seeded(base, seed)
       with jax.enable_x64(bool(c.float64)):
@@ -530,12 +532,12 @@ def diagnosis(rows: list[dict]) -> str:
             f"unknown images over {len(rs)} seeds")
     if search:
       text += (f"; on seeds {search} the truth is lower than the loss reached and a search "
-               "from it keeps it (search failure)")
+               "from it keeps it (the objective prefers the truth)")
     if objective:
       text += (f"; on seeds {objective} the objective does not single out the truth (not "
                "lower than the loss reached, or a search from it does not keep it)")
     basin = [r["seed"] for r in rs if r["truth"].get("truth_start_lower")
-             and r["truth"]["stays"]]
+             and r["truth"]["stays"] and r["recovered"][next(iter(r["recovered"]))] < r["k"]]
     if basin:
       text += (f"; on seeds {basin} the search from the truth ends below the loss reached "
                "and keeps the images: a lower point near the truth that the search missed")
