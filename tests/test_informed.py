@@ -217,7 +217,8 @@ def test_knowledge_experiment_writes_its_rows_and_reuses_them(tmp_path):
   as rows finish and a rerun computing nothing; the page's table holds every row."""
   config = knowledge_config.get_config("smoke")
   del config.victims["one_hidden"]
-  config.seeds = (0,)
+  assert config.truth_seeds == config.seeds    # every seed has its own diagnostic
+  config.seeds = config.truth_seeds = (0,)
   config.ks = (1, 2)
   config.steps.affine = config.steps.haim_mlp = 20
   config.bilevel.victims = ("affine",)
@@ -226,9 +227,21 @@ def test_knowledge_experiment_writes_its_rows_and_reuses_them(tmp_path):
   assert [(r["victim"], r["adversary"], r["k"]) for r in rows] == [
       ("affine", "informed", 1), ("affine", "informed", 2),
       ("affine", "bilevel, θ0 known", 40), ("affine", "bilevel, θ0 unknown", 40),
-      ("haim_mlp", "informed", 1), ("haim_mlp", "informed", 2)]
+      ("haim_mlp", "informed", 1), ("haim_mlp", "informed, premise-weighted", 1),
+      ("haim_mlp", "informed, first layer", 1), ("haim_mlp", "informed", 2)]
   assert rows[0]["method"] == "closed form" and rows[0]["recovered"]["w11"] == 1
   assert config.truth_seeds == (0,) and np.isfinite(rows[1]["truth_residual"])
+  # The gradient-descent victim's rows carry the truth diagnostic on every truth seed,
+  # read by truth.verdict from their own two losses and the truth start's count.
+  for r in rows[4:]:
+    t = r["truth"]
+    assert t["loss_at_truth"] == r["truth_residual"] and t["loss_reached"] == r["residual"]
+    assert t["truth_lower"] == (t["loss_at_truth"] < t["loss_reached"])
+    assert t["verdict"] == ("search" if t["truth_lower"] and t["stays"] else "objective")
+    assert 0 <= t["truth_start"]["kept"] <= r["k"] and -1 <= t["truth_start"]["ssim_to_start"] <= 1
+  assert set(rows[5]["weights"]) == set(rows[4]["weights"]) and all(
+      w == 1.0 for w in rows[4]["weights"].values())
+  assert rows[6]["weights"] == {p: float(p.startswith("dense_0/")) for p in rows[4]["weights"]}
   saved = files.read_json(os.path.join(tmp_path, knowledge.ROWS_FILE))
   fields = lambda rs: [(r["victim"], r["seed"], r["k"], r["recovered"]) for r in rs]
   assert fields(saved) == fields(rows)
@@ -243,6 +256,8 @@ def test_knowledge_experiment_writes_its_rows_and_reuses_them(tmp_path):
   page = knowledge.markdown(rows, config)
   assert page.count("| affine |") == 4 * len(config.eval.windows)
   assert "haim_mlp (gradient descent, KKT only)" in page
+  assert page.count("| haim_mlp | informed") == 4 * len(config.eval.windows) + 4
+  assert "## The KKT premise" in page and "Truth diagnostic:" in page
   knowledge.figure(rows, tuple(config.eval.windows))
 
 
@@ -285,3 +300,66 @@ def test_reading_says_where_privacy_is_uncertainty_and_only_there():
       ("b", 10, 0.0)]
   only_b = knowledge.reading([r for r in rows if r["victim"] == "b"], 11)
   assert "paper's adversaries recover at most half" not in only_b
+
+
+@pytest.fixture(scope="module")
+def haim_smoke(tmp_path_factory):
+  """The knowledge study's smoke Haim MLP (widths (32, 32), n = 10, gradient descent), its
+  task as float64 arrays, and the study's DecoReco settings."""
+  config = knowledge_config.get_config("smoke")
+  c = knowledge._seeded(config.victims.haim_mlp, 0)
+  with jax.enable_x64(True):
+    task = trdr.load_task(c)
+    target = victim.load_or_train(c, task, str(tmp_path_factory.mktemp("haim")))
+    x = jnp.asarray(task.train_images, jnp.float64)
+    return target, x, jnp.asarray(task.train_labels, jnp.float64), config.attack.kkt
+
+
+def test_haim_grams_give_decoreco_loss_and_the_kkt_premise(haim_smoke):
+  """The closed-form Grams reproduce (a) DecoReco's own loss (autodiff, sigmoid(αz)
+  derivative, λ prior) at fixed images and λ, and (b) `trdr.victim.kkt.fit`'s unexplained
+  fraction per tensor (plain ReLU). Tolerances: (a) both are float64 sums of O(P) terms of
+  the loss's size: relative 1e-9 is ~10⁵ unit roundoffs; (b) the Gram form is ‖θ_t‖² −
+  2bᵀλ + λᵀKλ, a difference of terms of size ‖θ_t‖², and the NNLS solutions agree to
+  their own tolerance: 1e-6 of ‖θ_t‖² absolute on the fraction."""
+  target, x, y, kkt = haim_smoke
+  with jax.enable_x64(True):
+    lambdas = jnp.linspace(0.0, 2.0, x.shape[0])
+    grams = informed.haim_grams(target.params, x, y, float(kkt.alpha))
+    value = informed.lambda_loss(informed.quadratic(grams, informed.premise_weights(
+        grams, "all")), x.shape[0], float(kkt.lambda_min), float(kkt.lambda_weight))(lambdas)
+    auto = kkt.copy_and_resolve_references()
+    auto.fused = False
+    reference = decoreco.make_loss_and_grad(target, auto, y)(x, lambdas, kkt.alpha,
+                                                              kkt.lambda_min)[0]
+    np.testing.assert_allclose(float(value), float(reference), rtol=1e-9)
+    relative, total = informed.premise_fit(informed.haim_grams(target.params, x, y))
+    fit = victim.kkt.fit(target.apply, target.params, x, y)
+    weights = informed.premise_weights(informed.haim_grams(target.params, x, y), "explained")
+  assert set(relative) == set(fit.relative)
+  for path in relative:
+    assert abs(relative[path] - fit.relative[path]) < 1e-6, path
+  np.testing.assert_allclose(total, fit.residual_total, rtol=1e-6)
+  assert all(0.0 <= w <= 1.0 for w in weights.values())
+  assert informed.premise_weights(grams, "first_layer") == {
+      p: float(p.startswith("dense_0/")) for p in grams}
+  with pytest.raises(ValueError, match="unknown premise weighting"):
+    informed.premise_weights(grams, "second_layer")
+
+
+def test_kkt_search_loss_is_the_objective_it_reports(haim_smoke):
+  """With no steps from the truth and λ fitted there, the search's own loss (the unknown
+  image's autodiff path, known λ held) equals the fitted objective at the truth (the Gram
+  path), and the images stay the truth: both compute L(x, λ) of the same λ (float64,
+  relative 1e-9 as above)."""
+  target, x, y, kkt = haim_smoke
+  unknown, known = np.array([3]), np.setdiff1d(np.arange(x.shape[0]), [3])
+  with jax.enable_x64(True):
+    objective = informed.kkt_objective(target, kkt, (x[known], y[known]), y[unknown])
+    lambdas, at_truth, grad_norm = informed.objective_at(target, objective, x[unknown])
+    found = informed.kkt_search(target, objective, x[unknown][None], 0, lambdas[:-1],
+                                lambdas[-1:])
+  assert grad_norm < 1e-6 * max(1.0, at_truth)
+  np.testing.assert_allclose(found.search_loss, at_truth, rtol=1e-9)
+  np.testing.assert_allclose(found.loss, at_truth, rtol=1e-9)
+  np.testing.assert_array_equal(found.images, np.asarray(x[unknown]))

@@ -40,7 +40,10 @@ Victims trained by gradient descent without weight decay (Haim et al.'s MLP, tra
 "gd") are stationary only in the KKT sense θ* = Σ_i λ_i y_i ∇θΦ(x_i) with unknown λ_i ≥ 0
 for every point, known or not: there the adversary runs DecoReco (`trdr.attacks.
 decoreco`: its loss, step and settings) on all n points with the n − k known images fixed
-and every λ free.
+and every λ free (`build`, `reconstruct`), or, for a one-output Haim MLP, `kkt_search`:
+the known images' λ fitted first (the loss is a quadratic in λ at fixed images,
+`haim_grams`), then DecoReco's step on the k unknown images and their λ only, its
+objective optionally weighted per tensor where the premise holds (`premise_weights`).
 """
 
 from typing import Any, NamedTuple
@@ -52,9 +55,10 @@ import ml_collections
 import numpy as np
 import optax
 import optax.tree
+import scipy.optimize
 
 from trdr import models, victim
-from trdr.attacks import decoreco
+from trdr.attacks import decoreco, kkt_mlp, truth
 from trdr.attacks import init as inits
 from trdr.attacks.protocol import Attack
 
@@ -440,3 +444,276 @@ def reconstruct(target: victim.Victim, attack_config: ml_collections.ConfigDict,
   return Reconstruction(np.asarray(jax.vmap(attack.images)(states))[kept], "optimisation",
                         float(own[kept]), kept,
                         float("nan") if truth is None else float(final[-1]))
+
+
+# ---------------------------------------------------------------------------------------
+# Victims trained by gradient descent: the KKT search with the known multipliers fitted.
+#
+# DecoReco's loss with the n − k known images fixed (`_kkt_attack`), for the Haim MLP, is
+# a quadratic in λ at fixed images: with a_i = y_i ∇θΦ(x_i; θ*) under the attack's
+# derivative sigmoid(αz) (`decoreco.relu_sigmoid_backward`), m = n and per-tensor weights
+# w_t (1: DecoReco's loss),
+#
+#   L(x, λ) = Σ_t w_t ||θ_t − (1/m) Σ_i λ_i a_{i,t}||² + pixel prior(x) + w_λ Σ_i relu(λ_min − λ_i)²
+#           = Σ_t w_t (||θ_t||² − (2/m) b_tᵀλ + (1/m²) λᵀ K_t λ) + priors,
+#
+# K_t[i, j] = <a_{i,t}, a_{j,t}>, b_t[i] = <a_{i,t}, θ_t> (`haim_grams`, closed form). The
+# adversary knows the known images, so it fits their λ once (`truth.fit_lambdas`, convex), and
+# then searches the unknown images and their λ by DecoReco's step on
+# Σ_t w_t ||r_t − (1/m) Σ_{j∈U} λ_j a_{j,t}||² with r = θ − (1/m) Σ_{i∈K} λ_i a_i fixed: the
+# same gradient in (x_U, λ_U) as DecoReco's with λ_K held (DecoReco moves λ by 10⁻⁴ a step),
+# at the cost of k images instead of n. At the end every λ is fitted again for the images
+# found, so the loss reached and the loss at the truth are both min over λ of L.
+
+
+def haim_grams(params: Params, images: jax.Array, labels: jax.Array,
+               alpha: float | None = None) -> dict[str, tuple[np.ndarray, np.ndarray, float]]:
+  """Per-tensor Gram matrices of the signed per-sample gradients of a one-output Haim MLP.
+
+  With rows as samples, Z_k = H_{k−1} K_k (+ b_k), H_k = relu(Z_k), H_{−1} = X, and the
+  backprop vectors Δ_{H−1} = σ'(Z_{H−1}) ∘ k_outᵀ, Δ_k = σ'(Z_k) ∘ (Δ_{k+1} K_{k+1}ᵀ)
+  (σ' = sigmoid(αz), the attack's, or the plain step where ``alpha`` is None, as
+  `trdr.victim.kkt.fit`), signed D_k = diag(y) Δ_k:
+  K_{K_k} = (H_{k−1} H_{k−1}ᵀ) ∘ (D_k D_kᵀ), b_{K_k} = rowsum((H_{k−1} K_k) ∘ D_k);
+  K_{b_k} = D_k D_kᵀ, b_{b_k} = D_k b_k; the output layer with D = y.
+
+  Args:
+    params: θ* of a `trdr.models.HaimMLP` with one output (`kkt_mlp.supports`).
+    images: float[n, H, W, C] (the network's inputs); labels: float[n] in {−1, +1}.
+    alpha: the sigmoid-backward ReLU's α, or None.
+  Returns:
+    {tensor path ("dense_0/kernel", as `trdr.victim.kkt.fit`): (K_t float64[n, n],
+    b_t float64[n], ||θ_t||²)}.
+  Raises:
+    ValueError: θ* is not a one-output Haim MLP's.
+  """
+  if not kkt_mlp.supports(params):
+    raise ValueError("haim_grams needs the parameters of a one-output HaimMLP")
+  hidden = sum(1 for name in params if name.startswith("dense_"))
+  names = [f"dense_{k}" for k in range(hidden)] + ["output"]
+  deriv = ((lambda z: jax.nn.sigmoid(alpha * z)) if alpha is not None
+           else (lambda z: (z > 0).astype(z.dtype)))
+  hs, zs = [images.reshape((images.shape[0], -1))], []
+  for name in names:
+    layer = params[name]
+    z = hs[-1] @ layer["kernel"] + (layer["bias"] if "bias" in layer else 0.0)
+    zs.append(z)
+    hs.append(jax.nn.relu(z))
+  deltas = [labels[:, None] * jnp.ones_like(zs[-1])]            # output: ∂s/∂Z = y
+  for k in reversed(range(hidden)):
+    deltas.insert(0, deriv(zs[k]) * (deltas[0] @ params[names[k + 1]]["kernel"].T))
+  out = {}
+  for name, h, d in zip(names, hs, deltas):
+    layer = params[name]
+    hh = h @ h.T
+    out[f"{name}/kernel"] = ((hh * (d @ d.T), jnp.sum((h @ layer["kernel"]) * d, axis=1),
+                              jnp.sum(layer["kernel"] ** 2)))
+    if "bias" in layer:
+      out[f"{name}/bias"] = (d @ d.T, d @ layer["bias"], jnp.sum(layer["bias"] ** 2))
+  return {p: (np.asarray(g, np.float64), np.asarray(b, np.float64), float(c))
+          for p, (g, b, c) in sorted(out.items())}
+
+
+def premise_weights(grams: dict, mode: str) -> dict[str, float]:
+  """Per-tensor weights w_t of the informed adversary's KKT objective.
+
+  "all": 1 (DecoReco's loss); "first_layer": 1 on the first layer's tensors, 0 elsewhere;
+  "explained": the explained fraction 1 − relative[t], clipped to [0, 1], of the best
+  λ ≥ 0 on the images of ``grams`` (`trdr.victim.kkt.fit`'s non-negative least squares;
+  the adversary passes the KNOWN images' plain-ReLU Grams: all it can compute).
+
+  Args:
+    grams: `haim_grams` output.
+    mode: "all", "first_layer" or "explained".
+  Raises:
+    ValueError: unknown mode.
+  """
+  if mode == "all":
+    return {p: 1.0 for p in grams}
+  if mode == "first_layer":
+    return {p: float(p.startswith("dense_0/")) for p in grams}
+  if mode != "explained":
+    raise ValueError(f"unknown premise weighting {mode!r}; known: all, first_layer, explained")
+  return {p: float(np.clip(1.0 - r, 0.0, 1.0)) for p, r in premise_fit(grams)[0].items()}
+
+
+def premise_fit(grams: dict) -> tuple[dict[str, float], float]:
+  """`trdr.victim.kkt.fit` from `haim_grams` (alpha None): the best λ ≥ 0 by non-negative
+  least squares on ||θ − Σ_i λ_i a_i||², its unexplained fraction per tensor and ‖r‖².
+
+  Returns:
+    ({tensor path: ‖r_t‖² / ‖θ_t‖²}, Σ_t ‖r_t‖²). ‖r_t‖² is formed as ‖θ_t‖² − 2 b_tᵀλ +
+    λᵀK_tλ, a difference of terms of the size of ‖θ_t‖²: relative error about n ε ‖θ_t‖²
+    / ‖r_t‖² (float64), far below what a weight or a premise reading needs.
+  """
+  gram = sum(g for g, _, _ in grams.values())
+  proj = sum(b for _, b, _ in grams.values())
+  w, v = np.linalg.eigh(0.5 * (gram + gram.T))
+  keep = w > w.max() * gram.shape[0] * np.finfo(np.float64).eps * 16
+  root = np.sqrt(w[keep])
+  lambdas, _ = scipy.optimize.nnls(root[:, None] * v[:, keep].T,
+                                   (v[:, keep].T @ proj) / root, maxiter=50 * gram.shape[0])
+  residual = {p: max(c - 2 * b @ lambdas + lambdas @ g @ lambdas, 0.0)
+              for p, (g, b, c) in grams.items()}
+  return ({p: residual[p] / c if c > 0 else 0.0 for p, (_, _, c) in grams.items()},
+          float(sum(residual.values())))
+
+
+def quadratic(grams: dict, weights: dict[str, float]) -> tuple[np.ndarray, np.ndarray, float]:
+  """(K, b, c) = Σ_t w_t (K_t, b_t, ||θ_t||²): the residual is c − (2/m) bᵀλ + λᵀKλ/m²."""
+  return (sum(weights[p] * g for p, (g, _, _) in grams.items()),
+          sum(weights[p] * b for p, (_, b, _) in grams.items()),
+          float(sum(weights[p] * c for p, (_, _, c) in grams.items())))
+
+
+def lambda_loss(quad, m: int, lambda_min: float, lambda_weight: float, pixel_prior: float = 0.0):
+  """λ float[m] ↦ L float[], jittable: the KKT loss at fixed images (the section above), for
+  `trdr.attacks.truth.fit_lambdas`."""
+  gram, proj, const = (np.asarray(q, np.float64) for q in quad)   # float64 under x64
+
+  def loss(lambdas):
+    lambdas = lambdas.astype(jnp.float64)
+    return (const - 2.0 / m * proj @ lambdas + lambdas @ gram @ lambdas / m ** 2
+            + lambda_weight * jnp.sum(jax.nn.relu(lambda_min - lambdas) ** 2) + pixel_prior)
+
+  return loss
+
+
+def _fit(loss, lambdas0) -> tuple[np.ndarray, float, float]:
+  """`truth.fit_lambdas` in float64 (λ is n numbers; the Grams are float64)."""
+  if np.size(lambdas0) == 0:
+    return np.zeros(0), float(loss(jnp.zeros(0, jnp.float64))), 0.0
+  with jax.enable_x64(True):
+    lambdas, value, grad_norm = truth.fit_lambdas(loss, jnp.asarray(lambdas0, jnp.float64),
+                                                  max_iter=1000, tol=1e-9)
+    return np.asarray(lambdas, np.float64), float(value), float(grad_norm)
+
+
+def _reduced_loss(target: victim.Victim, kkt: ml_collections.ConfigDict, labels: jax.Array,
+                  residual: Params, weights: Params, m: int, const: float):
+  """(x_U, λ_U, α, λ_min) -> (L, (∂L/∂x_U, ∂L/∂λ_U)): DecoReco's loss in the unknown images
+  and their λ, with θ − (1/m) Σ_{i∈K} λ_i a_i = ``residual`` fixed, per-tensor ``weights``;
+  ``const`` the known λ's prior term (so that L is DecoReco's loss, not only its gradient)."""
+
+  def loss(images, lambdas, alpha, lambda_min):
+    apply_fn = _attack_apply(target, alpha)
+    _, vjp = jax.vjp(lambda p: labels * apply_fn(p, images), target.params)
+    (combination,) = vjp(lambdas / m)
+    diff = optax.tree.sub(residual, combination)
+    value = sum(jnp.sum(w * d ** 2) for w, d in zip(jax.tree.leaves(weights),
+                                                     jax.tree.leaves(diff)))
+    return value + const + decoreco.prior_penalty(
+        images, lambdas, x_min=kkt.x_min, x_max=kkt.x_max, lambda_min=lambda_min,
+        lambda_weight=kkt.lambda_weight)
+
+  return jax.value_and_grad(loss, argnums=(0, 1))
+
+
+class KKTSearch(NamedTuple):
+  """`kkt_search`'s answer. images float[k, H, W, C] (the kept start's, or the truth
+  start's); loss: min over λ of the objective at them (every λ fitted again); lambdas
+  float64[n] there (known first, then unknown); search_loss: the kept start's final loss
+  with the known λ as fitted before the search; start: its index."""
+  images: np.ndarray
+  loss: float
+  lambdas: np.ndarray
+  search_loss: float
+  start: int
+
+
+class KKTObjective(NamedTuple):
+  """The informed adversary's KKT objective on a gradient-descent victim (`kkt_objective`):
+  per-tensor weights, the Grams at the known images (the attack's derivative) and its
+  settings."""
+  weights: dict
+  grams_known: dict
+  kkt: Any
+  known: tuple
+  labels: jax.Array
+
+
+def kkt_objective(target: victim.Victim, kkt: ml_collections.ConfigDict,
+                  known: tuple[jax.Array, jax.Array], labels: jax.Array,
+                  premise: str = "all") -> KKTObjective:
+  """The objective of `kkt_search`: weights from the known images (`premise_weights`;
+  their plain-ReLU fit for "explained") and the known images' Grams under the attack's α."""
+  known_images, known_labels = known
+  grams_known = haim_grams(target.params, known_images, known_labels, float(kkt.alpha))
+  plain = grams_known if premise != "explained" else haim_grams(
+      target.params, known_images, known_labels, None)
+  return KKTObjective(premise_weights(plain, premise), grams_known, kkt, known, labels)
+
+
+def objective_at(target: victim.Victim, objective: KKTObjective, images: jax.Array,
+                 lambdas0=None) -> tuple[np.ndarray, float, float]:
+  """min over every λ of the objective with the unknown images at ``images`` (float[k, H, W,
+  C]): (λ float64[n], L, ||∂L/∂λ||) by `truth.fit_lambdas` from ``lambdas0`` (default all 1)."""
+  kkt = objective.kkt
+  known_images, known_labels = objective.known
+  alls = jnp.concatenate([known_images, images.astype(known_images.dtype)])
+  grams = haim_grams(target.params, alls, jnp.concatenate([known_labels, objective.labels]),
+                     float(kkt.alpha))
+  n = alls.shape[0]
+  pixel = float(decoreco.prior_penalty(images, jnp.zeros((0,), images.dtype),
+                                       x_min=kkt.x_min, x_max=kkt.x_max))
+  loss = lambda_loss(quadratic(grams, objective.weights), n, float(kkt.lambda_min),
+                     float(kkt.lambda_weight), pixel)
+  return _fit(loss, np.ones(n) if lambdas0 is None else lambdas0)
+
+
+def kkt_search(target: victim.Victim, objective: KKTObjective, starts: jax.Array,
+               steps: int, lambdas_known=None, lambdas_start=None) -> KKTSearch:
+  """The informed adversary's search on a gradient-descent victim (the section above).
+
+  Args:
+    target: a one-output Haim MLP (`kkt_mlp.supports`) trained by gradient descent.
+    objective: `kkt_objective`.
+    starts: float[S, k, H, W, C], S starts of the k unknown images.
+    steps: DecoReco iterations (its step: SGD with momentum at the objective's kkt.lr on
+      the images, kkt.lambda_lr on λ_U) per start, all starts at once.
+    lambdas_known: float[n − k], the known images' λ during the search; default: fitted
+      on the known images alone (`truth.fit_lambdas`).
+    lambdas_start: float[k], λ_U's start; default: the median of the known ones.
+  Returns:
+    `KKTSearch` of the start whose final search loss is lowest.
+  """
+  kkt = objective.kkt
+  known_images, known_labels = objective.known
+  n = known_images.shape[0] + objective.labels.shape[0]
+  k = objective.labels.shape[0]
+  if lambdas_known is None:
+    loss_k = lambda_loss(quadratic(objective.grams_known, objective.weights), n,
+                         float(kkt.lambda_min), float(kkt.lambda_weight))
+    lambdas_known = _fit(loss_k, np.ones(n - k))[0]
+  lambdas_known = np.asarray(lambdas_known, np.float64)
+  if lambdas_start is None:   # DecoReco's λ ~ U(0, 1) has mean 0.5 (no known image: k = n)
+    lambdas_start = np.full(k, np.median(lambdas_known) if lambdas_known.size else 0.5)
+  dtype = jax.tree.leaves(target.params)[0].dtype
+  known_images = known_images.astype(dtype)
+  apply_fn = _attack_apply(target, float(kkt.alpha))
+  _, vjp = jax.vjp(lambda p: known_labels.astype(dtype) * apply_fn(p, known_images),
+                   target.params)
+  (explained,) = vjp(jnp.asarray(lambdas_known / n, dtype))
+  residual = optax.tree.sub(target.params, explained)
+  paths = ["/".join(str(getattr(q, "key", q)) for q in path)
+           for path, _ in jax.tree_util.tree_flatten_with_path(target.params)[0]]
+  weights = jax.tree.unflatten(jax.tree.structure(target.params),
+                               [jnp.asarray(objective.weights[p], dtype) for p in paths])
+  const = float(kkt.lambda_weight * np.sum(np.maximum(kkt.lambda_min - lambdas_known, 0) ** 2))
+  loss_and_grad = _reduced_loss(target, kkt, objective.labels, residual, weights, n, const)
+  hp = decoreco.Hyperparameters(*(float(kkt[f]) for f in decoreco.Hyperparameters._fields))
+
+  def run(x0):
+    state = decoreco.init_state(x0.astype(dtype), jnp.asarray(lambdas_start, dtype))
+    state, _ = decoreco.run_steps(state, hp, int(steps), loss_and_grad=loss_and_grad,
+                                  lambda_lr=kkt.lambda_lr, momentum=kkt.momentum)
+    return state.images, state.lambdas, loss_and_grad(state.images, state.lambdas, hp.alpha,
+                                                      hp.lambda_min)[0]
+
+  images, _, final = jax.jit(jax.vmap(run))(starts)
+  final = np.asarray(final)
+  kept = int(np.nanargmin(final)) if np.isfinite(final).any() else 0
+  found = jnp.asarray(images[kept])
+  lambdas, value, _ = objective_at(target, objective, found, np.concatenate(
+      [lambdas_known, np.asarray(lambdas_start, np.float64)]))
+  return KKTSearch(np.asarray(found), value, lambdas, float(final[kept]), kept)

@@ -12,7 +12,12 @@ knows θ*, the training recipe and all training images but k of them, for every 
 ``ks`` (0 stands for n: the paper's adversary, who knows none). It reconstructs the k
 from the stationarity residual: in closed form where one applies, else by Adam from
 ``restarts[victim]`` starts (U(0, 1) noise; DecoReco's N(0, σ²) for the gradient-descent
-victim) of ``steps[victim]`` steps, keeping the start with the lowest loss. A
+victim) of ``steps[victim]`` steps, keeping the start with the lowest loss; for the
+gradient-descent victim at k ≤ ``fitted_max_k`` the known images' λ are fitted first and
+DecoReco's step moves the unknown images only (`informed.kkt_search`), and on every seed
+of ``truth_seeds`` the truth diagnostic (`trdr.studies.knowledge.kkt_row`) is run, for the
+full objective and, at ``premise_ks``, for objectives weighted where the premise holds
+(``premises``). A
 training image counts as recovered when it and a reconstruction are best buddies at
 SSIM ≥ ``eval.ssim_level`` (windows ``eval.windows``); the baseline is the same count
 for the start images. Beside it, on ``bilevel.victims``, the bilevel attack (eq. 2, 7)
@@ -22,7 +27,10 @@ al., ICLR 2024; SimuDy, ICLR 2025) and with a fresh U(0, 1) θ0 at every lower-l
 Variants: "cpu" (affine n = 100, one-hidden width 128 n = 50, Haim MLP n = 100, three
 seeds), "smoke" (n = 40, 20, 10, seconds per row, for tests). Expected runtime: ":cpu"
 about 40 minutes on a 2-core CPU, half of it the six bilevel runs (each lower-level solve
-starts far from θ*, from θ0); ":smoke" about three minutes.
+starts far from θ*, from θ0), measured before the truth diagnostic ran on every seed
+and the fitted search took four starts (each k = 1 row of the Haim MLP is now 4 starts and
+one truth start of k images a step, and there are two such adversaries): not measured
+since; ":smoke" about three minutes.
 """
 
 import ml_collections
@@ -59,6 +67,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.victims.one_hidden = _stationary(
       bilevel_one_hidden.get_config("smoke" if smoke else "cpu"), 1e-9)
   config.victims.haim_mlp = decoreco_cifar.get_config(variant)
+  # Run only these victims (names of ``victims``; empty: all), e.g.
+  # --config.only_victims='("haim_mlp",)' --config.ks='(1,)'.
+  config.only_victims = ()
 
   config.attack = ml_collections.ConfigDict()
   config.attack.steps = 300         # replaced per victim by ``steps`` below
@@ -72,11 +83,22 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Per victim: starts per row (`informed.start_images`; the lowest final loss kept) and
   # steps (``kkt.steps`` for the gradient-descent victim, whose KKT loss runs over all n
   # points at every step: one start).
-  config.restarts = ml_collections.ConfigDict({"affine": 4, "one_hidden": 4, "haim_mlp": 1})
-  # The diagnostic "the same steps from the true images" (`informed.reconstruct`'s truth) on
-  # these seeds only: it is one more start per row (doubling the gradient-descent victim's
-  # rows, which have one), and it answers a question about the objective, not the seed.
-  config.truth_seeds = (0,)
+  config.restarts = ml_collections.ConfigDict({"affine": 4, "one_hidden": 4, "haim_mlp": 4})
+  # The gradient-descent victim at k ≤ fitted_max_k (and k < n): the known images' λ fitted
+  # first, then DecoReco's step on the k unknown images only (`informed.kkt_search`: k
+  # images a step, so ``restarts`` starts are affordable); above it, DecoReco on all n
+  # points from one start (a step costs all n images).
+  config.fitted_max_k = 2
+  # The informed adversaries whose objective keeps the tensors where the premise holds
+  # (`informed.premise_weights`: "explained", each tensor weighted by its explained fraction
+  # on the known images; "first_layer", the layer where the images enter and whose
+  # fraction unexplained is the premise's headline), at these k, beside the full objective.
+  config.premises = ("explained", "first_layer")
+  config.premise_ks = (1,)
+  # The diagnostic "the same steps from the true images" (`informed.reconstruct`'s truth;
+  # for the fitted search the truth diagnostic of `trdr.studies.knowledge.kkt_row`) on
+  # these seeds: every seed, so that each verdict is the seed's own.
+  config.truth_seeds = config.seeds
   config.steps = ml_collections.ConfigDict(
       {"affine": 300 if smoke else 1000, "one_hidden": 300 if smoke else 1000,
        "haim_mlp": 300 if smoke else 1000})

@@ -23,9 +23,9 @@ import numpy as np
 from absl import logging
 
 from trdr import data, experiment, victim
-from trdr.attacks import informed
+from trdr.attacks import decoreco, informed, truth
 from trdr.attacks import init as inits
-from trdr.evaluation import evaluate
+from trdr.evaluation import evaluate, ssim
 from trdr.runtime import files, rundir
 from trdr.victim import kkt
 
@@ -33,6 +33,10 @@ ROWS_FILE = "knowledge.json"
 
 
 INFORMED = "informed"
+# The informed adversary whose KKT objective keeps the tensors where the premise holds
+# (`trdr.attacks.informed.premise_weights`), by weighting: adversary name per weighting.
+PREMISE_ADVERSARIES = {"explained": "informed, premise-weighted",
+                       "first_layer": "informed, first layer"}
 # The bilevel attack (eqs. 2 and 7 of Runkel et al., `trdr.attacks.bilevel`) as the
 # paper's adversary (k = n) under two lower-level starts: the victim's own θ0, known to the
 # adversary (Loo et al., ICLR 2024; SimuDy, ICLR 2025; reading (b) of
@@ -78,13 +82,89 @@ def recovered(images, truth, mean, level: float, windows, display: str = "pixels
           for w in windows}
 
 
+def _fitted_search(target: victim.Victim, task, k: int, config) -> bool:
+  """Whether a row runs `kkt_row`: a gradient-descent Haim MLP (the fused loss's victims,
+  `decoreco.fused_applies`) with 1 ≤ k ≤ ``config.fitted_max_k`` (0 or absent: never) and
+  k < n."""
+  return (target.config.get("training", "lbfgs") == "gd" and decoreco.fused_applies(target)
+          and k <= config.get("fitted_max_k", 0) and k < task.train_images.shape[0])
+
+
+def kkt_row(target: victim.Victim, task, k: int, seed: int,
+            config: ml_collections.ConfigDict, restarts: int, steps: int,
+            premise: str = "all") -> dict:
+  """A row of the informed adversary against a gradient-descent Haim MLP by
+  `trdr.attacks.informed.kkt_search` (the known images' λ fitted first, ``restarts``
+  DecoReco starts N(0, σ²) of ``steps`` steps, the lowest loss kept), its objective
+  weighted per tensor by ``premise`` (`informed.premise_weights`: "all" is DecoReco's).
+
+  On the seeds of ``config.truth_seeds`` the truth diagnostic (`trdr.attacks.truth`):
+  the same objective at the true unknown images with every λ fitted (``loss_at_truth``),
+  beside the loss reached (the kept start's images, every λ fitted again), and the same
+  search started at the truth with those λ (``truth_start``: its loss, mean SSIM of its
+  images to their start, the count it keeps), read by `truth.verdict`.
+
+  Returns:
+    `attack_row`'s fields (residual: the loss reached; truth_residual: the loss at the
+    truth, NaN off ``truth_seeds``) and premise, weights ({tensor: w_t}), search_loss,
+    ssim_to_truth (mean over the k of SSIM(reconstruction, its training image) as scored,
+    first window) and, on ``truth_seeds``, truth (`trdr.attacks.truth`'s dict).
+  """
+  t0 = time.perf_counter()
+  kkt = config.attack.kkt
+  x = jnp.asarray(task.train_images)
+  y = jnp.asarray(task.train_labels, x.dtype)
+  n = x.shape[0]
+  unknown = unknown_points(n, k, seed)
+  known = np.setdiff1d(np.arange(n), unknown)
+  starts = jax.vmap(lambda s: informed.start_images(
+      target, config.attack, s, (k, *x.shape[1:]), task.mean, x.dtype))(
+          jax.random.split(jax.random.PRNGKey(seed), restarts))
+  objective = informed.kkt_objective(target, kkt, (x[known], y[known]), y[unknown], premise)
+  found = informed.kkt_search(target, objective, starts, steps)
+  level, windows = config.eval.ssim_level, tuple(config.eval.windows)
+  true = np.asarray(x[unknown])
+  shown = lambda images, how: jnp.asarray(evaluate.to_display(images, task.mean, how))
+  to_truth = float(jnp.mean(ssim.ssim(shown(found.images, "minmax"), shown(true, "pixels"),
+                                      filter_size=windows[0])))
+  row = {"k": int(k), "n": int(n), "method": "optimisation", "premise": premise,
+         "weights": objective.weights, "residual": found.loss,
+         "search_loss": found.search_loss, "truth_residual": float("nan"),
+         "display": "minmax", "ssim_to_truth": to_truth,
+         "recovered": recovered(found.images, true, task.mean, level, windows, "minmax"),
+         "start_recovered": recovered(np.asarray(starts[found.start]), true, task.mean,
+                                      level, windows, "minmax")}
+  if seed in config.truth_seeds:
+    lambdas, at_truth, grad_norm = informed.objective_at(target, objective, x[unknown])
+    start = informed.kkt_search(target, objective, x[unknown][None], steps,
+                                lambdas[:n - k], lambdas[n - k:])
+    kept = recovered(start.images, true, task.mean, level, windows, "minmax")
+    to_start = float(jnp.mean(ssim.ssim(shown(start.images, "minmax"), shown(true, "minmax"),
+                                        filter_size=windows[0])))
+    row["truth_residual"] = at_truth
+    row["truth"] = {"loss_at_truth": at_truth, "lambda_fit_grad_norm": grad_norm,
+                    "loss_reached": found.loss,
+                    "truth_start": {"loss": start.loss, "ssim_to_start": to_start,
+                                    "kept": kept[f"w{windows[0]}"],
+                                    "kept_w3": kept.get("w3", -1), "n": int(k)},
+                    **truth.verdict(at_truth, found.loss, kept[f"w{windows[0]}"], k)}
+    # The truth itself need not be stationary: its run may descend below the loss reached
+    # and still keep the images, a lower point near the truth that the search missed.
+    row["truth"]["truth_start_lower"] = bool(start.loss < found.loss)
+  row["seconds"] = time.perf_counter() - t0
+  return row
+
+
 def attack_row(target: victim.Victim, task, k: int, seed: int,
-               config: ml_collections.ConfigDict, restarts: int, steps: int) -> dict:
+               config: ml_collections.ConfigDict, restarts: int, steps: int,
+               premise: str = "all") -> dict:
   """One row: the informed adversary with k unknown points of ``task``'s training set,
   from ``restarts`` starts (`trdr.attacks.informed.start_images`; a closed form needs
   none), ``steps`` steps each; on the seeds of ``config.truth_seeds`` also the same steps
   from the true images (a diagnostic; it costs one more start, as much as the adversary's
-  own search for the gradient-descent victim's single start).
+  own search for the gradient-descent victim's single start). A gradient-descent Haim MLP
+  at k ≤ ``config.fitted_max_k`` runs `kkt_row` instead (``premise`` its weighting; other
+  rows take "all" only).
 
   Returns:
     {k, n, method ("closed form" | "optimisation"), residual (the kept start's final
@@ -97,18 +177,27 @@ def attack_row(target: victim.Victim, task, k: int, seed: int,
   t0 = time.perf_counter()
   attack = config.attack.copy_and_resolve_references().unlock()
   attack.steps = attack.kkt.steps = int(steps)
+  if _fitted_search(target, task, k, config):
+    return kkt_row(target, task, k, seed, config, restarts, steps, premise)
+  if premise != "all":
+    raise ValueError(f"premise weighting {premise!r} needs the fitted KKT search "
+                     "(a gradient-descent Haim MLP, k ≤ config.fitted_max_k)")
   x = jnp.asarray(task.train_images)
   y = jnp.asarray(task.train_labels, x.dtype)
   n = x.shape[0]
   unknown = unknown_points(n, k, seed)
   known = np.setdiff1d(np.arange(n), unknown)
   key = jax.random.PRNGKey(seed)
+  # A gradient-descent victim's "same steps from the truth" here would start from random λ
+  # and compare nothing like-for-like: its diagnostic is `kkt_row`'s, at k ≤ fitted_max_k.
+  gd = target.config.get("training", "lbfgs") == "gd"
   starts = jax.vmap(lambda s: informed.start_images(
       target, attack, s, (k, *x.shape[1:]), task.mean, x.dtype))(
           jax.random.split(key, restarts))
   found = informed.reconstruct(target, attack, (x[known], y[known]), y[unknown],
                                starts, box=inits.pixel_box(task.mean),
-                               truth=x[unknown] if seed in config.truth_seeds else None)
+                               truth=x[unknown] if seed in config.truth_seeds and not gd
+                               else None)
   level, windows = config.eval.ssim_level, tuple(config.eval.windows)
   truth = np.asarray(x[unknown])
   display = "minmax" if target.config.get("training", "lbfgs") == "gd" else "pixels"
@@ -137,6 +226,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
   path, rows = rundir.study_rows(workdir, config, ROWS_FILE, growing=("seeds", "ks"))
   done = {_key(r) for r in rows}
   for name, base in config.victims.items():
+    if config.get("only_victims") and name not in config.only_victims:
+      continue
     for seed in config.seeds:
       c = _seeded(base, seed)
       with jax.enable_x64(bool(c.float64)):
@@ -144,21 +235,28 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
         target = None
         for k in config.ks:
           k = int(k) or task.train_images.shape[0]
-          if (name, INFORMED, int(seed), k) in done or k > task.train_images.shape[0]:
+          if k > task.train_images.shape[0]:
             continue
-          if target is None:
-            target = victim.load_or_train(c, task, os.path.join(workdir, "victims",
-                                                                f"{name}_seed{seed}"))
-            grad_norm = _grad_norm(target, task)     # one θ* per victim and seed
-            floor = _kkt_floor(target, task)
-          row = {"victim": name, "adversary": INFORMED, "seed": int(seed),
-                 **attack_row(target, task, k, int(seed), config, config.restarts[name],
-                              config.steps[name]),
-                 "grad_norm": grad_norm, **floor}
-          _log(row)
-          rows.append(row)
-          done.add(_key(row))
-          files.write_json(path, rows)
+          for premise in ("all", *config.get("premises", ())):
+            adversary = INFORMED if premise == "all" else PREMISE_ADVERSARIES[premise]
+            if (name, adversary, int(seed), k) in done or (
+                premise != "all" and k not in config.premise_ks):
+              continue
+            if target is None:
+              target = victim.load_or_train(c, task, os.path.join(workdir, "victims",
+                                                                  f"{name}_seed{seed}"))
+              grad_norm = _grad_norm(target, task)     # one θ* per victim and seed
+              floor = _kkt_floor(target, task)
+            if premise != "all" and not _fitted_search(target, task, k, config):
+              continue
+            row = {"victim": name, "adversary": adversary, "seed": int(seed),
+                   **attack_row(target, task, k, int(seed), config, config.restarts[name],
+                                config.steps[name], premise),
+                   "grad_norm": grad_norm, **floor}
+            _log(row)
+            rows.append(row)
+            done.add(_key(row))
+            files.write_json(path, rows)
         n = task.train_images.shape[0]
         for adversary, start in BILEVEL.items():
           if name not in config.bilevel.victims or (name, adversary, int(seed), n) in done:
@@ -223,16 +321,23 @@ def _grad_norm(target: victim.Victim, task) -> float:
 
 
 def _kkt_floor(target: victim.Victim, task) -> dict:
-  """For a gradient-descent victim, what no KKT loss can go below at the true images: the
-  residual ‖θ* − Σ λ_i y_i ∇θΦ(x_i)‖² of the best λ ≥ 0 on all n training images
-  (`trdr.victim.kkt.fit`), and its first layer's unexplained fraction; {} for a stationary
-  victim (its closed forms and residual loss are exact there)."""
+  """For a gradient-descent victim, the KKT premise (`trdr.victim.kkt`): the residual
+  ‖θ* − Σ λ_i y_i ∇θΦ(x_i)‖² of the best λ ≥ 0 on all n training images with the plain
+  ReLU derivative and no λ prior (`trdr.victim.kkt.fit`; for a Haim MLP its Grams,
+  `informed.premise_fit`), its first layer's and every tensor's unexplained fraction.
+  A statement about θ*, not a value of the attack's objective (sigmoid(αz), λ prior): it
+  is never compared with the attack's losses. {} for a stationary victim."""
   if target.config.get("training", "lbfgs") != "gd":
     return {}
   x = jnp.asarray(task.train_images)
-  fit = kkt.fit(target.apply, target.params, x, jnp.asarray(task.train_labels, x.dtype))
-  return {"kkt_floor": fit.residual_total,
-          "kkt_first_layer": fit.relative[fit.first_layer]}
+  y = jnp.asarray(task.train_labels, x.dtype)
+  if decoreco.fused_applies(target):    # the same fit from the Haim MLP's Grams, in seconds
+    relative, total = informed.premise_fit(informed.haim_grams(target.params, x, y))
+    return {"kkt_floor": total, "kkt_first_layer": relative["dense_0/kernel"],
+            "kkt_relative": relative}
+  fit = kkt.fit(target.apply, target.params, x, y)
+  return {"kkt_floor": fit.residual_total, "kkt_first_layer": fit.relative[fit.first_layer],
+          "kkt_relative": fit.relative}
 
 
 def summary(rows: list[dict], window: int) -> list[dict]:
@@ -241,8 +346,9 @@ def summary(rows: list[dict], window: int) -> list[dict]:
 
   Returns:
     Rows {victim, adversary, k, n, seeds, method, mean, std, start_mean, residual,
-    truth_residual and floor (medians over seeds of the final loss kept, of the loss from
-    the true images and of the KKT floor `_kkt_floor`; NaN where none)}, in the rows'
+    truth_residual and floor (medians over seeds of the final loss kept, of the loss at or
+    from the true images and of the KKT premise floor `_kkt_floor`; NaN where none),
+    verdicts ({"search": seeds, "objective": seeds} of the truth diagnostic)}, in the rows'
     order.
   """
   groups: dict[tuple, list[dict]] = {}
@@ -260,7 +366,9 @@ def summary(rows: list[dict], window: int) -> list[dict]:
                 "start_mean": float(start.mean()),
                 "residual": _median([r["residual"] for r in rs]),
                 "truth_residual": _median([r.get("truth_residual", np.nan) for r in rs]),
-                "floor": _median([r.get("kkt_floor", np.nan) for r in rs])})
+                "floor": _median([r.get("kkt_floor", np.nan) for r in rs]),
+                "verdicts": {v: [r["seed"] for r in rs if r.get("truth", {}).get("verdict") == v]
+                             for v in ("search", "objective")}})
   return out
 
 
@@ -319,27 +427,32 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict,
            "knows θ*, the training recipe and all training images but k; k = n is the "
            "paper's adversary. Baseline: the same count for the start images (U(0, 1) noise; "
            "N(0, σ²) for the gradient-descent victim, whose reconstructions are scored "
-           "min-max scaled as DecoReco's are). The last column is a diagnostic the "
-           "adversary cannot run: the same steps from the true images, on seeds "
-           f"{list(config.truth_seeds)}. A loss from the truth "
-           "below the kept one means the optimiser missed a better point; one at or above it "
-           "means the objective does not prefer the training images. For the "
-           "gradient-descent victim, the floor is the part of θ* that no λ ≥ 0 on the true "
-           "training images explains (`trdr.victim.kkt`): the losses are compared by their "
-           "excess over it, the part the attack can explain.", ""]
+           "min-max scaled as DecoReco's are).", "",
+           "The loss columns are diagnostics the adversary cannot run. For the stationary "
+           "victims: the same steps from the true images, on seeds "
+           f"{list(config.truth_seeds)}. For the gradient-descent victim at k ≤ "
+           f"{config.get('fitted_max_k', 0)} (`trdr.attacks.informed.kkt_search`: the known "
+           "images' λ fitted first, then DecoReco's step on the unknown images): the "
+           "adversary's own objective (its sigmoid(αz) derivative, λ_min and pixel priors, "
+           "weighted per tensor for the premise-weighted adversary) with every λ fitted, at "
+           "the images it found (loss reached) and at the true images (loss at the truth), "
+           "and the same search started at the truth with those λ; `trdr.attacks.truth."
+           "verdict` reads them per seed: \"search\" (the truth is lower and the search "
+           "keeps it: the search failed) or \"objective\" (otherwise: the objective does "
+           "not single out the truth). Larger k of that victim have no diagnostic.", ""]
   for w in windows:
     lines += [f"## SSIM window {w}", "",
               "| victim | adversary | n | k | method | recovered (mean ± std over seeds) "
-              "| start images | final loss: kept / from the truth (medians) "
-              "| KKT floor; excess over it: kept / from the truth |",
-              "|---|---|---:|---:|---|---:|---:|---:|---:|"]
+              "| start images | loss: reached / at or from the truth (medians) "
+              "| verdict: seeds |",
+              "|---|---|---:|---:|---|---:|---:|---:|---|"]
     for r in summary(rows, w):
-      floor = (f"{r['floor']:.4g}; {r['residual'] - r['floor']:.3g} / "
-               f"{r['truth_residual'] - r['floor']:.3g}" if np.isfinite(r["floor"]) else "—")
+      verdicts = "; ".join(f"{v} {seeds}" for v, seeds in r["verdicts"].items() if seeds)
       lines.append(f"| {r['victim']} | {r['adversary']} | {r['n']} | {r['k']} | {r['method']} | "
                    f"{r['mean']:.2f} ± {r['std']:.2f} | {r['start_mean']:.2f} | "
-                   f"{r['residual']:.3g} / {r['truth_residual']:.3g} | {floor} |")
+                   f"{r['residual']:.6g} / {r['truth_residual']:.6g} | {verdicts or '—'} |")
     lines.append("")
+  lines += diagnostic_table(rows, windows) + premise_lines(rows)
   norms = {r["victim"]: [] for r in rows}
   for r in rows:
     if r.get("adversary", INFORMED) == INFORMED:
@@ -352,6 +465,84 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict,
                       for v, g in ((v, np.asarray(g, float)) for v, g in norms.items())) + ".",
             "", "## Reading", "", reading(rows, windows[0]), ""]
   return "\n".join(lines)
+
+
+def diagnostic_table(rows: list[dict], windows) -> list[str]:
+  """The truth diagnostic per row (seed) of the gradient-descent victim's fitted search
+  (`kkt_row`): recovered and SSIM to its training image, the loss reached and at the truth
+  (every λ fitted, the adversary's own objective), the truth-start run (its loss, SSIM to
+  its start, kept) and the verdict. Markdown lines; none when no row has the diagnostic."""
+  diag = [r for r in rows if "truth" in r]
+  if not diag:
+    return []
+  w = windows[0]
+  lines = ["## Truth diagnostic per seed (gradient-descent victim)", "",
+           f"Recovered and SSIM at window {w}; losses are the adversary's own objective "
+           "(its weights, sigmoid(αz), λ prior) with every λ fitted; the truth-start run is "
+           "the same search from the true images with those λ.", "",
+           "| victim | adversary | seed | k | recovered | SSIM to truth | loss reached "
+           "| loss at truth | truth start: loss / SSIM to start / kept | verdict |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+  for r in diag:
+    t, s = r["truth"], r["truth"]["truth_start"]
+    lines.append(f"| {r['victim']} | {r['adversary']} | {r['seed']} | {r['k']} | "
+                 f"{r['recovered'][f'w{w}']} of {r['k']} | {r['ssim_to_truth']:.3f} | "
+                 f"{t['loss_reached']:.6g} | {t['loss_at_truth']:.6g} | "
+                 f"{s['loss']:.6g} / {s['ssim_to_start']:.3f} / {s['kept']} of {s['n']} | "
+                 f"{t['verdict']} |")
+  return lines + [""]
+
+
+def premise_lines(rows: list[dict]) -> list[str]:
+  """The KKT premise of each gradient-descent victim and seed (`_kkt_floor`), labelled as
+  the premise: a statement about θ*, never compared with the attack's losses."""
+  seen = {}
+  for r in rows:
+    if "kkt_floor" in r:
+      seen.setdefault((r["victim"], r["seed"]), r)
+  if not seen:
+    return []
+  lines = ["## The KKT premise (gradient-descent victim)", "",
+           "The best λ ≥ 0 on all n true training images with the plain ReLU derivative and "
+           "no λ prior (`trdr.victim.kkt`): what of θ* the premise leaves unexplained. It is "
+           "another objective than the attack's (sigmoid(αz), λ_min prior), so its floor is "
+           "not compared with the losses above; the premise-weighted adversary weights each "
+           "tensor by its explained fraction on the known images.", "",
+           "| victim | seed | ‖r‖² | unexplained fraction per tensor |", "|---|---:|---:|---|"]
+  for (name, seed), r in seen.items():
+    per = ", ".join(f"{p} {v:.3f}" for p, v in r.get("kkt_relative", {}).items()) or \
+        f"first layer {r['kkt_first_layer']:.3f}"
+    lines.append(f"| {name} | {seed} | {r['kkt_floor']:.4g} | {per} |")
+  return lines + [""]
+
+
+def diagnosis(rows: list[dict]) -> str:
+  """Sentences from the truth diagnostic: per (victim, adversary, k) with one, the seeds
+  of each verdict; empty when no row has it."""
+  groups: dict[tuple, list[dict]] = {}
+  for r in rows:
+    if "truth" in r:
+      groups.setdefault((r["victim"], r["adversary"], r["k"]), []).append(r)
+  parts = []
+  for (name, adversary, k), rs in groups.items():
+    search = [r["seed"] for r in rs if r["truth"]["verdict"] == "search"]
+    objective = [r["seed"] for r in rs if r["truth"]["verdict"] == "objective"]
+    found = sum(r["recovered"][next(iter(r["recovered"]))] for r in rs)
+    text = (f"{name}, {adversary}, k = {k}: recovered {found} of {sum(r['k'] for r in rs)} "
+            f"unknown images over {len(rs)} seeds")
+    if search:
+      text += (f"; on seeds {search} the truth is lower than the loss reached and a search "
+               "from it keeps it (the objective prefers the truth)")
+    if objective:
+      text += (f"; on seeds {objective} the objective does not single out the truth (not "
+               "lower than the loss reached, or a search from it does not keep it)")
+    basin = [r["seed"] for r in rs if r["truth"].get("truth_start_lower")
+             and r["truth"]["stays"] and r["recovered"][next(iter(r["recovered"]))] < r["k"]]
+    if basin:
+      text += (f"; on seeds {basin} the search from the truth ends below the loss reached "
+               "and keeps the images: a lower point near the truth that the search missed")
+    parts.append(text)
+  return ("Truth diagnostic: " + "; ".join(parts) + ".") if parts else ""
 
 
 def reading(rows: list[dict], window: int) -> str:
@@ -383,5 +574,7 @@ def reading(rows: list[dict], window: int) -> str:
           "training images and an informed one more than half of the unknown ones: there "
           "the privacy is the adversary's uncertainty about the other training images, not "
           "a property of θ*. " if uncertain else "")
+  diagnosed = diagnosis(rows)
   return (f"SSIM window {window}; recovered: best buddies at SSIM ≥ the level, mean ± std "
-          f"over seeds. {lead}" + "; ".join(parts) + ".")
+          f"over seeds. {lead}" + "; ".join(parts) + "." + (f" {diagnosed}" if diagnosed
+                                                              else ""))
