@@ -332,3 +332,38 @@ def test_pytorch_later_init_is_torchs_nn_linear_default():
   lecun = np.asarray(models.init_params(flax_init, jax.random.key(0), (1, 1, 2))[
       "dense_2"]["kernel"])
   assert abs(lecun.var() / sigma2 - 3) <= 5 * np.sqrt(2 / n) * 3
+
+
+@pytest.mark.slow  # one more :smoke attack end to end, on an untrained PyTorch θ*
+def test_loaded_models_end_with_the_attacks_power(closed_loop, tmp_path):
+  """Issue 88's power statement on the own-model path: a default-initialised PyTorch MLP
+  (nn.Linear's own draw, never trained) and the recipe-trained one, both loaded from a .pth
+  as users load them, each end with "N of n training images recovered" followed by the
+  attack's measured power (`trdr.evaluation.power.run_statement`), in summary.json and in
+  the script's last lines (`trdr.cli.headline`), after the count. The statement is read
+  back from the same θ* and counts, so the test checks the wiring, not a number: the :smoke
+  MLP (D-32-32-1) is no calibrated architecture, so either run must say that a 0 is not
+  evidence of privacy, whatever the installation's calibration table holds."""
+  import flax.traverse_util  # noqa: PLC0415
+  from trdr import cli  # noqa: PLC0415
+  from trdr.evaluation import power  # noqa: PLC0415
+  config = _config()
+  with config.attack.unlocked():
+    config.attack.update(decoreco.PUBLISHED["b9dfyspx"]._asdict())
+  d = int(np.prod(closed_loop["image_shape"]))
+  untrained = torch_reference.haim_mlp((d, *config.victim.widths, 1), torch.float64)
+  torch.save(untrained.state_dict(), tmp_path / "default.pth")
+  config.victim.load = str(tmp_path / "default.pth")
+  default = experiment.run(config, str(tmp_path / "default"), "attack").summary
+  runs = {"default": (str(tmp_path / "default"), default),
+          "torch": (os.path.join(closed_loop["root"], "torch"), closed_loop["loaded"])}
+  for name, (workdir, summary) in runs.items():
+    theta = flax.traverse_util.unflatten_dict(
+        pretrained.read(os.path.join(workdir, "victim", cache.VICTIM_FILE)), sep="/")
+    assert summary["power"] == power.run_statement(theta, summary), name
+    assert summary["power"].startswith(
+        f"{power.run_count(summary)} of {summary['n_train']} training images recovered")
+    assert summary["power"].endswith(power.NOT_EVIDENCE), name
+    lines = cli.headline(workdir, "attack").splitlines()
+    count = next(i for i, line in enumerate(lines) if line.startswith("Training images"))
+    assert lines[count + 1] == f"Power: {summary['power']}", name

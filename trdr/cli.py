@@ -307,6 +307,8 @@ def headline(workdir: str, mode: str, exported: str | None = None) -> str:
                    + ", ".join(f"t = {t}: {c}" for t, c in
                                ((k.removeprefix("ssim_ge_"), v)
                                 for k, v in summary["reconstructed"].items())))
+    if "power" in summary:   # trdr.evaluation.power: the count beside the attack's power
+      lines.append(f"Power: {summary['power']}")
     if warning := summary.get("kkt_premise", {}).get("warning"):
       lines.append(f"Warning: {warning}")
     if "truth" in summary:   # trdr.attacks.truth: what the count is worth

@@ -49,6 +49,13 @@ SETTING_WORDS = {"b9dfyspx": "Haim et al.'s published settings (b9dfyspx)",
 
 NOT_EVIDENCE = "a 0 is not evidence of privacy"
 
+# The attack whose power the table calibrates (`trdr.studies.power`): runs of other attacks
+# carry no statement.
+ATTACK = "decoreco"
+# The count a statement places against the calibrated range: summary.json's
+# "reconstructed_best_buddies" at this SSIM level and window (`run_count`).
+LEVEL, WINDOW = 0.4, 11
+
 # `premise_threshold`'s rule in words, as the page states it.
 RULE = ("a cell recovers when its best buddies (window 11, SSIM ≥ 0.4) exceed its start "
         "images'; the threshold is the largest first-layer unexplained fraction at which some "
@@ -249,6 +256,36 @@ def statement(params_or_signature, n: int, recovered: int | None = None, *,
     scale = "" if at == n else " (counts of different n)"
     text += f"; this run recovers {recovered} of {n}, {place}{scale}"
   return text
+
+
+def run_count(summary: Mapping) -> int | None:
+  """A run's count in the table's terms: its training images recovered as best buddies at SSIM
+  ≥ `LEVEL`, window `WINDOW` (summary.json's "reconstructed_best_buddies" at the run's
+  ``ssim_window``, or the ``_w11`` twin where the run's own window is another); None where
+  the run has no such count."""
+  key = ("reconstructed_best_buddies" if summary.get("ssim_window") == WINDOW
+         else f"reconstructed_best_buddies_w{WINDOW}")
+  count = summary.get(key, {}).get(f"ssim_ge_{LEVEL:g}")
+  return None if count is None else int(count)
+
+
+def run_statement(params, summary: Mapping, *, table: Mapping | None = None) -> str:
+  """"N of n reconstructed" followed by `statement`: the line that a DecoReco run's log,
+  summary.json ("power"), the script's last lines and the report carry.
+
+  Args:
+    params: the victim's θ* (trdr's layout).
+    summary: the run's summary.json so far ("n_train" and its counts, `run_count`).
+    table: as `statement`'s.
+  Returns:
+    e.g. "13 of 100 training images recovered (best buddies, SSIM ≥ 0.4, window 11); on
+    trdr's own victims of this architecture at n = 100 this attack recovers …".
+  """
+  n, count = int(summary["n_train"]), run_count(summary)
+  head = ("" if count is None else
+          f"{count} of {n} training images recovered (best buddies, SSIM ≥ {LEVEL:g}, window "
+          f"{WINDOW}); ")
+  return head + statement(params, n, count, table=table)
 
 
 def _words(setting: str) -> str:

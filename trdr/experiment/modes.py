@@ -19,7 +19,7 @@ from absl import logging
 
 from trdr.attacks import init as inits
 from trdr.attacks import truth
-from trdr.evaluation import evaluate, haim_match, records, registry
+from trdr.evaluation import evaluate, haim_match, power, records, registry
 from trdr.experiment import results as results_npz
 from trdr.experiment.phases import (BEST_FILE, LANDSCAPE_FILE, MEMBERSHIP_FILE, SUMMARY_FILE,
                                     SWEEP_FILE, Attacked, Finished, Prepared, attack_phase,
@@ -123,9 +123,13 @@ def write_attack(run: Prepared, attacked: Attacked, workdir: str) -> Finished:
                    **{"fraction_ssim_ge_0.4": float(np.mean(best >= 0.4))})
   if config.eval.get("haim_protocol", False):
     summary.update(haim_protocol_counts(results, thresholds))
+  if attacked.attack.name == power.ATTACK:   # the count beside the attack's measured power
+    summary["power"] = power.run_statement(target.params, summary)
   phase_done(summary, "evaluation", began)
   rundir.finish(workdir, SUMMARY_FILE, summary)
   logging.info("Attack: %s", summary.get("reconstructed"))
+  if "power" in summary:
+    logging.info("Attack: %s", summary["power"])
   if "reconstructed_haim" in summary:
     logging.info("Haim et al.'s protocol: %s (start images: %s)", summary["reconstructed_haim"],
                  summary[evaluate.START + "reconstructed_haim"])

@@ -70,6 +70,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
               if "kkt_premise" in summary}
   truths = {name: summary["truth"] for name, summary in collected["summaries"].items()
             if "truth" in summary}
+  powers = {name: summary["power"] for name, summary in collected["summaries"].items()
+            if "power" in summary}
   if measured is None:
     for name in claims.MEMBERSHIP:
       results[name] = claims.with_texts(name, membership_rules.membership_not_run())
@@ -109,11 +111,11 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
                         paper_figures, "table1_readings.json")) | {"markdown": readings_md},
                     "outer_step": outer | {"markdown": outer_step_md},
                     "readings_attack": readings_attack | {"markdown": readings_attack_md},
-                    "kkt_premise": premises, "truth": truths,
+                    "kkt_premise": premises, "truth": truths, "power": powers,
                     "generated": provenance(config.variant), "disk": _disk(workdir)})
   files.atomic_write(os.path.join(workdir, "report.md"),
                      markdown.report_page(results, table1_md, measured, config.variant,
-                                          count_rows, premises, truths).encode())
+                                          count_rows, premises, truths, powers).encode())
   return results
 
 

@@ -278,9 +278,22 @@ def truth_markdown(truths: dict) -> list[str]:
   return lines + [""]
 
 
+def power_markdown(powers: dict) -> list[str]:
+  """Each DecoReco run's count beside the attack's measured power on trdr's own victims of
+  its architecture (`trdr.evaluation.power.run_statement`, a run's summary.json "power"), as
+  Markdown lines; none for no run."""
+  if not powers:
+    return []
+  return ["## What each DecoReco count is worth", "",
+          "Each run's count beside what the same attack recovers on trdr's own victims of "
+          "the same architecture at the nearest calibrated training-set size (`make power`, "
+          "docs/power.md); a count where that power is not measured is no evidence of "
+          "privacy.", "", *(f"- **{name}**: {text}" for name, text in powers.items()), ""]
+
+
 def report_page(results: dict, table1_md: str, measured: dict | None, variant: str,
                 count_rows: list[dict] = (), premises: dict | None = None,
-                truths: dict | None = None) -> str:
+                truths: dict | None = None, powers: dict | None = None) -> str:
   """report.md from the verdicts, Table 1's Markdown and the membership measurements.
 
   Args:
@@ -294,6 +307,7 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
     premises: {DecoReco run: its summary's "kkt_premise"} (`premise_markdown`; none: no
       section).
     truths: {DecoReco run: its summary's "truth"} (`truth_markdown`; none: no section).
+    powers: {DecoReco run: its summary's "power"} (`power_markdown`; none: no section).
   """
   size = variant or "paper"
   lines = [f"# trdr reproduction report: Runkel et al. 2024 (size: {size})", "",
@@ -328,6 +342,7 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
     lines += ["## Counts on both scales", "", *counts_markdown(count_rows)]
   lines += premise_markdown(premises or {})
   lines += truth_markdown(truths or {})
+  lines += power_markdown(powers or {})
   # What a claim's section shows besides its rule: Table 1's tables; the membership
   # experiment's figure and tables where it has run.
   extra = {"table1": [table1_md.strip()],
@@ -403,6 +418,8 @@ def verdicts_page(report: dict, source: str) -> str:
     lines += ["", *premise_markdown(report["kkt_premise"])]
   if report.get("truth"):   # the same: no section
     lines += ["", *truth_markdown(report["truth"])]
+  if report.get("power"):   # the same: no section
+    lines += ["", *power_markdown(report["power"])]
   if "disk" in report:  # the same: no section
     disk = report["disk"]
     lines += ["", "## Disk", "",
