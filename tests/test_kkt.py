@@ -12,6 +12,7 @@ import scipy.optimize
 from trdr import data, models, victim
 from trdr.attacks import decoreco
 from trdr.configs import decoreco_cifar
+from trdr.evaluation import power
 from trdr.victim import kkt
 
 U = np.finfo(np.float64).eps / 2   # unit roundoff of float64
@@ -176,10 +177,18 @@ def test_haim_et_al_s_recipe_leaves_the_smaller_kkt_residual(x64):
 
 
 def test_a_run_warns_when_the_premise_does_not_hold(x64, caplog):
-  """`decoreco.kkt_premise`, which every DecoReco run calls (its registry entry's
-  premise): an untrained θ* (the first layer a random N(0, 1e-4²) draw of D·w entries,
-  against the n rank-one directions x_i δ_iᵀ that the training images' gradients span
-  there) is warned about; the trained one is not."""
+  """`decoreco.kkt_premise`, which every DecoReco run calls (its registry entry's premise),
+  and the warning the runner adds at the calibrated threshold (`power.premise_warning`): an
+  untrained θ* (the first layer a random N(0, 1e-4²) draw of D·w entries, against the n
+  rank-one directions x_i δ_iᵀ that the training images' gradients span there, so nearly
+  all of it unexplained) is warned about; the trained one is not. The threshold comes from
+  a calibration table written here: one cell recovering at a first-layer fraction of 0.5,
+  one failing above it (`power.premise_threshold` then derives 0.5; the trained :smoke θ*
+  lies below it, the untrained one near 1)."""
+  table = {"premise_threshold": power.premise_threshold(
+      [{"unexplained": 0.5, "recovered": 3, "start": 0},
+       {"unexplained": 0.95, "recovered": 0, "start": 0}])}
+  assert table["premise_threshold"]["threshold"] == 0.5
   config = decoreco_cifar.get_config("smoke")
   task = _float64(data.make_task(config.data))
   model = models.build_model(config.victim)
@@ -192,6 +201,9 @@ def test_a_run_warns_when_the_premise_does_not_hold(x64, caplog):
     with caplog.at_level("INFO"):
       fit = decoreco.kkt_premise(target, config.attack, task, jnp.float64)
     first = fit.relative[fit.first_layer]
-    assert (first > decoreco.PREMISE_WARNING) == warned, first
-    assert ("premise does not hold" in caplog.text) == warned
+    warning = power.premise_warning(fit.to_json(), table=table)
+    assert (first > 0.5) == warned == (warning is not None), first
+    if warned:
+      assert f"{first:.2f} of this θ*'s first layer is unexplained" in warning
     assert "KKT premise" in caplog.text
+  assert power.premise_warning(fit.to_json(), table={}) is None   # no calibration: none

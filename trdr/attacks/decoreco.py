@@ -488,45 +488,24 @@ def build(target: victim.Victim, attack_config, labels: jax.Array, *, key=None, 
 
 # ------------------------------------------------------------------ premise
 
-# The first layer's unexplained fraction above which DecoReco's premise is said not to hold
-# (`kkt_premise`): more than half of that layer is then no combination of the training
-# images' gradients, and the attack's images can match at most the rest.
-PREMISE_WARNING = 0.5
-
-
 def kkt_premise(target: victim.Victim, attack_config, task, dtype) -> kkt.KKTFit:
-  """DecoReco's premise for θ* (`trdr.victim.kkt.fit` on the task's training images), logged,
-  with a warning when more than `PREMISE_WARNING` of the first layer's ‖θ*‖², where the
-  images enter, is no non-negative combination of the training images' gradients: the
-  attack's count then says little about privacy (docs/victim_recipe.md)."""
+  """DecoReco's premise for θ* (`trdr.victim.kkt.fit` on the task's training images), logged:
+  how much of each tensor of θ*, the first layer's kernel where the images enter above all,
+  is no non-negative combination of the training images' gradients. What fraction makes a
+  count uninformative is calibrated on trdr's own victims (`trdr.evaluation.power.
+  premise_warning`, docs/power.md), not assumed here."""
   form = kkt.victim_form(target.config, attack_config.form)
   fit = kkt.fit(target.apply, target.params, jnp.asarray(task.train_images, dtype),
                 jnp.asarray(task.train_labels, dtype), form=form,
                 weight_decay=float(target.config.get("weight_decay", 0.0)))
   logging.info("%s", fit.line())
-  if (warning := premise_warning(fit)) is not None:
-    logging.warning("%s", warning)
   return fit
-
-
-def premise_warning(fit: kkt.KKTFit) -> str | None:
-  """The sentence that a run's log, summary.json ("kkt_premise" "warning") and headline
-  carry when DecoReco's premise fails for θ* (more than `PREMISE_WARNING` of the first
-  layer unexplained), else None."""
-  first = fit.relative[fit.first_layer]
-  if first <= PREMISE_WARNING:
-    return None
-  return (f"DecoReco's premise does not hold: this θ* is far from a KKT point (first layer "
-          f"{first:.2f} unexplained by its {fit.n} training images' gradients with λ ≥ 0, "
-          f"above {PREMISE_WARNING:g}): a count of 0 does not mean the training set is "
-          "private; check that data.* gives the exact training set (data.training_set) and "
-          "see docs/victim_recipe.md for the training that reaches the premise")
 
 
 def premise(target: victim.Victim, attack_config, task, dtype, key) -> dict:
   """DecoReco's premise on θ* for the run's summary (`trdr.attacks.protocol.AttackKind`):
-  {"kkt_premise": `kkt.KKTFit.to_json` with "warning" where `premise_warning` gives one}
-  (`kkt_premise`, logged). ``key`` is unused."""
+  {"kkt_premise": `kkt.KKTFit.to_json`} (`kkt_premise`, logged); the runner adds its
+  "warning" at the threshold calibrated by `make power` (`trdr.evaluation.power.
+  premise_warning`). ``key`` is unused."""
   del key
-  fit = kkt_premise(target, attack_config, task, dtype)
-  return {"kkt_premise": fit.to_json() | ({"warning": w} if (w := premise_warning(fit)) else {})}
+  return {"kkt_premise": kkt_premise(target, attack_config, task, dtype).to_json()}

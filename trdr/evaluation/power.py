@@ -23,7 +23,7 @@ The calibration table (JSON, `calibration_cell` builds a cell):
    "premise_threshold": `premise_threshold`'s dict}
 
 `premise_threshold` derives the threshold of DecoReco's premise warning (the first layer's
-unexplained KKT fraction, `trdr.attacks.decoreco.PREMISE_WARNING`) from calibrated cells by
+unexplained KKT fraction, `premise_warning`) from calibrated cells by
 a rule stated before looking at them (its docstring).
 """
 
@@ -286,6 +286,36 @@ def run_statement(params, summary: Mapping, *, table: Mapping | None = None) -> 
           f"{count} of {n} training images recovered (best buddies, SSIM ≥ {LEVEL:g}, window "
           f"{WINDOW}); ")
   return head + statement(params, n, count, table=table)
+
+
+def premise_warning(premise: Mapping, *, table: Mapping | None = None) -> str | None:
+  """DecoReco's premise warning for a θ*, at the threshold derived from calibrated cells.
+
+  Args:
+    premise: a run's summary.json "kkt_premise" (`trdr.victim.kkt.KKTFit.to_json`): the
+      first layer's unexplained fraction is ``relative[first_layer]``.
+    table: a calibration table (`load_table`'s); None reads the package's.
+  Returns:
+    None where the first layer's fraction is at or below the derived threshold (or no table
+    derives one); else the sentence for the run's log, summary.json ("kkt_premise"
+    "warning") and last lines: the fraction, then the derivation's own wording
+    (`premise_threshold`'s "warning"), which says what a 0 is worth that far from the KKT
+    point. Where no calibrated cell recovers anything, every θ* gets the warning.
+  """
+  if table is None:
+    table = load_table()
+  derived = (table or {}).get("premise_threshold")
+  if not derived:
+    return None
+  first = float(premise["relative"][premise["first_layer"]])
+  threshold = derived.get("threshold")
+  if threshold is not None and first <= threshold:
+    return None
+  return (f"DecoReco's premise: {first:.2f} of this θ*'s first layer is unexplained by its "
+          f"{premise['n']} training images' gradients with λ ≥ 0 ({premise['first_layer']}); "
+          f"{derived['warning']} (derived from {derived['cells']} calibrated runs: "
+          "docs/power.md). Check that data.* gives the exact training set "
+          "(data.training_set)")
 
 
 def _words(setting: str) -> str:

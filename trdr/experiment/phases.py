@@ -38,7 +38,7 @@ from trdr import data, models, victim
 from trdr.attacks import ATTACKS, Attack
 from trdr.attacks import init as inits
 from trdr.attacks import truth
-from trdr.evaluation import evaluate, registry, ssim
+from trdr.evaluation import evaluate, power, registry, ssim
 from trdr.experiment import loop
 from trdr.experiment.starts import STARTS, Starts
 from trdr.runtime import distributed, files, rundir
@@ -194,6 +194,9 @@ def attack_phase(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attac
   kind = ATTACKS[a.name]
   premise = (kind.premise(target, a, task, run.dtype, starts.build_key)
              if kind.premise is not None and distributed.is_main() else {})
+  if "kkt_premise" in premise and (warning := power.premise_warning(premise["kkt_premise"])):
+    logging.warning("%s", warning)   # at the threshold `make power` derived (docs/power.md)
+    premise["kkt_premise"]["warning"] = warning
   if distributed.active():  # every process attacks process 0's θ*
     target = target._replace(params=distributed.broadcast(target.params))
   attack = ATTACKS[a.name](target, a, starts.labels, key=starts.build_key, box=run.box)
