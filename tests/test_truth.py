@@ -207,6 +207,22 @@ def test_verdict(at_truth, reached, kept, verdict, lower, stays):
   assert f"{kept} of 10" in out["reading"]
 
 
+@pytest.mark.parametrize("start_loss, kept, flagged", [
+    (1.5, 10, True),             # below the loss reached (2.0) and keeps the images
+    (2.5, 10, False),            # ends above what the search reached
+    (1.5, 4, False),             # lower, but the run from the truth left the images
+    (float("nan"), 10, False),   # not known
+])
+def test_a_lower_point_beside_the_truth_is_named_without_changing_the_verdict(
+    start_loss, kept, flagged):
+  # The truth itself (3.0) is above the loss reached (2.0): "objective" whatever the
+  # truth-start run's end; its being lower and kept is reported beside the verdict.
+  out = truth.verdict(3.0, 2.0, kept, 10, start_loss)
+  assert out["verdict"] == "objective"
+  assert out["truth_start_lower"] is flagged
+  assert ("ends lower" in out["reading"]) is flagged
+
+
 def test_verdict_refuses_counts_outside_the_training_set():
   with pytest.raises(ValueError, match="kept 11 of n 10"):
     truth.verdict(1.0, 2.0, 11, 10)

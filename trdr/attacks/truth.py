@@ -121,19 +121,26 @@ def fit_lambdas(loss_of_lambdas: Callable[[jax.Array], jax.Array], lambdas0, *,
   return lambdas, float(jax.jit(loss_of_lambdas)(lambdas)), float(info.grad_norm)
 
 
-def verdict(loss_at_truth: float, loss_reached: float, kept: int, n: int) -> dict:
-  """The diagnostic's reading from its two measurements.
+def verdict(loss_at_truth: float, loss_reached: float, kept: int, n: int,
+            truth_start_loss: float = float("nan")) -> dict:
+  """The diagnostic's reading from its measurements.
 
   Args:
     loss_at_truth: the attack's loss at the true images with fitted λ (`fit_lambdas`).
     loss_reached: the loss the attack reached from its starts.
     kept: training images the truth-start run still recovers.
     n: training images.
+    truth_start_loss: the loss the truth-start run ends at (NaN: not known).
   Returns:
     {"truth_lower": loss_at_truth < loss_reached (False when either is NaN),
      "stays": kept >= n / 2,
-     "verdict": "search" (both: the objective prefers the truth, the search failed to
-       reach it) or "objective" (otherwise: the objective does not single out the truth),
+     "truth_start_lower": truth_start_loss < loss_reached and stays: the run from the
+       truth ends lower than the search and still holds the training images, a lower point
+       beside them that the search missed (False when either loss is NaN). It does not
+       change the verdict, which compares the truth itself; the reading says it,
+     "verdict": "search" (truth_lower and stays: the objective prefers the truth, the
+       search failed to reach it) or "objective" (otherwise: the objective does not single
+       out the truth),
      "reading": one sentence for users}.
   Raises:
     ValueError: n < 1 or kept outside [0, n].
@@ -142,6 +149,7 @@ def verdict(loss_at_truth: float, loss_reached: float, kept: int, n: int) -> dic
     raise ValueError(f"need n >= 1 and 0 <= kept <= n, got kept {kept} of n {n}")
   lower = bool(loss_at_truth < loss_reached)
   stays = bool(kept >= n / 2)
+  truth_start_lower = bool(stays and truth_start_loss < loss_reached)
   losses = (f"the attack's loss at the true training images ({loss_at_truth:.4g}, λ fitted) "
             f"is {'below' if lower else 'not below'} the loss it reached from its starts "
             f"({loss_reached:.4g})")
@@ -150,6 +158,12 @@ def verdict(loss_at_truth: float, loss_reached: float, kept: int, n: int) -> dic
     reading = (f"Search failure: {losses}, and {start}: its objective prefers the training "
                "images, but the search from its starts did not reach them; other settings, "
                "steps or starts may recover more, so this count is a lower bound.")
+  elif stays and truth_start_lower:
+    reading = (f"The objective does not single out the training images: {losses}, though "
+               f"{start} and ends lower ({truth_start_loss:.4g}) than from its starts: "
+               "images beside the training images score better than what the search "
+               "found, so the search fell short too, and a low count here is not evidence "
+               "of privacy.")
   elif stays:
     reading = (f"The objective does not single out the training images: {losses}, though "
                f"{start}: other images score as well, so a low count here is not evidence "
@@ -161,7 +175,7 @@ def verdict(loss_at_truth: float, loss_reached: float, kept: int, n: int) -> dic
   else:
     reading = (f"The objective does not prefer the training images: {losses}, and {start}: "
                "a low count here is not evidence of privacy.")
-  return {"truth_lower": lower, "stays": stays,
+  return {"truth_lower": lower, "stays": stays, "truth_start_lower": truth_start_lower,
           "verdict": "search" if lower and stays else "objective", "reading": reading}
 
 
@@ -272,7 +286,8 @@ def diagnose(target, attack_config, labels, task, *, history: dict, images, dtyp
          "loss_reached": loss_reached, "loss_reached_lambda_fitted": at_reached["loss"],
          "truth_start": {"loss": start_loss, **kept, "n": n,
                          "diverged": not np.isfinite(start_loss)},
-         **verdict(at_truth["loss"], _lower(loss_reached, at_reached["loss"]), kept["kept"], n)}
+         **verdict(at_truth["loss"], _lower(loss_reached, at_reached["loss"]), kept["kept"], n,
+                  start_loss)}
   out["seconds"] = time.time() - began
   logging.info("Truth diagnostic: %s (%s)", out["verdict"], headline(out))
   return {"truth": out}
