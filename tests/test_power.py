@@ -293,6 +293,26 @@ def test_a_tuned_setting_equal_to_the_published_one_reuses_its_run(tmp_path):
   assert math.isclose(study.first_layer(tuned), study.first_layer(published))
 
 
+def _row(n, seed, setting, u, recovered, start, verdict=None, same_as=None, truth_start=None):
+  """A synthetic row of the power study (`trdr.studies.power`), as its page reads it."""
+  truth = None if verdict is None else {
+      "verdict": verdict, "loss_at_truth": 1.0, "loss_reached": 2.0,
+      "loss_reached_lambda_fitted": 1.5, "truth_start": truth_start or {"kept": 3, "n": n},
+      "seconds": 9.0}
+  return {"n": n, "seed": seed, "setting": setting, "values": list(B9DFYSPX),
+          "same_as": same_as, "tuned_on": 0, "signature": SIG, "architecture": "MLP",
+          "p": 4_074_000, "d": D, "ratio": 4_074_000 / (D * n), "candidates": 2 * n,
+          "steps": 40, "kkt": {"first_layer": "dense_0/kernel",
+                               "relative": {"dense_0/kernel": u}, "relative_total": u},
+          "recovered": {"w11": recovered, "w3": recovered, "w11_bb": recovered,
+                        "w3_bb": recovered},
+          "start_recovered": {"w11": start, "w3": start, "w11_bb": start, "w3_bb": start},
+          "truth": truth, "haim": None, "start_haim": None, "final_loss": 3.0,
+          "victim_seconds": 1.0, "attack_seconds": 2.0, "truth_seconds": truth and 9.0,
+          "run": "runs/x"}
+
+
+
 def test_the_page_states_the_threshold_and_each_seeds_truth_verdict():
   """The page from synthetic rows: the truth verdict per seed (a tuned run that reused the
   published one not shown twice), and, where a non-recovering cell lies below the largest
@@ -303,26 +323,10 @@ def test_the_page_states_the_threshold_and_each_seeds_truth_verdict():
   config = power_config.get_config("smoke")
   config.seeds = (0, 1)
 
-  def row(n, seed, setting, u, recovered, start, verdict=None, same_as=None):
-    truth = None if verdict is None else {
-        "verdict": verdict, "loss_at_truth": 1.0, "loss_reached": 2.0,
-        "loss_reached_lambda_fitted": 1.5, "truth_start": {"kept": 3, "n": n}, "seconds": 9.0}
-    return {"n": n, "seed": seed, "setting": setting, "values": list(B9DFYSPX),
-            "same_as": same_as, "tuned_on": 0, "signature": SIG, "architecture": "MLP",
-            "p": 4_074_000, "d": D, "ratio": 4_074_000 / (D * n), "candidates": 2 * n,
-            "steps": 40, "kkt": {"first_layer": "dense_0/kernel",
-                                 "relative": {"dense_0/kernel": u}, "relative_total": u},
-            "recovered": {"w11": recovered, "w3": recovered, "w11_bb": recovered,
-                          "w3_bb": recovered},
-            "start_recovered": {"w11": start, "w3": start, "w11_bb": start, "w3_bb": start},
-            "truth": truth, "haim": None, "start_haim": None, "final_loss": 3.0,
-            "victim_seconds": 1.0, "attack_seconds": 2.0, "truth_seconds": truth and 9.0,
-            "run": "runs/x"}
-
-  rows = [row(4, 0, "b9dfyspx", 0.40, 2, 0, "search"), row(4, 0, "tuned", 0.40, 2, 0,
+  rows = [_row(4, 0, "b9dfyspx", 0.40, 2, 0, "search"), _row(4, 0, "tuned", 0.40, 2, 0,
                                                             "search", same_as="b9dfyspx"),
-          row(8, 0, "b9dfyspx", 0.30, 0, 0, "objective"), row(8, 0, "tuned", 0.5, 0, 1),
-          row(4, 1, "b9dfyspx", 0.20, 3, 1, "search"), row(4, 1, "tuned", 0.2, 3, 1)]
+          _row(8, 0, "b9dfyspx", 0.30, 0, 0, "objective"), _row(8, 0, "tuned", 0.5, 0, 1),
+          _row(4, 1, "b9dfyspx", 0.20, 3, 1, "search"), _row(4, 1, "tuned", 0.2, 3, 1)]
   page = study.markdown(rows, config, report.provenance("smoke"), figure_written=False)
   truth_rows = [x for x in page.splitlines() if x.startswith(("| 4 | b9dfyspx | search",
                                                               "| 8 | b9dfyspx |", "| 4 | tuned |"))]
@@ -336,3 +340,23 @@ def test_the_page_states_the_threshold_and_each_seeds_truth_verdict():
   assert "Cells: 5, recovering: 3" in page and "Threshold: 0.400" in page
   assert "the residual alone cannot certify privacy" in page
   assert "Not run yet" in page and "n = 8 / seed 1 / b9dfyspx" in page
+
+
+def test_a_truth_start_run_below_the_search_is_named_in_its_cell_and_the_reading():
+  """A run whose truth-start run ends at 1.2, below the loss the verdict compares (the lower
+  of 2.0 reached and 1.5 with λ fitted), keeping 3 of 4 (at least half): its cell gives
+  that loss and the reading names the cell; kept 1 of 4 (fewer than half), it is not
+  named."""
+  from trdr import report   # noqa: PLC0415
+  from trdr.studies import power as study   # noqa: PLC0415
+  config = power_config.get_config("smoke")
+  config.seeds = (0,)
+  kept = _row(4, 0, "b9dfyspx", 0.2, 2, 0, "objective",
+              truth_start={"kept": 3, "n": 4, "loss": 1.2})
+  left = _row(8, 0, "b9dfyspx", 0.2, 2, 0, "objective",
+              truth_start={"kept": 1, "n": 8, "loss": 1.2})
+  page = study.markdown([kept, left], config, report.provenance("smoke"),
+                        figure_written=False)
+  assert "kept 3 of 4; the truth-start run ends lower, at 1.2)" in page
+  assert "kept 1 of 8)" in page
+  assert "In 1 of them (n = 4 seed 0 at b9dfyspx)" in page

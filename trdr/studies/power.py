@@ -272,18 +272,36 @@ def _over(rows: list[dict], value, fmt: str = ".3g") -> str:
   return spread([value(r) for r in rows], fmt) if rows else "—"
 
 
+def _reached(t: dict) -> float:
+  """The loss the verdict compares with: the lower of the loss reached and the same with λ
+  fitted (summary.json "truth")."""
+  return min(v for v in (t["loss_reached"], t.get("loss_reached_lambda_fitted"))
+             if v is not None and np.isfinite(v))
+
+
+def _truth_start_lower(row: dict) -> bool:
+  """`truth.verdict`'s truth_start_lower, from the stored numbers (runs written before the
+  field existed have them too): the run from the truth ends below the loss reached and
+  keeps at least half the training images."""
+  t = row.get("truth") or {}
+  ts = t.get("truth_start") or {}
+  if "loss" not in ts:
+    return False
+  return bool(ts.get("kept", 0) >= ts.get("n", row["n"]) / 2 and ts["loss"] < _reached(t))
+
+
 def _truth_cell(row: dict) -> str:
   """A run's truth diagnostic in a few words: the verdict, the loss at the truth against
-  the loss reached, and what the truth-start run kept."""
+  the loss reached, what the truth-start run kept and, where it ends lower than the search
+  while keeping the images, its loss."""
   t = row.get("truth")
   if not t:
     return "not run"
   ts = t.get("truth_start", {})
-  # the verdict's comparison: the lower of the loss reached and the same with λ fitted
-  reached = min(v for v in (t["loss_reached"], t.get("loss_reached_lambda_fitted"))
-                if v is not None and np.isfinite(v))
+  lower = (f"; the truth-start run ends lower, at {ts['loss']:.4g}"
+           if _truth_start_lower(row) else "")
   return (f"{t['verdict']} (at truth {t['loss_at_truth']:.4g} vs reached "
-          f"{reached:.4g}; kept {ts.get('kept', '?')} of {ts.get('n', row['n'])})")
+          f"{_reached(t):.4g}; kept {ts.get('kept', '?')} of {ts.get('n', row['n'])}{lower})")
 
 
 def figure(rows: list[dict], config: ml_collections.ConfigDict, derived: dict | None
@@ -506,6 +524,13 @@ def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
   if verdicts:
     out.append(f"The truth diagnostic reads \"search\" in {verdicts.count('search')} and "
                f"\"objective\" in {verdicts.count('objective')} of {len(verdicts)} runs.")
+    basin = [f"n = {r['n']} seed {r['seed']} at {r['setting']}" for r in rows
+             if r.get("truth") and not r.get("same_as") and _truth_start_lower(r)]
+    if basin:
+      out.append(f"In {len(basin)} of them ({', '.join(basin)}) the attack started at the "
+                 "training images ends below the loss its search reached and still holds at "
+                 "least half of them: a lower point beside the truth that the search missed, "
+                 "so there the search falls short as well as the objective.")
   ratios = sorted({r["ratio"] for r in rows})
   side = ("every one has p above d·n" if ratios[0] > 1 else
           "every one has p at or below d·n" if ratios[-1] <= 1 else "they cross p = d·n")
