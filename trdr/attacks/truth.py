@@ -179,6 +179,22 @@ def verdict(loss_at_truth: float, loss_reached: float, kept: int, n: int,
           "verdict": "search" if lower and stays else "objective", "reading": reading}
 
 
+def start_lower(diagnosis: dict) -> bool:
+  """`verdict`'s truth_start_lower from a stored diagnosis (summary.json "truth", which runs
+  written before the field existed lack): the truth-start run ends below the loss the
+  verdict compares (the lower of "loss_reached" and "loss_reached_lambda_fitted") and keeps
+  at least half the images. False where a number is missing or not finite."""
+  if "truth_start_lower" in diagnosis:
+    return bool(diagnosis["truth_start_lower"])
+  ts = diagnosis.get("truth_start") or {}
+  reached = [v for v in (diagnosis.get("loss_reached"),
+                         diagnosis.get("loss_reached_lambda_fitted"))
+             if v is not None and np.isfinite(v)]
+  if "loss" not in ts or "kept" not in ts or "n" not in ts or not reached:
+    return False
+  return bool(ts["kept"] >= ts["n"] / 2 and ts["loss"] < min(reached))
+
+
 def _attack_loss(target, attack_config, labels) -> tuple[Callable, Callable]:
   """(loss(images, λ) -> float[], prior(images, λ) -> float[]): the attack's own loss at the
   configured settings (α, λ_min) and its prior terms alone."""

@@ -36,6 +36,7 @@ import numpy as np
 from absl import logging
 
 from trdr import experiment, models, plotting, victim
+from trdr.attacks import truth
 from trdr.configs.cnn import SETTINGS
 from trdr.runtime import files, rundir
 from trdr.studies.victim_recipe import spread, summary_counts
@@ -477,8 +478,12 @@ def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
               f"{says}")
       verdicts = [r["truth"]["verdict"] for r in rs if r.get("truth")]
       if verdicts:
+        lower = sum(truth.start_lower(r["truth"]) for r in rs if r.get("truth"))
         text += (f" (truth diagnostic: \"search\" in {verdicts.count('search')}, "
-                 f"\"objective\" in {verdicts.count('objective')} of {len(verdicts)} seeds)")
+                 f"\"objective\" in {verdicts.count('objective')} of {len(verdicts)} seeds"
+                 + (f"; on {lower} the attack started at the training images ends below the "
+                    "loss its search reached and keeps at least half: a lower point beside "
+                    "the truth that the search missed" if lower else "") + ")")
         diagnosed = True
       parts.append(text)
     out.append(f"Pair {pair} (n = {n}): " + "; ".join(parts) + ".")

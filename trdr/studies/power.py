@@ -32,6 +32,7 @@ import numpy as np
 from absl import logging
 
 from trdr import experiment
+from trdr.attacks import truth
 from trdr.configs.power import TUNED
 from trdr.evaluation import haim_match, power
 from trdr.runtime import files, rundir
@@ -279,17 +280,6 @@ def _reached(t: dict) -> float:
              if v is not None and np.isfinite(v))
 
 
-def _truth_start_lower(row: dict) -> bool:
-  """`truth.verdict`'s truth_start_lower, from the stored numbers (runs written before the
-  field existed have them too): the run from the truth ends below the loss reached and
-  keeps at least half the training images."""
-  t = row.get("truth") or {}
-  ts = t.get("truth_start") or {}
-  if "loss" not in ts:
-    return False
-  return bool(ts.get("kept", 0) >= ts.get("n", row["n"]) / 2 and ts["loss"] < _reached(t))
-
-
 def _truth_cell(row: dict) -> str:
   """A run's truth diagnostic in a few words: the verdict, the loss at the truth against
   the loss reached, what the truth-start run kept and, where it ends lower than the search
@@ -299,7 +289,7 @@ def _truth_cell(row: dict) -> str:
     return "not run"
   ts = t.get("truth_start", {})
   lower = (f"; the truth-start run ends lower, at {ts['loss']:.4g}"
-           if _truth_start_lower(row) else "")
+           if truth.start_lower(t) else "")
   return (f"{t['verdict']} (at truth {t['loss_at_truth']:.4g} vs reached "
           f"{_reached(t):.4g}; kept {ts.get('kept', '?')} of {ts.get('n', row['n'])}{lower})")
 
@@ -525,7 +515,7 @@ def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
     out.append(f"The truth diagnostic reads \"search\" in {verdicts.count('search')} and "
                f"\"objective\" in {verdicts.count('objective')} of {len(verdicts)} runs.")
     basin = [f"n = {r['n']} seed {r['seed']} at {r['setting']}" for r in rows
-             if r.get("truth") and not r.get("same_as") and _truth_start_lower(r)]
+             if r.get("truth") and not r.get("same_as") and truth.start_lower(r["truth"])]
     if basin:
       out.append(f"In {len(basin)} of them ({', '.join(basin)}) the attack started at the "
                  "training images ends below the loss its search reached and still holds at "

@@ -24,6 +24,7 @@ import numpy as np
 from absl import logging
 
 from trdr import data, experiment, models, victim
+from trdr.attacks import truth
 from trdr.runtime import files, rundir
 from trdr.victim import training
 
@@ -308,6 +309,11 @@ def reading(rows: list[dict], config: ml_collections.ConfigDict) -> str:
                f"single out the training images) in {len(truths) - search}"
                + (f"; {len(rows) - len(truths)} cells ran before the diagnostic existed"
                   if len(truths) < len(rows) else "") + ".")
+    lower = sum(truth.start_lower(t) for t in truths)
+    if lower:
+      out.append(f"In {lower} of these cells the attack started at the training images ends "
+                 "below the loss its search reached and keeps at least half of them: a "
+                 "lower point beside the truth that the search missed.")
   elif rows:
     out.append("No cell has the truth diagnostic (they ran before it existed): whether the "
                "attack's objective prefers the training images is not measured here.")
