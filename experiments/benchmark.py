@@ -102,8 +102,9 @@ _CONFIG = config_flags.DEFINE_config_file(
 _STEPS = flags.DEFINE_integer("steps", 3,
                               "Outer steps timed per initialisation (grid, lower_level).")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (median reported).")
-_GRID_VMAP = flags.DEFINE_bool("grid_vmap", True, "grid: also the whole-grid vmap (~50x the "
-                               "loop on CPU; --nogrid_vmap --steps=25: the main job's chunks).")
+_GRID_VMAP = flags.DEFINE_bool("grid_vmap", True, "grid: also the whole-grid vmap (far "
+                               "slower than the loop on CPU; --nogrid_vmap --steps=25: the "
+                               "main job's chunks).")
 _CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 0, "JAX CPU devices (0: one per core), as "
                                     "the experiment scripts' --cpu_devices.")
 _SECTIONS = flags.DEFINE_list("sections", ["main_job", "grid", "lower_level", "solvers",
