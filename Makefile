@@ -8,7 +8,7 @@ PAPER = $(PYTHON) experiments/paper.py --config=configs/report.py:$(PAPER_VARIAN
 
 REPORT = $(PYTHON) experiments/report.py --config=configs/report.py:$(PAPER_VARIANT) --workdir=$(RUNS)/report_$(SIZE)
 
-.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep benchmark-pruning benchmark-step benchmark-cold-path benchmark-conv membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc cnn cnn-doc dp dp-doc power power-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step readings-attack sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
+.PHONY: help install test landscape-affine landscape-affine-smoke benchmark benchmark-main-job benchmark-solvers benchmark-decoreco benchmark-decoreco-cpu benchmark-lower-level benchmark-sweep benchmark-pruning benchmark-step benchmark-cold-path benchmark-conv benchmark-dp membership membership-doc knowledge knowledge-doc knowledge-smoke victim-recipe victim-recipe-doc cnn cnn-doc dp dp-doc power power-doc fig1 fig2 fig3 fig4 table1 table1-readings outer-step readings-attack sweep fig5 fig6 fig7 fig8 fig9 fig10 fig11 fig12 figures results-doc gpu-check gpu-doc gpu-wheels
 
 help:  ## List the targets.
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-24s %s\n", $$1, $$2}'
@@ -58,6 +58,9 @@ benchmark-cold-path:  ## The main job with an empty compilation cache and warm, 
 
 benchmark-conv:  ## The CNN victim's 3x3 convs, Conv3x3 (one matmul) vs nn.Conv, top level and in lax.scan (:cpu size).
 	$(PYTHON) experiments/benchmark.py --sections=conv --output=$(RUNS)/benchmarks/conv.md
+
+benchmark-dp:  ## DP-SGD's clipped sum for configs/dp.py:cpu's victims, one example at a time (trdr's) vs all n vmapped.
+	$(PYTHON) experiments/benchmark.py --sections=dp --output=$(RUNS)/benchmarks/dp.md
 
 fig1:  ## Fig. 1: random initialisation, affine (a) and one-hidden (b); SIZE=cpu|paper|smoke.
 	$(PAPER) --artefacts=fig1

@@ -52,6 +52,9 @@ in experiments/benchmarks/):
             and with flax's nn.Conv on the same θ (checked to agree to rounding), ∇x of a
             loss and a DecoReco iteration once at the top level and --conv_steps times in
             `lax.scan`: ms / step of each and the ratio nn.Conv / Conv3x3 (minutes; `conv`).
+  dp        why `trdr.victim.dp_sgd.MICROBATCH_SIZE` is 1: DP-SGD's clipped sum for the
+            victims of --dp_config, one example at a time vs all n vmapped (checked to
+            agree to rounding): ms / call of each and the ratio (`dp`).
 
   python experiments/benchmark.py --sections=lower_level
   python experiments/benchmark.py --sections=solvers --output=runs/benchmarks/solvers.md
@@ -63,6 +66,7 @@ in experiments/benchmarks/):
   python experiments/benchmark.py --sections=table1
   python experiments/benchmark.py --sections=sweep
   python experiments/benchmark.py --sections=conv
+  python experiments/benchmark.py --sections=dp
 """
 
 import datetime
@@ -71,8 +75,8 @@ import os
 from absl import app, flags
 from ml_collections import config_flags
 
-from benchmarks import (cold_path, conv, decoreco, evaluation, grid, lower_level, main_job,
-                        pruning, record, solvers, step, sweep, table1)
+from benchmarks import (cold_path, conv, decoreco, dp, evaluation, grid, lower_level,
+                        main_job, pruning, record, solvers, step, sweep, table1)
 from trdr.runtime import sharding
 
 SECTIONS = {  # name -> the title of its part of --output, in the order they run
@@ -88,6 +92,7 @@ SECTIONS = {  # name -> the title of its part of --output, in the order they run
     "table1": "Table 1's tolerance sweep",
     "sweep": "the DecoReco sweep, vmapped and looped",
     "conv": "3 × 3 convolutions in a loop, Conv3x3 and nn.Conv",
+    "dp": "DP-SGD's clipped sum, one example at a time and vmapped",
 }
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -97,8 +102,9 @@ _CONFIG = config_flags.DEFINE_config_file(
 _STEPS = flags.DEFINE_integer("steps", 3,
                               "Outer steps timed per initialisation (grid, lower_level).")
 _REPEATS = flags.DEFINE_integer("repeats", 2, "Timed repetitions (median reported).")
-_GRID_VMAP = flags.DEFINE_bool("grid_vmap", True, "grid: also the whole-grid vmap (~50x the "
-                               "loop on CPU; --nogrid_vmap --steps=25: the main job's chunks).")
+_GRID_VMAP = flags.DEFINE_bool("grid_vmap", True, "grid: also the whole-grid vmap (far "
+                               "slower than the loop on CPU; --nogrid_vmap --steps=25: the "
+                               "main job's chunks).")
 _CPU_DEVICES = flags.DEFINE_integer("cpu_devices", 0, "JAX CPU devices (0: one per core), as "
                                     "the experiment scripts' --cpu_devices.")
 _SECTIONS = flags.DEFINE_list("sections", ["main_job", "grid", "lower_level", "solvers",
@@ -136,6 +142,9 @@ _CONV_CANDIDATES = flags.DEFINE_integer(
 _CONV_DTYPE = flags.DEFINE_enum("conv_dtype", "float32", ["float32", "float64"],
                                 "Precision of the conv section (float32: configs/cnn.py's "
                                 "CNN runs).")
+_DP_CONFIG = config_flags.DEFINE_config_file(
+    "dp_config", "configs/dp.py:cpu", "DP study config whose victims the dp section times.",
+    lock_config=True)
 _ONE_HIDDEN_CONFIG = config_flags.DEFINE_config_file(
     "one_hidden_config", "configs/bilevel_one_hidden.py:cpu",
     "Config of the one-hidden victim for the solvers and table1 sections.", lock_config=True)
@@ -186,6 +195,7 @@ def main(argv):
                                  _SWEEP_STEPS.value, _REPEATS.value),
       "conv": lambda: conv.run(_CONV_CONFIG.value, _CONV_STEPS.value, _REPEATS.value,
                                _CONV_CANDIDATES.value, _CONV_DTYPE.value),
+      "dp": lambda: dp.run(_DP_CONFIG.value, _REPEATS.value),
   }
   sections = [record.captured(name, title, runs[name]) for name, title in SECTIONS.items()
               if name in _SECTIONS.value]

@@ -158,6 +158,33 @@ def test_the_conv_sections_check_tells_a_wrong_convolution_from_rounding():
     conv.check_agreement({"∇x": (ours, grad(twin, flipped), None)}, jnp.float32)
 
 
+def test_the_dp_section_checks_then_times_both_clipped_sums(capsys):
+  """The :smoke DP study's victims (affine n = 40, MLP (32, 32) n = 10, float64): one row
+  each with both ways' ms / call and their ratio, the agreement check passed (it raises
+  otherwise) with its differences printed; a sum with one example dropped fails it."""
+  pytest.importorskip("jax_privacy")
+  from benchmarks import dp
+  from trdr.configs import dp as dp_config
+  dp.run(dp_config.get_config("smoke"), repeats=1)
+  out = capsys.readouterr().out
+  rows = [[cell.strip() for cell in line.strip().strip("|").split("|")]
+          for line in out.splitlines() if line.startswith("| ") and "ms / call" not in line]
+  assert [(r[0], r[1], r[3]) for r in rows] == [("affine", "40", "float64"),
+                                                ("haim_mlp", "10", "float64")]
+  for *_, one, vmapped, ratio in rows:
+    assert float(one) > 0 and float(vmapped) > 0 and ratio.endswith("×")
+    assert float(ratio[:-1]) == pytest.approx(float(vmapped) / float(one), rel=2e-3, abs=6e-3)
+  gate = dp.RTOL_EPS * float(jnp.finfo(jnp.float64).eps)
+  checked = [float(item.rsplit(" ", 1)[1])
+             for part in out.split("The same sum: ")[1].split("): ", 1)[1].split("; ")
+             for item in part.split(": ", 1)[1].split(", ")]
+  assert len(checked) == 8 and all(d <= gate for d in checked), checked
+  # One term of n = 10 missing: about a tenth of the scale, far beyond rounding.
+  terms = np.full((10, 3), 0.1)
+  with pytest.raises(ValueError, match="differ in sum"):
+    dp.check_agreement({"sum": (terms.sum(0), terms[1:].sum(0), 1.0)}, jnp.float64)
+
+
 def test_the_pruning_sections_bound_bounds_ssim_and_rules_out_pairs(x64):
   """`pruning.cauchy_schwarz_bound` is an upper bound on dm_pix's SSIM (its docstring's
   proof), on random images and on the shipped CIFAR-10 sample, evaluated in float64 on

@@ -1,6 +1,7 @@
 """DP-SGD victims (`trdr.victim.dp_sgd`), their accounting (`trdr.victim.accounting`), the
 ReRo bound (`trdr.evaluation.rero`) and the study (`trdr.studies.dp`) at :smoke."""
 
+import functools
 import math
 import os
 
@@ -323,10 +324,13 @@ def test_noise_has_the_scale_sigma_c_over_n():
   assert report.mu == pytest.approx(1 / sigma, rel=1e-15)
 
 
-def test_clipping_bounds_each_norm_and_sums_the_clipped_gradients():
+@pytest.mark.parametrize("microbatch_size", [dp_sgd.MICROBATCH_SIZE, None])
+def test_clipping_bounds_each_norm_and_sums_the_clipped_gradients(microbatch_size):
   """jax-privacy's clipping as `dp_sgd` calls it: per example g · min(1, C/||g||) over all
-  leaves, the sum of those, a weight 0 removing an example, C = inf clipping nothing.
+  leaves, the sum of those, a weight 0 removing an example, C = inf clipping nothing; one
+  example at a time (trdr's) and all vmapped (`make benchmark-dp`'s other way).
   float32: one division and a few sums, rtol 1e-6."""
+  clipped_sum = functools.partial(dp_sgd.clipped_sum, microbatch_size=microbatch_size)
   apply_fn = lambda p, x: x.reshape(x.shape[0], -1) @ p["w"] + p["b"]
   mse = lambda logits, labels: jnp.mean(0.5 * (logits - labels) ** 2)
   params = {"w": jnp.zeros(2), "b": jnp.zeros(())}
@@ -337,14 +341,13 @@ def test_clipping_bounds_each_norm_and_sums_the_clipped_gradients():
   norms = np.sqrt(np.asarray(each["w"]) ** 2 @ np.ones(2) + np.asarray(each["b"]) ** 2)
   np.testing.assert_allclose(norms, [1.0, 1.0], rtol=1e-6)
   np.testing.assert_allclose(each["w"][0], np.array([3.0, 4.0]) / math.sqrt(26), rtol=1e-6)
-  summed, raw = dp_sgd.clipped_sum(apply_fn, mse, params, x, y, jnp.ones(2), 2.0)
+  summed, raw = clipped_sum(apply_fn, mse, params, x, y, jnp.ones(2), 2.0)
   np.testing.assert_allclose(raw, [math.sqrt(26), math.sqrt(1.25)], rtol=1e-6)
   np.testing.assert_allclose(summed["w"], 2 * np.array([3.0, 4.0]) / math.sqrt(26)
                              + np.array([0.3, 0.4]), rtol=1e-6)
-  only_second, _ = dp_sgd.clipped_sum(apply_fn, mse, params, x, y, jnp.array([0.0, 1.0]),
-                                      2.0)
+  only_second, _ = clipped_sum(apply_fn, mse, params, x, y, jnp.array([0.0, 1.0]), 2.0)
   np.testing.assert_allclose(only_second["w"], [0.3, 0.4], rtol=1e-6)
-  unclipped, _ = dp_sgd.clipped_sum(apply_fn, mse, params, x, y, jnp.ones(2), jnp.inf)
+  unclipped, _ = clipped_sum(apply_fn, mse, params, x, y, jnp.ones(2), jnp.inf)
   np.testing.assert_allclose(unclipped["w"], [3.3, 4.4], rtol=1e-6)
 
 

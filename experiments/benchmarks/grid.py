@@ -31,7 +31,8 @@ from trdr.runtime import sharding
 def run(config: ml_collections.ConfigDict, steps: int, repeats: int, vmap: bool = True
         ) -> None:
   """Prints section 1 for the bilevel ``config``, in the config's precision; ``vmap``
-  False leaves out the whole-grid vmap (~50x the loop's time on CPU)."""
+  False leaves out the whole-grid vmap (far slower than the loop on CPU: every start
+  runs as long as the slowest; the section's table gives the ratio)."""
   with common.x64(config.float64):
     dtype = jnp.float64 if config.float64 else jnp.float32
     _, attack, x0, key_attack, _ = common.bilevel_grid(config, dtype)

@@ -38,25 +38,17 @@ MLP widths (32, 32); n = 2 for the wide pair with CNN channels (16, 32), p = 7,1
 = 6,144; 40 iterations, a 3-setting sweep of 20, float64, one seed): a few minutes, for
 tests.
 
-Expected runtime of ":cpu" on a 2-core CPU (AVX2). The control pair as before: about 11
-minutes per seed on quiet cores (the CNN's 5,000 attack steps about 470 s, the MLP's about
-140 s), 22 for its two; its runs' configs are unchanged, so a workdir that holds them reuses
-them. The wide pair: one attack step of the (64, 64) CNN at m = 8 took 0.1 to 0.2 of the
-control CNN's at m = 200 when the two ran side by side (the (64, 64) convolutions at 16 × 16
-cost 9 · 64 · 64 multiply-adds per pixel, 8 images against 200), i.e. about 0.02 s per step
-on quiet cores, 40 s per 2,000-step attack and as much for its sweep; with compilation,
-evaluation, θ*'s training and the MLP's runs, about 5 minutes per seed, 15 minutes for the
-three. Measured on a machine shared with a dozen other processes (load average 8 to 15 on 2
-cores), so the ratio is rough; the slowest wide-CNN step seen there, 0.12 s (the first
-":cpu" run), bounds it from above (4 minutes per attack, about 45 minutes for the pair
-without the diagnostic). The truth diagnostic (attack.truth_diagnostic, on by default) adds
-to each attack run about three times its attack's seconds (the λ fit, the truth-start run
-and its evaluation; the wide CNN's first run on the shared machine: 235 s of attack, 688 s
-of diagnostic): about 10 minutes per seed of the wide pair on quiet cores, 30 for the three,
-and about 35 minutes per seed on the shared machine; the control pair's runs, finished
-before the diagnostic existed, are reused without it (`trdr.runtime.rundir`'s ADDED_KEYS),
-and rerun from scratch they would take about four times their 22 minutes. Rows are written
-as each run finishes and a rerun reuses them. ":smoke" a few minutes.
+Expected runtime: ":cpu" about 30 minutes on a 2-core CPU (AVX2) where the control pair's
+finished runs are reused, over an hour from scratch; ":smoke" a few minutes. The attack
+steps dominate: the control CNN's 5,000 at m = 200 most of all, then the MLP's; the wide
+pair's (64, 64) convolutions at 16 × 16 cost 9 · 64 · 64 multiply-adds per pixel but on
+m = 8 images, 2,000 steps per attack and as many for its sweep. The truth diagnostic
+(attack.truth_diagnostic, on by default: the λ fit, the truth-start run and its
+evaluation) adds several times its attack's own time to each run; the control pair's runs,
+finished before the diagnostic existed, are reused without it (`trdr.runtime.rundir`'s
+ADDED_KEYS), which is the difference between the two figures. Each run's seconds are in
+the generated page (WORKDIR/cnn.md, docs/cnn.md by `make cnn-doc`); `make benchmark-conv`
+times the CNN's attack step. Rows are written as each run finishes and a rerun reuses them.
 """
 
 import ml_collections

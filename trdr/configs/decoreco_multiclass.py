@@ -20,7 +20,8 @@ for their code's loss scaling, which trdr has not been checked against.
 
 Variants (sizes):
   ""      paper size: 50 per class (n = 500), widths 1000, 50,000 iterations: GPU-sized, not
-          run here (the binary paper size already takes ≈ 3.5 h of CPU per attack).
+          run here (the binary paper size already takes hours of CPU per attack: 50,000
+          iterations on m = 1,000 candidates; `make benchmark-decoreco` times one).
   "cpu"   10 per class (n = 100, the binary :cpu's n), widths 1000, 5,000 iterations.
   "smoke" 2 per class (n = 20), widths (32, 32), 40 iterations: seconds, for tests.
 """

@@ -26,11 +26,11 @@ al., ICLR 2024; SimuDy, ICLR 2025) and with a fresh U(0, 1) θ0 at every lower-l
 
 Variants: "cpu" (affine n = 100, one-hidden width 128 n = 50, Haim MLP n = 100, three
 seeds), "smoke" (n = 40, 20, 10, seconds per row, for tests). Expected runtime: ":cpu"
-about 40 minutes on a 2-core CPU, half of it the six bilevel runs (each lower-level solve
-starts far from θ*, from θ0), measured before the truth diagnostic ran on every seed
-and the fitted search took four starts (each k = 1 row of the Haim MLP is now 4 starts and
-one truth start of k images a step, and there are two such adversaries): not measured
-since; ":smoke" about three minutes.
+over 40 minutes on a 2-core CPU (an estimate from before the truth diagnostic ran on every
+seed and the fitted search took four starts); ":smoke" about three minutes. The six
+bilevel runs dominate (each lower-level solve starts far from θ*, from θ0), then the Haim
+MLP's k = 1 rows (4 starts and one truth start of k images a step, two such adversaries);
+each row's seconds are in the study's knowledge.json.
 """
 
 import ml_collections

@@ -81,8 +81,9 @@ def _decoreco(variant: str, n_per_class: int) -> ml_collections.ConfigDict:
   config.eval.public_set = False           # the reference set is test[1::2] (membership)
   config.eval.count_windows = ()
   # Haim et al.'s reference runs the victim and the attack in PyTorch's float32; so do this
-  # experiment and the DecoReco figures (float64 costs more per iteration on a CPU, `make
-  # benchmark-decoreco-cpu` measures both; it took half of the ":cpu" run's wall time).
+  # experiment and the DecoReco figures (float64 costs more per iteration on a CPU, and
+  # DecoReco's iterations are much of the ":cpu" run: `make benchmark-decoreco-cpu`
+  # measures both precisions side by side).
   config.float64 = False
   return config
 

@@ -89,7 +89,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Its victims and re-solves share one L-BFGS budget (max_iter, tol), so that under
   # reading (b) the re-solve at x_GT can retrace the victim's training; below paper size
   # the budget is the one-hidden U(0, 1) lower level's (with ReLU every solve runs to it,
-  # about 13 s each at ":cpu"; 5000 would take the seeds past 45 minutes).
+  # so the seeds' time grows with it: 5000 would make these re-solves the report's largest
+  # cost).
   config.readings = ml_collections.ConfigDict()
   config.readings.victim = bilevel_one_hidden.get_config(variant)
   ll, v = config.readings.victim.attack.lower_level, config.readings.victim.victim

@@ -25,20 +25,18 @@ of the attack's, once per n on seed 0's victim; the truth diagnostic at b9dfyspx
 "smoke" (ns 4 and 8, widths (32, 32), 40 iterations, one seed, float64: seconds, for
 tests).
 
-Expected runtime: ":cpu" about 50 minutes on 2 quiet cores (AVX2), an estimate: a DecoReco
-iteration costs a + b·m (θ's residual plus m candidates), with t(20) / t(200) ≈ 0.21
-measured side by side on a shared, loaded machine and t(200) = 28 ms on 2 quiet cores, so
-5,000 iterations take about 29, 54 and 140 s at n = 10, 30, 100. Per seed the published run
-takes twice that (its truth diagnostic runs the attack again from the truth) plus two λ
-fits whose compilation folds θ* and the images as constants (measured on the loaded
-machine: 61–86 s each at m = 20, 260 s at m = 200; about a fifth of that on quiet cores),
-and the tuned run once; the sweeps about 3 minutes (8 settings at once), the victims,
-compilations and evaluations about 4. The cuts that keep it under an hour: three sizes
-(n = 10, 20, 40, 100 estimates 63 minutes, 53 once the λ fit takes θ* and the images as
-arguments rather than constants), the truth diagnostic at the published settings only,
-one sweep per n at a tenth of the attack's iterations, and a tuned setting equal to the
-published one reusing that run. Cells are written as they finish and reused by a rerun
-(``ns`` and ``seeds`` may grow). ":smoke" about a minute.
+Expected runtime: ":cpu" about 50 minutes on 2 quiet cores (AVX2), an estimate; ":smoke"
+about a minute. The DecoReco iterations dominate: one costs a + b·m (θ's residual plus the
+m = 2n candidates), so the n = 100 runs most of all, and per seed the published run counts
+twice (its truth diagnostic runs the attack again from the truth) plus the diagnostic's λ
+fits (whose compilation folds θ* and the images in as constants), the tuned run once;
+then the sweeps (8 settings at once), the victims, compilations and evaluations. The cuts
+that keep it under an hour: three sizes, the truth diagnostic at the published settings
+only, one sweep per n at a tenth of the attack's iterations, and a tuned setting equal to
+the published one reusing that run. Each run's attack and truth-diagnostic seconds are in
+the generated page (WORKDIR/power.md, docs/power.md by `make power-doc`); `make
+benchmark-decoreco-cpu` times one iteration at m = 200. Cells are written as they finish
+and reused by a rerun (``ns`` and ``seeds`` may grow).
 """
 
 import ml_collections

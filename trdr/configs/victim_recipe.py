@@ -44,7 +44,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.inits = ("pytorch", "flax")
   # "loss": stop at victim.loss_threshold (trdr's recipe before); numbers: gradient-flow
   # times, increasing. ":cpu": 10⁴ is Haim et al.'s (20,000 epochs at lr 0.5); 100 times
-  # the loss stop (36,000, 72,000 epochs, about 16 min per victim) is not run.
+  # the loss stop (36,000, 72,000 epochs, several times the 10⁴ victims' training) is not
+  # run.
   config.times = ("loss", 400.0, 1000.0) if smoke else ("loss", 3600.0, 10_000.0)
   config.decoreco = decoreco_cifar.get_config(variant)
   config.decoreco.float64 = smoke   # ":cpu" in float32, as the report's DecoReco runs

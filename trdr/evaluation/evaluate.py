@@ -326,7 +326,7 @@ def param_distances(energy_fn, theta_star, images, labels, *, tol, max_iter: int
   # Each device's shard is copied out on its own, and replicated only where ``devices``
   # hold another process's (this process could not read those shards): an all-gather would
   # make the devices that finish first wait for the slowest (the one-hidden victim's
-  # re-solves from U(0, 1): > 20 s, which XLA logs as a rendezvous "may be stuck").
+  # re-solves from U(0, 1): long enough that XLA logs a rendezvous "may be stuck").
   others = any(d.process_index != jax.process_index() for d in devices or ())
   grid = jax.jit(lambda xs: sharding.grid_map(fn, xs, batch, devices, replicate=others))
   solved = np.asarray(grid(images[distinct]))[:len(distinct)]  # padding rows dropped

@@ -532,9 +532,9 @@ def _mixture_ssim_block(queries: jax.Array, bases: jax.Array, weights: jax.Array
     def of_mixture(j, acc):
       gxy = functools.reduce(jnp.add, [weights[j, b] * per_base[:, b] for b in range(k_bases)])
       pick = lambda a: lax.dynamic_index_in_dim(a, j, 1, keepdims=False)[:, :, None]
-      # The G maps set this block's time: the clip without a square root per pair (a
-      # prototype ran 2.52x, against 2.23x with it, faster than the search of the images
-      # timed in the same process; it does not matter in `_ssim_block`).
+      # The G maps set this block's time: the clip without a square root per pair (a root
+      # per pair slowed a prototype of this block noticeably beside the search of the
+      # images; it does not matter in `_ssim_block`).
       smap = _ssim_map_sum(gxy, pick(mu0), mu1, pick(mc0), mc1, pick(s00), s11, c1, c2,
                            sd=(pick(sd0), sd1))
       return lax.dynamic_update_index_in_dim(

@@ -733,8 +733,9 @@ def prior_aware_section(result: dict, config: ml_collections.ConfigDict) -> list
       "non-private: the same T gradient steps, neither clipped nor noised. Victims: "
       + "; ".join(f"{name} ({size})" for name, size in sizes.items())
       + (". The MLP's trials run a smaller MLP of the same recipe (T, C, lr; σ and μ do "
-         "not depend on n): the :cpu MLP (n = 100, widths (256, 256)) took 36 s per trial "
-         "on the shared 2-core machine, 20 hours for its 2,010 trials"
+         "not depend on n): each trial replays the T steps with n − 1 + K per-example "
+         "gradients, which for the :cpu MLP (n = 100, widths (256, 256)) and its 2,010 "
+         "trials is hours on a CPU (each row's seconds: dp.json)"
          if config.prior_aware.get("resize", {}) and "haim_mlp" in config.prior_aware.resize
          and "widths" in config.prior_aware.resize.haim_mlp else "") + ".", "",
       f"| victim | privacy | ε | σ | μ | K | κ = 1/K | successes / trials | rate [{conf:g} "

@@ -9,10 +9,12 @@ DecoReco at Haim et al.'s published settings and at settings tuned for that n by
 sweep. Per run it records the training images recovered (best buddies at SSIM ≥ the
 level, windows 11 and 3) beside the same count for the start images, the KKT premise per
 tensor (summary.json "kkt_premise"), the truth diagnostic (summary.json "truth",
-`trdr.attacks.truth`, where the run has it) and Haim et al.'s protocol count (summary.json
-"reconstructed_haim", where the run has it). `calibration` turns the rows into the table
-`trdr.evaluation.power` reads; `markdown` and `figure` write the page, with the premise
-warning's threshold derived from the cells (`trdr.evaluation.power.premise_threshold`).
+`trdr.attacks.truth`, where the run has it) and Haim et al.'s protocol count on the final
+and the start images (`trdr.evaluation.haim_match.protocol`: summary.json
+"reconstructed_haim" where the run counted it, else from its results.npz). `calibration`
+turns the rows into the table `trdr.evaluation.power` reads; `markdown` and `figure` write
+the page, with the premise warning's threshold derived from the cells
+(`trdr.evaluation.power.premise_threshold`).
 
 Rows are written to WORKDIR/power_cells.json as each run finishes; a rerun skips those there
 (a long run never loses finished work). The victim of (n, seed) is trained once, in
@@ -404,8 +406,10 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
       "that does nothing scores. **Unexplained**: the KKT residual ‖r_t‖²/‖θ*_t‖² per tensor "
       "t, and of θ* as a whole, for the best λ ≥ 0 on the true training images "
       "(`trdr.victim.kkt`; DecoReco's premise is 0). **Haim protocol**: Haim et al.'s "
-      "notebook's count (summary.json \"reconstructed_haim\"), where the runs have it. Each "
-      "entry: the mean over seeds [min, max].",
+      f"notebook's count at SSIM ≥ {level} on each run's final (and start) images "
+      "(`trdr.evaluation.haim_match.protocol`; from the run's results.npz, or its "
+      "summary.json \"reconstructed_haim\" where the run counted it), over the runs whose "
+      "images are finite. Each entry: the mean over seeds [min, max].",
       "",
       "| n | p / (d·n) | setting | best buddies w11 / w3 | start w11 / w3 | "
       + "".join(f"unexplained {t} | " for t in tensors)

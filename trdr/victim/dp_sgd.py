@@ -139,10 +139,12 @@ MICROBATCH_SIZE = 1
 
 
 def clipped_sum(apply_fn: Callable, loss: Callable, params: Params, images: jax.Array,
-                labels: jax.Array, weights: jax.Array, clip_norm) -> tuple[Params, jax.Array]:
+                labels: jax.Array, weights: jax.Array, clip_norm,
+                microbatch_size: int | None = MICROBATCH_SIZE) -> tuple[Params, jax.Array]:
   """Σ_i w_i ḡ_i: the per-example gradients of ℓ clipped to C (flat, over all of θ) and
-  summed, by `jax_privacy.clipping.clipped_grad` one example at a time
-  (`MICROBATCH_SIZE`); w_i ∈ {0, 1} selects a Poisson batch (a
+  summed, by `jax_privacy.clipping.clipped_grad` ``microbatch_size`` examples at a time
+  (default `MICROBATCH_SIZE`, one; None: all n vmapped at once, the same sum to rounding,
+  which `make benchmark-dp` times beside it); w_i ∈ {0, 1} selects a Poisson batch (a
   0 zeroes the example's loss, so its gradient and its norm are 0).
 
   Args:
@@ -151,6 +153,8 @@ def clipped_sum(apply_fn: Callable, loss: Callable, params: Params, images: jax.
     params: θ, a pytree.
     images: float[n, H, W, C]; labels: float[n]; weights: float[n] in {0, 1}.
     clip_norm: C > 0 (a traced scalar is fine), or inf: no clipping.
+    microbatch_size: examples per vmapped group (the groups run one after another), a
+      static positive int dividing n, or None: all n in one group.
   Returns:
     (the sum, a pytree like θ; float[n] the norms ||g_i|| before clipping).
   """
@@ -159,7 +163,7 @@ def clipped_sum(apply_fn: Callable, loss: Callable, params: Params, images: jax.
   with _jax_privacy_warnings():
     summed, aux = clipping.clipped_grad(one, l2_clip_norm=clip_norm, batch_argnums=(1, 2, 3),
                                         return_grad_norms=True,
-                                        microbatch_size=MICROBATCH_SIZE)(params, images,
+                                        microbatch_size=microbatch_size)(params, images,
                                                                          labels, weights)
   return summed, aux.grad_norms
 
