@@ -357,6 +357,6 @@ def test_a_truth_start_run_below_the_search_is_named_in_its_cell_and_the_reading
               truth_start={"kept": 1, "n": 8, "loss": 1.2})
   page = study.markdown([kept, left], config, report.provenance("smoke"),
                         figure_written=False)
-  assert "kept 3 of 4; the truth-start run ends lower, at 1.2)" in page
+  assert "kept 3 of 4; the truth-start run ends lower, at 1.2 < 1.5)" in page
   assert "kept 1 of 8)" in page
   assert "In 1 of them (n = 4 seed 0 at b9dfyspx)" in page

@@ -290,7 +290,8 @@ def _truth_cell(row: dict) -> str:
   if not t:
     return "not run"
   ts = t.get("truth_start", {})
-  lower = (f"; the truth-start run ends lower, at {ts['loss']:.4g}"
+  # to 6 digits: the two losses differ in the 4th or 5th
+  lower = (f"; the truth-start run ends lower, at {ts['loss']:.6g} < {_reached(t):.6g}"
            if truth.start_lower(t) else "")
   return (f"{t['verdict']} (at truth {t['loss_at_truth']:.4g} vs reached "
           f"{_reached(t):.4g}; kept {ts.get('kept', '?')} of {ts.get('n', row['n'])}{lower})")
