@@ -23,8 +23,11 @@ previous checkpoint), and a resumed run continues from the last step all of them
 """
 
 import concurrent.futures
+import contextlib
 import operator
 import os
+import signal
+import threading
 import time
 from typing import Any
 
@@ -189,9 +192,87 @@ def stalled(records: list[dict], objective: str, window: int = STALL_WINDOW,
           "says whether θ* lets it find the training set at all)")
 
 
+# A run that talks (issue 87). A chunk of ``log_every`` steps (one metrics.jsonl record) runs
+# as scans of about SCAN_SECONDS each (`_scan_length`): between two scans Ctrl-C stops the
+# run, and a progress line (at least every PROGRESS_SECONDS) or a checkpoint by the clock
+# (every ``checkpoint_minutes``, CHECKPOINT_MINUTES by default) can come. The scans do the
+# same steps in the same order as one scan of the chunk: the same bits (tests/test_interrupt.py).
+PROGRESS_SECONDS = 30.0
+SCAN_SECONDS = 2.0
+CHECKPOINT_MINUTES = 10.0
+
+
+def _chunk_end(done: int, log_every: int, steps: int) -> int:
+  """The last step of the chunk that step ``done`` + 1 belongs to: the next multiple of
+  ``log_every`` after ``done``, or ``steps``."""
+  return min((done // log_every + 1) * log_every, steps)
+
+
+def _chunk_start(end: int, log_every: int) -> int:
+  """The steps done before the chunk that ends at step ``end`` (≥ 1)."""
+  return (end - 1) // log_every * log_every
+
+
+def _scan_length(log_every: int, seconds_per_step: float) -> int:
+  """Steps per scan: the largest divisor of ``log_every`` (so that a chunk is whole scans of
+  one compiled length) whose scan takes at most `SCAN_SECONDS` at ``seconds_per_step``; at
+  least 1."""
+  fit = int(SCAN_SECONDS / seconds_per_step) if seconds_per_step > 0 else log_every
+  return max(d for d in range(1, max(1, min(fit, log_every)) + 1) if log_every % d == 0)
+
+
+def _progress(done: int, steps: int, objective: str, last: np.ndarray,
+              seconds: float) -> float:
+  """Logs the progress line after step ``done`` (``last``: the objective float[G] at that
+  step over the grid; ``seconds``: per step, recently) and returns the time it was logged."""
+  finite = last[np.isfinite(last)]
+  value = ("none finite" if not finite.size else f"{finite[0]:.4g}" if last.size == 1 else
+           f"min {np.min(finite):.4g}  median {np.median(finite):.4g}  "
+           f"max {np.max(finite):.4g}")
+  logging.info("step %d/%d  %s: %s  diverged %d  (%.3fs/step, about %.0f s left)", done,
+               steps, objective, value, last.size - finite.size, seconds,
+               seconds * (steps - done))
+  return time.time()
+
+
+class _Stop:
+  """Whether Ctrl-C asked the run to stop (`_sigint_stops`)."""
+
+  def __init__(self):
+    self.asked = False
+
+  def is_set(self) -> bool:
+    return self.asked
+
+
+@contextlib.contextmanager
+def _sigint_stops():
+  """Within: the first SIGINT (Ctrl-C) sets the yielded `_Stop` (the loop stops at its next
+  safe point) instead of raising KeyboardInterrupt, a second raises it at once. Outside the
+  main thread (where no handler can be set) the flag is never set: Ctrl-C goes on as before."""
+  stop = _Stop()
+  if threading.current_thread() is not threading.main_thread():
+    yield stop
+    return
+
+  def handler(signum, frame):
+    del signum, frame
+    stop.asked = True
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    logging.warning("Ctrl-C: the attack stops after its current scan (seconds) and writes a "
+                    "checkpoint; Ctrl-C again stops it at once, losing the steps since the "
+                    "last checkpoint")
+
+  before = signal.signal(signal.SIGINT, handler)
+  try:
+    yield stop
+  finally:
+    signal.signal(signal.SIGINT, before)
+
+
 def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_size: int,
         workdir: str, resume: bool, trace=None, stop_on_divergence: bool = False,
-        checkpoint_every: int = 0
+        checkpoint_every: int = 0, checkpoint_minutes: float = CHECKPOINT_MINUTES
         ) -> tuple[Any, dict[str, np.ndarray], dict[str, np.ndarray]]:
   """Attacks every start of ``states`` for ``steps`` steps, checkpointed (module docstring).
 
@@ -214,17 +295,29 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
       the last chunk always is; the chunks' metrics lines follow their checkpoint. A
       landscape's checkpoint is hundreds of MB, a second or two to write. A kill loses
       at most the steps since the last checkpoint.
+    checkpoint_minutes: wall-clock minutes between checkpoints (≥ 0; 0: none by the
+      clock): a checkpoint also comes at the first safe point (between two scans, even
+      mid-chunk) this long after the last one, so a kill loses at most about this much
+      work whatever ``log_every`` and ``checkpoint_every`` are. Not across processes.
+  Ctrl-C (SIGINT, in the main thread) stops the run at the next safe point, about
+  `SCAN_SECONDS` later: the steps done are checkpointed (not across processes, where the
+  last checkpoint is kept) and KeyboardInterrupt is raised with a line that says where the
+  same command resumes; a second Ctrl-C interrupts at once. Progress lines come after the
+  first scan and then at least every `PROGRESS_SECONDS` (at a safe point), and after the
+  last step; metrics.jsonl keeps one record per chunk.
   Returns:
     (final states [G, ...], history: metric name -> float[G, steps], the value of each
     step's metric, e.g. the objective before the step, trace: {"step": int[K], name:
     float[G, K]} at steps 0, log_every, …, steps; {} without ``trace``).
   Raises:
-    ValueError: log_every < 1, steps < 0 or checkpoint_every < 0.
+    ValueError: log_every < 1, steps < 0, checkpoint_every < 0 or checkpoint_minutes < 0.
+    KeyboardInterrupt: Ctrl-C, after the checkpoint (above).
     FloatingPointError: a diverged grid point, with ``stop_on_divergence``.
   """
-  if log_every < 1 or steps < 0 or checkpoint_every < 0:
-    raise ValueError(f"need log_every >= 1, steps >= 0 and checkpoint_every >= 0, got "
-                     f"{log_every}, {steps} and {checkpoint_every}")
+  if log_every < 1 or steps < 0 or checkpoint_every < 0 or not checkpoint_minutes >= 0:
+    raise ValueError(f"need log_every >= 1, steps >= 0, checkpoint_every >= 0 and "
+                     f"checkpoint_minutes >= 0, got {log_every}, {steps}, {checkpoint_every} "
+                     f"and {checkpoint_minutes}")
   grid = sharding.grid_size(states)
   # Starts with bit-identical states (a landscape's five λ2 = 0 points share one noise
   # start) follow one trajectory, so each is attacked once and `spread` copies it back
@@ -276,57 +369,107 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   if not looped:  # as chunk returns them: one compilation, not two
     states = sharding.replicate(states, devices)
   done = saved_step = history_steps(history)  # saved_step: the last checkpoint's
-  # A chunk's checkpoint (and then its metrics line) is written by a second thread while
-  # the next chunk computes: one write in flight, awaited before the next one and before
-  # returning or raising (a kill mid-write leaves the previous checkpoint). Across
-  # processes each write is awaited at once: `_restore` keeps one previous checkpoint,
-  # enough only while no process is more than one checkpoint ahead of another.
+  # A checkpoint (and then the metrics lines of the chunks finished since the last one) is
+  # written by a second thread while the next scan computes: one write in flight, awaited
+  # before the next one and before returning or raising (a kill mid-write leaves the
+  # previous checkpoint). Across processes each write is awaited at once: `_restore` keeps
+  # one previous checkpoint, enough only while no process is more than one checkpoint ahead
+  # of another; so across processes checkpoints come only at chunk ends, by steps (the
+  # same steps in every process), and never by the clock or on Ctrl-C.
   writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
   pending, objective, warned = None, next(iter(history)), False
+  written = len(records)  # the records already in metrics.jsonl
+  by_clock = checkpoint_minutes * 60
+  length, probes = None, 0  # the steps per scan, once measured (`_scan_length`)
+  last_line, last_saved = None, time.time()
+
+  def checkpoint():
+    nonlocal pending, saved_step, written, last_saved
+    block = _block(states, size, padded, rows) if distributed.active() else states
+    if pending is not None:  # raises the previous write's error, if any (once)
+      previous, pending = pending, None
+      previous.result()
+    pending = writer.submit(_save, workdir, {
+        "state": block, "history": history, "metrics": files.dumps_json(records),
+        **({"trace": traced} if trace else {})}, records[written:], done)
+    written, saved_step, last_saved = len(records), done, time.time()
+    if distributed.active():
+      previous, pending = pending, None
+      previous.result()
+
+  def due():  # a checkpoint by the clock, or on Ctrl-C (not across processes: see above)
+    return done > saved_step and not distributed.active() and (
+        stop.is_set() or bool(by_clock) and time.time() - last_saved >= by_clock)
+
   try:
-    while done < steps:
-      n = min(log_every, steps - done)
-      start = time.time()
-      states, step_metrics = chunk(states, n, min(log_every, steps - done - n))
-      jax.block_until_ready(states)
-      seconds = (time.time() - start) / n
-      history = {k: np.concatenate([history[k], np.asarray(getattr(step_metrics, k))],
-                                   axis=1) for k in history}
-      done += n
-      if trace:
-        traced = _traced(traced, done, trace_at(states), trace[0], grid)
-      records.append(_record({k: spread_out(v) for k, v in history.items()}, done, n,
-                             seconds))
-      if stop_on_divergence and records[-1]["diverged"]:  # not checkpointed: the last is good
-        failed, pending = _settle(pending), None
-        raise FloatingPointError(
-            f"the attack diverged: {objective} is not finite at {records[-1]['diverged']} "
-            f"of {grid} grid points after step {done}; lower the attack's lr (" + (
-                "no checkpoint had been written)" if saved_step == 0 else
-                f"the checkpoint of step {saved_step} in {workdir} is kept)" if failed is None
-                else f"the checkpoint of step {saved_step} could not be written: {failed!r}; "
-                f"{workdir} keeps the one before it, if any)"))
-      if done - saved_step >= checkpoint_every or done == steps:
-        block = _block(states, size, padded, rows) if distributed.active() else states
-        if pending is not None:  # raises the previous write's error, if any (once)
-          previous, pending = pending, None
-          previous.result()
-        pending = writer.submit(_save, workdir, {
-            "state": block, "history": history, "metrics": files.dumps_json(records),
-            **({"trace": traced} if trace else {})},
-            [r for r in records if r["step"] > saved_step])
-        saved_step = done
-        if distributed.active():
-          previous, pending = pending, None
-          previous.result()
-      # The time left at the last chunk's pace (the first chunk's includes compilation).
-      logging.info("step %d/%d  %s: min %.4g  median %.4g  max %.4g  diverged %d  (%.3fs/step"
-                   ", about %.0f s left)", done, steps, objective, records[-1][f"{objective}_min"],
-                   records[-1][f"{objective}_median"], records[-1][f"{objective}_max"],
-                   records[-1]["diverged"], seconds, seconds * (steps - done))
-      if not warned and done < steps and (warning := stalled(records, objective)):
-        logging.warning("%s", warning)   # once per run
-        warned = True
+    with _sigint_stops() as stop:
+      while done < steps:
+        # One chunk: the steps up to the next multiple of log_every (or the last step), the
+        # unit of metrics.jsonl and the trace, run as scans of `length` steps (a resumed run
+        # may start mid-chunk, from a checkpoint written by the clock or on Ctrl-C).
+        end = _chunk_end(done, log_every, steps)
+        chunk_seconds, chunk_steps = 0.0, 0
+        while done < end:
+          n = min(length or 1, end - done)
+          after = done + n
+          then = (0 if length is None or after >= steps or stop.is_set()
+                  else min(length, _chunk_end(after, log_every, steps) - after))
+          start = time.time()
+          states, step_metrics = chunk(states, n, then)
+          jax.block_until_ready(states)
+          took = time.time() - start
+          chunk_seconds, chunk_steps = chunk_seconds + took, chunk_steps + n
+          history = {k: np.concatenate([history[k], np.asarray(getattr(step_metrics, k))],
+                                       axis=1) for k in history}
+          done = after
+          if length is None:  # the first scan compiles; the second, of one step too, is timed
+            probes += 1
+            if probes == 2:
+              length = _scan_length(log_every, took / n)
+          if done == end:
+            break
+          last_finite = np.isfinite(history[objective][:, -1]).all()
+          if due() and (last_finite or not stop_on_divergence):
+            checkpoint()
+          if last_line is None or time.time() - last_line >= PROGRESS_SECONDS:
+            last_line = _progress(done, steps, objective, spread_out(history[objective][:, -1]),
+                                  took / n)
+          if stop.is_set():
+            break
+        if done == end:  # the chunk is finished: its record, trace and checkpoint
+          if trace:
+            traced = _traced(traced, done, trace_at(states), trace[0], grid)
+          records.append(_record({k: spread_out(v) for k, v in history.items()}, done,
+                                 end - _chunk_start(end, log_every), chunk_seconds / chunk_steps))
+          if stop_on_divergence and records[-1]["diverged"]:  # not checkpointed: the last is good
+            failed, pending = _settle(pending), None
+            raise FloatingPointError(
+                f"the attack diverged: {objective} is not finite at {records[-1]['diverged']} "
+                f"of {grid} grid points after step {done}; lower the attack's lr (" + (
+                    "no checkpoint had been written)" if saved_step == 0 else
+                    f"the checkpoint of step {saved_step} in {workdir} is kept)" if failed is None
+                    else f"the checkpoint of step {saved_step} could not be written: {failed!r}; "
+                    f"{workdir} keeps the one before it, if any)"))
+          if done - saved_step >= checkpoint_every or done == steps or due():
+            checkpoint()
+          if last_line is None or time.time() - last_line >= PROGRESS_SECONDS or done == steps:
+            # The time left at this chunk's pace (the first chunk's includes compilation).
+            last_line = _progress(done, steps, objective, spread_out(history[objective][:, -1]),
+                                  chunk_seconds / chunk_steps)
+          if not warned and done < steps and (warning := stalled(records, objective)):
+            logging.warning("%s", warning)   # once per run
+            warned = True
+        if stop.is_set() and done < steps:
+          if pending is not None:
+            previous, pending = pending, None
+            previous.result()
+          where = os.path.join(workdir, rundir.CHECKPOINT_FILE)
+          message = (f"interrupted (Ctrl-C) at step {done} of {steps}; " + (
+              f"the checkpoint of step {saved_step} is in {where}: the same command resumes "
+              f"from step {saved_step}" if saved_step else
+              "no checkpoint was written: the same command starts the attack again"))
+          logging.warning("%s", message)
+          raise KeyboardInterrupt(message)
   except BaseException:
     _settle(pending)  # logged, not raised: the run's own error is the one to see
     raise
@@ -357,8 +500,9 @@ def _block(states, size: int, padded: int, rows: slice):
   return jax.tree.map(lambda x: x[rows], host)
 
 
-def _save(workdir: str, tree: dict, lines: list[dict]) -> None:
-  """The chunk's checkpoint, then the metrics ``lines`` of the chunks since the last one.
+def _save(workdir: str, tree: dict, lines: list[dict], step: int) -> None:
+  """The checkpoint of step ``step``, then the metrics ``lines`` of the chunks finished since
+  the last one (none for a checkpoint mid-chunk, by the clock or on Ctrl-C).
   Across processes (`trdr.runtime.distributed`) the previous checkpoint is kept as
   `PREVIOUS_FILE`: a process may be killed one checkpoint ahead of another, and the run
   resumes from the last step that all of them have."""
@@ -371,7 +515,7 @@ def _save(workdir: str, tree: dict, lines: list[dict]) -> None:
   arrays = sum(np.asarray(x).nbytes for x in jax.tree.leaves(tree) if hasattr(x, "shape"))
   logging.info("Checkpoint of step %s: %.1f MB, of which %.1f MB the arrays a resume needs "
                "(the starts' attack state: images, the optimiser's state, θ(x); the loss "
-               "history; the trace)", lines[-1]["step"] if lines else "?",
+               "history; the trace)", step,
                os.path.getsize(os.path.join(workdir, rundir.CHECKPOINT_FILE)) / 1e6,
                arrays / 1e6)
 
