@@ -7,11 +7,15 @@ import signal
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from trdr import experiment
+from trdr.attacks.protocol import Attack
 from trdr.experiment import loop
 from trdr.runtime import rundir
 
@@ -36,6 +40,93 @@ def _results(workdir):
 
 def _without_timing(records):
   return [{k: v for k, v in r.items() if k != "seconds_per_step"} for r in records]
+
+
+class _Metrics(NamedTuple):
+  objective: jax.Array
+
+
+def _toy_attack() -> Attack:
+  """x ← x / 2 + 0.1 sin(k x), its objective the mean of x: steps whose order shows."""
+  def step(state):
+    x, k = state
+    return (x / 2 + 0.1 * jnp.sin(k * x), k + 1), _Metrics(jnp.mean(x))
+  return Attack("toy", None, step, lambda s: s[0], True, "pixels")
+
+
+def _toy_states():
+  return (jax.random.uniform(jax.random.key(0), (2, 1, 2, 2, 1)), jnp.zeros(2, jnp.float32))
+
+
+def _strip(records):
+  return [{k: v for k, v in r.items() if k != "seconds_per_step"} for r in records]
+
+
+def test_ctrl_c_mid_chunk_checkpoints_the_steps_done_and_resumes_to_the_same_bits(
+    tmp_path, monkeypatch):
+  """`loop.run` in this process, SIGINT during its second scan (chunks of 6 steps, the
+  first run as scans of 1, 1 and 4: two to time a step, `loop._scan_length`):
+  KeyboardInterrupt naming step 2, a checkpoint of step 2 and no metrics line (the chunk
+  is not finished); resumed, the states, history and metrics.jsonl are the uninterrupted
+  run's, bitwise (the same steps in the same order, cut into other scans)."""
+  kwargs = dict(steps=12, log_every=6, grid_batch_size=2)
+  os.makedirs(tmp_path / "whole")
+  whole, whole_history, _ = loop.run(_toy_attack(), _toy_states(),
+                                     workdir=str(tmp_path / "whole"), resume=False, **kwargs)
+  calls = []
+  chunk_of = loop._chunk
+
+  def interrupting(*args):
+    chunk = chunk_of(*args)
+
+    def call(states, n, *then):
+      calls.append(n)
+      if len(calls) == 2:  # handled at the next bytecode, during the second scan
+        os.kill(os.getpid(), signal.SIGINT)
+      return chunk(states, n, *then)
+    return call
+
+  monkeypatch.setattr(loop, "_chunk", interrupting)
+  run = tmp_path / "run"
+  os.makedirs(run)
+  with pytest.raises(KeyboardInterrupt, match=r"at step 2 of 12; the checkpoint of step 2 .*"
+                                              r"the same command resumes from step 2"):
+    loop.run(_toy_attack(), _toy_states(), workdir=str(run), resume=False, **kwargs)
+  assert calls == [1, 1]
+  assert loop.history_steps(rundir.load_checkpoint(str(run))["history"]) == 2
+  assert rundir.read_metrics(str(run)) == []
+  monkeypatch.undo()
+  resumed, history, _ = loop.run(_toy_attack(), _toy_states(), workdir=str(run), resume=True,
+                                 **kwargs)
+  jax.tree.map(np.testing.assert_array_equal, resumed, whole)
+  np.testing.assert_array_equal(history["objective"], whole_history["objective"])
+  assert _strip(rundir.read_metrics(str(run))) == _strip(
+      rundir.read_metrics(str(tmp_path / "whole")))
+  assert [r["step"] for r in rundir.read_metrics(str(run))] == [6, 12]
+
+
+def test_checkpoints_come_by_the_clock_too(tmp_path, monkeypatch):
+  """``checkpoint_minutes``: with checkpoint_every far above the run, a checkpoint still
+  comes at every safe point once that much time has passed (here 0.6 ms, below the 2 ms
+  each scan is made to take: every scan), mid-chunk too; 0 turns the clock off (only the
+  last step's)."""
+  saved = []
+  save = rundir.save_checkpoint
+  monkeypatch.setattr(rundir, "save_checkpoint", lambda workdir, tree, *a: saved.append(
+      loop.history_steps(tree["history"])) or save(workdir, tree, *a))
+  chunk_of = loop._chunk
+  monkeypatch.setattr(loop, "_chunk", lambda *args: (
+      lambda chunk: lambda *call: time.sleep(0.002) or chunk(*call))(chunk_of(*args)))
+  kwargs = dict(steps=12, log_every=6, grid_batch_size=2, checkpoint_every=100, resume=False)
+  for minutes, expected in ((1e-5, [1, 2, 6, 12]), (0, [12])):
+    saved.clear()
+    os.makedirs(tmp_path / str(minutes))
+    loop.run(_toy_attack(), _toy_states(), workdir=str(tmp_path / str(minutes)),
+             checkpoint_minutes=minutes, **kwargs)
+    assert saved == expected, minutes
+  with pytest.raises(ValueError, match="checkpoint_minutes >= 0"):
+    loop.run(_toy_attack(), _toy_states(), workdir=str(tmp_path), checkpoint_minutes=-1,
+             **kwargs)
 
 
 @pytest.fixture

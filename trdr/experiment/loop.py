@@ -6,6 +6,10 @@ every attack (`trdr.attacks.ATTACKS`) runs through `run`: the attack's ``step`` 
 devices (`trdr.runtime.sharding.grid_map`, in vmapped batches of `batch_size` per device; one
 start at a time on CPU is a loop of jitted calls, one start per CPU device at once).
 
+A chunk runs as scans of about `SCAN_SECONDS` each (in one process): between two scans
+a progress line comes (at least every `PROGRESS_SECONDS`), Ctrl-C stops the run with a
+checkpoint of the steps done, and a checkpoint comes by the clock (``checkpoint_minutes``).
+
 Checkpoint-first protocol: the attack runs in chunks of ``log_every`` steps, and after a
 chunk (every ``checkpoint_every`` steps, and after the last) the checkpoint (the states,
 the per-step metrics history and the metrics records so far) is written first,
@@ -13,9 +17,12 @@ atomically, and only then the lines of the chunks since the previous checkpoint 
 to metrics.jsonl. A resumed run continues from the checkpoint and rewrites metrics.jsonl
 from the records in it, so a run killed at any moment (even between the two writes, or
 half-way through the append) ends with one line per chunk and with the uninterrupted
-run's numbers: the chunks are the same jitted computations on the same inputs. The
-checkpoint is written by a second thread while the next chunk computes (one write in
-flight; `run` returns or raises only after it). Bit-identical starts are attacked once.
+run's numbers: the same steps in the same order on the same inputs, though the scans
+may be cut elsewhere (a scan of k steps and then one of j give the bits of one scan of
+k + j: the loop body is one compiled computation whatever the trip count;
+tests/test_interrupt.py checks it on CPU through a resumed Ctrl-C). The checkpoint is
+written by a second thread while the next scan computes (one write in flight; `run`
+returns or raises only after it). Bit-identical starts are attacked once.
 
 Across processes (`trdr.runtime.distributed`) the grid is sharded over every process's devices,
 each process checkpoints its own block of grid points in its own directory (keeping the
@@ -173,9 +180,10 @@ def stalled(records: list[dict], objective: str, window: int = STALL_WINDOW,
   """A warning when the attack's loss has stopped moving: the median of ``objective`` over
   the grid (metrics.jsonl's records) changed by less than ``relative`` of itself over the
   last ``window`` records; None otherwise (or with fewer records, or no finite median).
-  A run that converged stops moving too: the warning says what it measured, and what a
-  small count then means (a stall far from the data, the review's DecoReco on a θ* whose
-  premise fails, is where it matters)."""
+  A run that converged stops moving too, and the loop records only the loss (DecoReco's
+  step metrics hold no gradient), so the warning cannot tell the two apart: it says what
+  it measured and where the run's later lines tell (a stall far from the data, the
+  review's DecoReco on a θ* whose premise fails, is where it matters)."""
   if len(records) <= window:
     return None
   then = records[-1 - window][f"{objective}_median"]
@@ -187,9 +195,11 @@ def stalled(records: list[dict], objective: str, window: int = STALL_WINDOW,
     return None
   return (f"the attack's {objective} has stopped moving: its median over the grid changed "
           f"by {change:.2%} (< {relative:.0%}) from step {records[-1 - window]['step']} to "
-          f"{records[-1]['step']} ({then:.4g} -> {now:.4g}); converged or stalled, what it "
-          "returns from here is what it will return (for DecoReco, the log's KKT premise "
-          "says whether θ* lets it find the training set at all)")
+          f"{records[-1]['step']} ({then:.4g} -> {now:.4g}): what it returns from here is "
+          "what it will return. Whether it converged (at the loss's floor) or stalled above "
+          "it, the loss alone cannot tell: for DecoReco the truth diagnostic after the run "
+          "compares it with the loss at the training images, and the log's KKT premise says "
+          "whether θ* lets it find the training set at all")
 
 
 # A run that talks (issue 87). A chunk of ``log_every`` steps (one metrics.jsonl record) runs
@@ -246,12 +256,13 @@ class _Stop:
 
 
 @contextlib.contextmanager
-def _sigint_stops():
+def _sigint_stops(enabled: bool = True):
   """Within: the first SIGINT (Ctrl-C) sets the yielded `_Stop` (the loop stops at its next
-  safe point) instead of raising KeyboardInterrupt, a second raises it at once. Outside the
-  main thread (where no handler can be set) the flag is never set: Ctrl-C goes on as before."""
+  safe point) instead of raising KeyboardInterrupt, a second raises it at once. Not
+  ``enabled`` (across processes, which must stop together), or outside the main thread
+  (where no handler can be set), the flag is never set: Ctrl-C raises as before."""
   stop = _Stop()
-  if threading.current_thread() is not threading.main_thread():
+  if not enabled or threading.current_thread() is not threading.main_thread():
     yield stop
     return
 
@@ -380,7 +391,9 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   pending, objective, warned = None, next(iter(history)), False
   written = len(records)  # the records already in metrics.jsonl
   by_clock = checkpoint_minutes * 60
-  length, probes = None, 0  # the steps per scan, once measured (`_scan_length`)
+  # The steps per scan, once measured (`_scan_length`). Across processes every process must
+  # run the same programs at once (the grid's collectives): whole chunks, as before.
+  length, probes = (log_every if distributed.active() else None), 0
   last_line, last_saved = None, time.time()
 
   def checkpoint():
@@ -402,7 +415,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
         stop.is_set() or bool(by_clock) and time.time() - last_saved >= by_clock)
 
   try:
-    with _sigint_stops() as stop:
+    with _sigint_stops(not distributed.active()) as stop:
       while done < steps:
         # One chunk: the steps up to the next multiple of log_every (or the last step), the
         # unit of metrics.jsonl and the trace, run as scans of `length` steps (a resumed run
