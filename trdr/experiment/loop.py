@@ -472,7 +472,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
           if not warned and done < steps and (warning := stalled(records, objective)):
             logging.warning("%s", warning)   # once per run
             warned = True
-        if stop.is_set() and done < steps:
+        if stop.is_set():  # at the last step too: the command's next phases wait for a rerun
           if pending is not None:
             previous, pending = pending, None
             previous.result()
@@ -481,8 +481,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
               f"the checkpoint of step {saved_step} is in {where}: the same command resumes "
               f"from step {saved_step}" if saved_step else
               "no checkpoint was written: the same command starts the attack again"))
-          logging.warning("%s", message)
-          raise KeyboardInterrupt(message)
+          raise KeyboardInterrupt(message)   # the command line prints it (trdr.cli.run)
   except BaseException:
     _settle(pending)  # logged, not raised: the run's own error is the one to see
     raise
