@@ -105,6 +105,39 @@ def test_ctrl_c_mid_chunk_checkpoints_the_steps_done_and_resumes_to_the_same_bit
   assert [r["step"] for r in rundir.read_metrics(str(run))] == [6, 12]
 
 
+def test_progress_lines_come_by_the_clock_not_by_the_chunk(tmp_path, monkeypatch):
+  """Progress lines: after the first scan, then at most one per `loop.PROGRESS_SECONDS`,
+  and after the last step. 30 chunks of one step, with the interval far away: two lines,
+  not 30. One chunk of 12 steps whose scans take 50 ms and more each (`loop.SCAN_SECONDS`
+  0.2 s), the interval 0.12 s: lines inside the chunk too (at least 0.3 s of scans), never
+  more than one per scan (the old loop logged once, at step 12)."""
+  lines = []
+  progress = loop._progress
+  monkeypatch.setattr(loop, "_progress", lambda done, *a: lines.append(done) or progress(
+      done, *a))
+  monkeypatch.setattr(loop, "PROGRESS_SECONDS", 1e9)
+  os.makedirs(tmp_path / "many")
+  loop.run(_toy_attack(), _toy_states(), workdir=str(tmp_path / "many"), steps=30,
+           log_every=1, grid_batch_size=2, resume=False)
+  assert lines == [1, 30]
+  assert len(rundir.read_metrics(str(tmp_path / "many"))) == 30   # one record per chunk still
+  lines.clear()
+  scans = []
+  chunk_of = loop._chunk
+  monkeypatch.setattr(loop, "_chunk", lambda *args: (
+      lambda chunk: lambda s, n, *then: scans.append(n) or time.sleep(0.05) or chunk(
+          s, n, *then))(chunk_of(*args)))
+  monkeypatch.setattr(loop, "PROGRESS_SECONDS", 0.12)
+  monkeypatch.setattr(loop, "SCAN_SECONDS", 0.2)
+  os.makedirs(tmp_path / "long")
+  loop.run(_toy_attack(), _toy_states(), workdir=str(tmp_path / "long"), steps=12,
+           log_every=12, grid_batch_size=2, resume=False)
+  # Then scans of 2 or 3 steps (the divisors of 12 within 0.2 s at 50-100 ms a step).
+  assert scans[:2] == [1, 1] and sum(scans) == 12 and len(scans) >= 6, scans
+  assert lines[0] == 1 and lines[-1] == 12 and any(1 < done < 12 for done in lines), lines
+  assert len(lines) <= len(scans) and lines == sorted(set(lines)), lines
+
+
 def test_checkpoints_come_by_the_clock_too(tmp_path, monkeypatch):
   """``checkpoint_minutes``: with checkpoint_every far above the run, a checkpoint still
   comes at every safe point once that much time has passed (here 0.6 ms, below the 2 ms
