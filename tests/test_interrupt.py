@@ -89,8 +89,8 @@ def test_ctrl_c_mid_chunk_checkpoints_the_steps_done_and_resumes_to_the_same_bit
   monkeypatch.setattr(loop, "_chunk", interrupting)
   run = tmp_path / "run"
   os.makedirs(run)
-  with pytest.raises(KeyboardInterrupt, match=r"at step 2 of 12; the checkpoint of step 2 .*"
-                                              r"the same command resumes from step 2"):
+  with pytest.raises(KeyboardInterrupt, match=r"after step 2 of 12; the same command "
+                                              r"resumes from step 2 \(the checkpoint "):
     loop.run(_toy_attack(), _toy_states(), workdir=str(run), resume=False, **kwargs)
   assert calls == [1, 1]
   assert loop.history_steps(rundir.load_checkpoint(str(run))["history"]) == 2
@@ -208,8 +208,8 @@ def test_ctrl_c_stops_within_seconds_and_resumes_bitwise(subprocess_env, tmp_pat
   text = (tmp_path / "interrupted.log").read_text()
   assert proc.returncode == 130, text[-3000:]
   last = text.strip().splitlines()[-1]
-  assert last.startswith("interrupted (Ctrl-C) at step "), last
-  step = int(last.split("at step ")[1].split()[0])
+  assert last.startswith("interrupted after step "), last
+  step = int(last.split("after step ")[1].split()[0])
   assert 1 < step < STEPS, last   # mid-chunk: the old loop would have run on to STEPS
   assert f"the same command resumes from step {step}" in last
   assert rundir.read_metrics(interrupted) == []

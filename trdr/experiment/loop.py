@@ -477,10 +477,10 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
             previous, pending = pending, None
             previous.result()
           where = os.path.join(workdir, rundir.CHECKPOINT_FILE)
-          message = (f"interrupted (Ctrl-C) at step {done} of {steps}; " + (
-              f"the checkpoint of step {saved_step} is in {where}: the same command resumes "
-              f"from step {saved_step}" if saved_step else
-              "no checkpoint was written: the same command starts the attack again"))
+          message = (f"interrupted after step {done} of {steps}; " + (
+              f"the same command resumes from step {saved_step} (the checkpoint {where})"
+              if saved_step else "no checkpoint was written: the same command starts the "
+              "attack again"))
           raise KeyboardInterrupt(message)   # the command line prints it (trdr.cli.run)
   except BaseException:
     _settle(pending)  # logged, not raised: the run's own error is the one to see
