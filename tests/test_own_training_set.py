@@ -101,7 +101,7 @@ def test_a_victim_far_from_the_kkt_point_is_warned_about(tmp_path, monkeypatch):
   from trdr import cli, experiment   # noqa: PLC0415
   from trdr.evaluation import power   # noqa: PLC0415
   from trdr.runtime import files   # noqa: PLC0415
-  table = {"premise_threshold": power.premise_threshold(
+  table = {"cells": [], "premise_threshold": power.premise_threshold(
       [{"unexplained": 0.5, "recovered": 3, "start": 0},
        {"unexplained": 0.95, "recovered": 0, "start": 0}])}
   monkeypatch.setattr(power, "load_table", lambda path=None: table)

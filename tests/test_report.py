@@ -517,7 +517,14 @@ def test_report_has_one_computed_verdict_per_artefact(smoke_report):
   assert parts[2].startswith("DecoReco's premise")   # after the counts table, every run's
   assert all(f"| {run} |" in parts[2] for run in saved["kkt_premise"])
   assert saved["kkt_premise"]
-  sections = parts[3:]
+  # Then the truth diagnostic of every DecoReco run and each run's count beside the
+  # attack's measured power (issue 88): one row / line per run.
+  assert parts[3].startswith("DecoReco's objective at the truth")
+  assert saved["truth"] and all(f"| {run} |" in parts[3] for run in saved["truth"])
+  assert parts[4].startswith("What each DecoReco count is worth")
+  assert saved["power"] and all(f"- **{run}**: {text}" in parts[4]
+                                for run, text in saved["power"].items())
+  sections = parts[5:]
   titles = [s.split("\n", 1)[0] for s in sections]
   assert titles == [*(f"Fig. {i}" for i in range(1, 5)), "Table 1",
                     *(f"Fig. {i}" for i in range(5, 13)), "Membership: with certainty",

@@ -286,8 +286,9 @@ def truth_scores(images, starts, task: data.Task, *, display: str, e) -> dict:
       (else `trdr.attacks.truth.SSIM_LEVEL`).
   Returns:
     {"ssim_to_start": mean over the candidates of SSIM(image, its start) at window
-    ``e.ssim_window``; "kept", "kept_w3": training images that are best buddies (Haim et
-    al.'s NCC matching) with an image at SSIM ≥ the level, at the run's window and at
+    ``e.ssim_window``; "kept", "kept_w3": training images that are best buddies (each
+    the other's nearest by the run's ``eval.nearest``, SSIM by default) with an image at SSIM
+    ≥ the level, at the run's window and at
     `trdr.attacks.truth.HAIM_WINDOW`, as the run's "reconstructed_best_buddies" counts
     (`evaluate.reconstructions`); "ssim_level"}.
   """

@@ -33,7 +33,7 @@ from absl import logging
 
 from trdr import experiment
 from trdr.configs.power import TUNED
-from trdr.evaluation import power
+from trdr.evaluation import haim_match, power
 from trdr.runtime import files, rundir
 from trdr.studies.cnn import describe
 from trdr.studies.victim_recipe import spread, summary_counts
@@ -121,7 +121,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> list[dict]:
     (`trdr.victim.kkt.KKTFit.to_json`), recovered and start_recovered ({"w11", "w3",
     "w11_bb", "w3_bb"}, `summary_counts`), truth (summary.json's "truth", or None where
     the run has none), haim and start_haim (Haim et al.'s protocol count at the level,
-    summary.json "reconstructed_haim", or None), final_loss, victim_seconds,
+    `haim_match.protocol` on the final and the start images: summary.json's
+    "reconstructed_haim" where the run counted it, else from its results.npz; None where
+    the images are not finite), final_loss, victim_seconds,
     attack_seconds, truth_seconds (the truth diagnostic's, or None), run (the run directory,
     relative to ``workdir``)}, of ``config.seeds`` × ``config.ns`` × `settings` in that
     order; WORKDIR/power_cells.json keeps every row run there.
@@ -190,9 +192,20 @@ def _row(c: ml_collections.ConfigDict, directory: str, level: float) -> dict:
   d = int(np.prod(image_shape))
   n = int(summary["n_train"])
   key = f"ssim_ge_{level:g}"
-  # OPTIONAL: Haim et al.'s protocol count (summary.json "reconstructed_haim", written where
-  # the run's eval counts as their notebook does); None where the run has none.
-  haim = lambda name: (summary.get(name) or {}).get(key)
+  # Haim et al.'s protocol count (`haim_match.protocol`): summary.json's
+  # "reconstructed_haim" where the run counted it (eval.haim_protocol), else computed here
+  # from its results.npz (the final and the start images; None where they are not finite).
+  counted = {}
+  if "reconstructed_haim" not in summary:
+    results = experiment.load_results(directory)
+    mean = results["mean"] if np.size(results["mean"]) else None
+    for name, images in (("reconstructed_haim", "final_images"),
+                         ("start_reconstructed_haim", "initial_images")):
+      x = np.asarray(results[images])
+      counted[name] = ({key: haim_match.protocol(x, results["train_images"], mean,
+                                                 level=level).count}
+                       if np.all(np.isfinite(x)) else None)
+  haim = lambda name: ((summary | counted).get(name) or {}).get(key)
   return {"signature": power.signature(model), "architecture": describe(c.victim),
           "p": p, "d": d, "ratio": p / (d * n), "candidates": summary["candidates"],
           "steps": summary["steps"], "kkt": summary["kkt_premise"],

@@ -129,10 +129,20 @@ def _jax_privacy_warnings():
     yield
 
 
+# jax-privacy's per-example gradients one example at a time (``microbatch_size=1``: a
+# `jax.lax.map` of single-example gradients, each clipped and added to the running sum)
+# rather than all n vmapped at once. The vmapped form writes n copies of every weight
+# matrix (for the (256, 256) MLP's first layer, 3,072 × 256 floats per example) before
+# summing them, a memory-bound pass the sequential form never makes; the sum is the same to
+# the float rounding of its order. `make benchmark-dp` times both side by side.
+MICROBATCH_SIZE = 1
+
+
 def clipped_sum(apply_fn: Callable, loss: Callable, params: Params, images: jax.Array,
                 labels: jax.Array, weights: jax.Array, clip_norm) -> tuple[Params, jax.Array]:
   """Σ_i w_i ḡ_i: the per-example gradients of ℓ clipped to C (flat, over all of θ) and
-  summed, by `jax_privacy.clipping.clipped_grad`; w_i ∈ {0, 1} selects a Poisson batch (a
+  summed, by `jax_privacy.clipping.clipped_grad` one example at a time
+  (`MICROBATCH_SIZE`); w_i ∈ {0, 1} selects a Poisson batch (a
   0 zeroes the example's loss, so its gradient and its norm are 0).
 
   Args:
@@ -148,8 +158,9 @@ def clipped_sum(apply_fn: Callable, loss: Callable, params: Params, images: jax.
   one = lambda p, x, y, w: w[0] * loss(apply_fn(p, x), y)
   with _jax_privacy_warnings():
     summed, aux = clipping.clipped_grad(one, l2_clip_norm=clip_norm, batch_argnums=(1, 2, 3),
-                                        return_grad_norms=True)(params, images, labels,
-                                                                weights)
+                                        return_grad_norms=True,
+                                        microbatch_size=MICROBATCH_SIZE)(params, images,
+                                                                         labels, weights)
   return summed, aux.grad_norms
 
 
