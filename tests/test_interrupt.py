@@ -10,9 +10,11 @@ import time
 from typing import NamedTuple
 
 import jax
+import jax.monitoring
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax._src import dispatch
 
 from trdr import experiment
 from trdr.attacks.protocol import Attack
@@ -68,7 +70,7 @@ def test_ctrl_c_mid_chunk_checkpoints_the_steps_done_and_resumes_to_the_same_bit
   first run as scans of 1, 1 and 4: two to time a step, `loop._scan_length`):
   KeyboardInterrupt naming step 2, a checkpoint of step 2 and no metrics line (the chunk
   is not finished); resumed, the states, history and metrics.jsonl are the uninterrupted
-  run's, bitwise (the same steps in the same order, cut into other scans)."""
+  run's, bitwise (the same steps in the same order, cut into other calls of one program)."""
   kwargs = dict(steps=12, log_every=6, grid_batch_size=2)
   os.makedirs(tmp_path / "whole")
   whole, whole_history, _ = loop.run(_toy_attack(), _toy_states(),
@@ -132,7 +134,7 @@ def test_progress_lines_come_by_the_clock_not_by_the_chunk(tmp_path, monkeypatch
   os.makedirs(tmp_path / "long")
   loop.run(_toy_attack(), _toy_states(), workdir=str(tmp_path / "long"), steps=12,
            log_every=12, grid_batch_size=2, resume=False)
-  # Then scans of 2 or 3 steps (the divisors of 12 within 0.2 s at 50-100 ms a step).
+  # Then scans of 2 or 3 steps (as many as fit in 0.2 s at 50-100 ms a step).
   assert scans[:2] == [1, 1] and sum(scans) == 12 and len(scans) >= 6, scans
   assert lines[0] == 1 and lines[-1] == 12 and any(1 < done < 12 for done in lines), lines
   assert len(lines) <= len(scans) and lines == sorted(set(lines)), lines
@@ -163,6 +165,65 @@ def test_checkpoints_come_by_the_clock_too(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def compiles():
+  """The names of the XLA programs compiled (or loaded from the persistent compilation
+  cache: JAX records both as one backend compile) while the test runs."""
+  names = []
+
+  def listener(event, seconds, **kwargs):
+    del seconds
+    if event == dispatch.BACKEND_COMPILE_EVENT:
+      names.append(kwargs.get("fun_name"))
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  yield names
+  jax.monitoring.unregister_event_duration_listener(listener)
+
+
+@pytest.mark.parametrize("batch", [2, 1])  # one vmapped program; one program per start
+def test_a_run_compiles_its_step_program_once(tmp_path, compiles, batch):
+  """`loop.run` compiles the attack's step program once per run, whatever the calls it
+  cuts the chunks into: 1, 1 (to time a step), then as many steps as fit in
+  `loop.SCAN_SECONDS`, and a chunk's remainder (14 steps in chunks of 6: 6, 6, 2); and a
+  run resumed mid-chunk (8 steps done, a checkpoint as Ctrl-C's or the clock's leaves)
+  compiles it once too (each `loop.run` builds its program anew).
+
+  Expected from the design, not counted from a run: every call runs `loop.run_count`'s
+  one program, its trip count a traced value, and `loop.run` compiles nothing else for
+  the toy attack (its states are float arrays: no key program). Before this design the
+  loop ran `lax.scan`s of a static length, one program per length: 6 and the remainder 2
+  before issue 87's scans (2 programs), and 1, 4, 6 and 2 with them (4), each a compile of
+  the step program on a new user's empty cache."""
+  for name, steps, resume in (("whole", 14, False), ("cut", 8, False), ("cut", 14, True)):
+    os.makedirs(tmp_path / name, exist_ok=True)
+    states = jax.block_until_ready(_toy_states())   # their programs are not the loop's
+    compiles.clear()
+    loop.run(_toy_attack(), states, workdir=str(tmp_path / name), resume=resume,
+             steps=steps, log_every=6, grid_batch_size=batch)
+    assert len(compiles) == 1, (name, steps, compiles)
+
+
+def test_calls_of_the_one_program_give_the_bits_of_one_scan(tmp_path):
+  """`loop._chunk`'s program run for 2 steps and then 3 gives the states and per-step
+  metrics of `loop.run_grid`'s `lax.scan` of 5 steps (the loop before issue 87), bitwise:
+  the same step in a while loop whose trip count is a value, its metrics written row by
+  row as the scan writes them. Vmapped (batch 2) and one start at a time (batch 1)."""
+  attack, states = _toy_attack(), _toy_states()
+  devices = jax.local_devices()[:1]
+  for batch in (2, 1):
+    chunk = loop._chunk(attack.step, batch, devices, 3)
+    first, early = chunk(states, 2, 3)
+    last, late = chunk(first, 3)
+    scanned, metrics = jax.jit(loop.run_grid, static_argnums=(0, 2, 3, 4))(
+        attack.step, states, 5, batch, tuple(devices))
+    jax.tree.map(np.testing.assert_array_equal, last, scanned)
+    assert early.objective.shape == (2, 2) and late.objective.shape == (2, 3)
+    np.testing.assert_array_equal(np.concatenate([early.objective, late.objective], axis=1),
+                                  metrics.objective)
+  with pytest.raises(ValueError, match="a chunk of 4 steps: its program runs 1 to 3"):
+    chunk(states, 4)
+
+
+@pytest.fixture
 def processes():
   """Started subprocesses, killed if the test ends before they do."""
   started = []
@@ -184,8 +245,8 @@ def test_ctrl_c_stops_within_seconds_and_resumes_bitwise(subprocess_env, tmp_pat
   inputs (the checkpoint stores the state exactly, msgpack of the arrays). They split the
   chunk into different scans (the interrupted run stops where Ctrl-C fell; the scan length
   adapts to the measured step time), so this also checks that XLA on CPU gives a scan of
-  k steps then one of j the bits of one scan of k + j: the loop body is one compiled
-  computation whatever the trip count.
+  k steps then one of j the bits of one scan of k + j: every scan is one compiled
+  program (`loop.run_count`), its trip count a value.
   """
   interrupted, reference = tmp_path / "interrupted", tmp_path / "reference"
   with open(tmp_path / "interrupted.log", "w") as log:

@@ -1,14 +1,17 @@
 """The attack loop: a grid of starts attacked in checkpointed chunks, as one computation.
 
 Every experiment (a single attack, the eq. 10 landscape, a hyperparameter sweep) and
-every attack (`trdr.attacks.ATTACKS`) runs through `run`: the attack's ``step`` under
-`lax.scan`, mapped over the leading grid axis G of the states and sharded over all local
-devices (`trdr.runtime.sharding.grid_map`, in vmapped batches of `batch_size` per device; one
-start at a time on CPU is a loop of jitted calls, one start per CPU device at once).
+every attack (`trdr.attacks.ATTACKS`) runs through `run`: the attack's ``step`` in one
+while loop of a traced trip count (`run_count`), mapped over the leading grid axis G of
+the states and sharded over all local devices (`trdr.runtime.sharding.grid_map`, in
+vmapped batches of `batch_size` per device; one start at a time on CPU is a loop of
+jitted calls, one start per CPU device at once).
 
-A chunk runs as scans of about `SCAN_SECONDS` each (in one process): between two scans
-a progress line comes (at least every `PROGRESS_SECONDS`), Ctrl-C stops the run with a
-checkpoint of the steps done, and a checkpoint comes by the clock (``checkpoint_minutes``).
+A chunk runs as calls ("scans") of about `SCAN_SECONDS` each (in one process), every one
+the same compiled program whatever its number of steps (`_chunk`: a new user's first run
+compiles the attack's step program once): between two scans a progress line comes (at
+least every `PROGRESS_SECONDS`), Ctrl-C stops the run with a checkpoint of the steps
+done, and a checkpoint comes by the clock (``checkpoint_minutes``).
 
 Checkpoint-first protocol: the attack runs in chunks of ``log_every`` steps, and after a
 chunk (every ``checkpoint_every`` steps, and after the last) the checkpoint (the states,
@@ -19,8 +22,8 @@ from the records in it, so a run killed at any moment (even between the two writ
 half-way through the append) ends with one line per chunk and with the uninterrupted
 run's numbers: the same steps in the same order on the same inputs, though the scans
 may be cut elsewhere (a scan of k steps and then one of j give the bits of one scan of
-k + j: the loop body is one compiled computation whatever the trip count;
-tests/test_interrupt.py checks it on CPU through a resumed Ctrl-C). The checkpoint is
+k + j: one compiled program, its trip count a value; tests/test_interrupt.py checks it,
+and that it gives `lax.scan`'s bits). The checkpoint is
 written by a second thread while the next scan computes (one write in flight; `run`
 returns or raises only after it). Bit-identical starts are attacked once.
 
@@ -40,6 +43,7 @@ from typing import Any
 
 import flax.serialization
 import jax
+import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
@@ -73,6 +77,24 @@ def run_steps(step_fn, state: Any, num_steps: int):
   return jax.lax.scan(lambda s, _: step_fn(s), state, None, length=num_steps)
 
 
+def run_count(step_fn, state: Any, count, length: int):
+  """``count`` steps of one start (a traced int32 scalar, 0 ≤ count ≤ ``length``) as one
+  `lax.fori_loop` (a while loop: the trip count is a value, not part of the program):
+  (state, metrics: each leaf [length, ...], row i the metrics of step i for i < count,
+  zeros after). Every count runs the same compiled program, so `run` can cut a chunk into
+  calls of any length without compiling again. The body is `run_steps`' (one step, its
+  metrics written into row i as a scan writes them): the same bits as `run_steps` for the
+  same steps (tests/test_interrupt.py)."""
+  _, shapes = jax.eval_shape(step_fn, state)
+  rows = jax.tree.map(lambda m: jnp.zeros((length,) + m.shape, m.dtype), shapes)
+
+  def body(i, carry):
+    state, rows = carry
+    state, metrics = step_fn(state)
+    return state, jax.tree.map(lambda r, m: r.at[i].set(m), rows, metrics)
+  return jax.lax.fori_loop(0, count, body, (state, rows))
+
+
 def run_grid(step_fn, states: Any, num_steps: int, batch: int, devices=None,
              replicate: bool = True):
   """`run_steps` for every start of ``states`` (leading axis G) as ONE computation,
@@ -85,47 +107,78 @@ def run_grid(step_fn, states: Any, num_steps: int, batch: int, devices=None,
                            devices, replicate=replicate)
 
 
-def _chunk(step_fn, batch: int, devices):
-  """``chunk(states, n, then=0)``: `run_grid`'s (states, metrics) after ``n`` steps of
-  every start; ``then``: the steps of the chunk the next call will ask for (0: none).
+def _chunk(step_fn, batch: int, devices, length: int | None = None):
+  """``chunk(states, n, then=0)``: (states, metrics NamedTuple of float[G, n]) after ``n``
+  steps (1 ≤ n ≤ ``length``, default ``n`` of the first call) of every start, as
+  `run_grid` gives them; ``then``: the steps the next call will ask for (0: none).
 
-  One jitted computation, except one start at a time on this process's CPU devices (the
-  bilevel attack on CPU): one jitted `run_steps` per start, start i on `_device` i, the
-  devices at once: the same bits as `lax.map` of that program (README *Performance*). The
-  result is gathered in host memory (numpy arrays, committed to no device). The next
-  chunk is first queued behind each start's on its device, so that a device done with its
-  starts goes on, but not on the first device: the caller's JAX work between the calls (a
-  trace) runs there, the default device. The next call, given the states this one
-  returned, dispatches the first device's starts and takes the rest.
+  ONE compiled program whatever ``n`` (`run_count`, its metrics rows cut to ``n`` in
+  host memory): `run` calls it with 1 step to compile, 1 to time a step, then as many as
+  fit in `SCAN_SECONDS`, and the remainder of a chunk, and a new user's first run (an
+  empty compilation cache) compiles the attack's step program once. It is one jitted
+  computation, except one start at a time on this process's CPU devices (the bilevel
+  attack on CPU): one jitted program per start, start i on `_device` i, the devices at
+  once: the same bits as `lax.map` of that program (README *Performance*). The result is
+  gathered in host memory (numpy arrays, committed to no device). The next chunk is first
+  queued behind each start's on its device, so that a device done with its starts goes
+  on, but not on the first device: the caller's JAX work between the calls (a trace) runs
+  there, the default device. The next call, given the states this one returned,
+  dispatches the first device's starts and takes the rest.
   """
+  rows = [length]
+
+  def cut(metrics, n):  # in host memory: a slice of a device array compiles per n
+    return jax.tree.map(lambda m: np.asarray(m)[:, :n], metrics)
+
+  def fix(n):
+    if rows[0] is None:
+      rows[0] = n
+    if not 1 <= n <= rows[0]:
+      raise ValueError(f"a chunk of {n} steps: its program runs 1 to {rows[0]}")
+    return np.int32(n)
+
   if batch > 1 or not _cpu_threads(devices):
-    grid = jax.jit(lambda s, n: run_grid(step_fn, s, n, batch, devices), static_argnums=1)
-    return lambda states, n, then=0: grid(states, n)
-  point = jax.jit(lambda s, n: run_steps(step_fn, s, n), static_argnums=1)
+    @jax.jit
+    def attack_steps(states, count):  # the name compile logs show
+      return sharding.grid_map(lambda s: run_count(step_fn, s, count, rows[0]), states,
+                               batch, devices)
+
+    def whole(states, n, then=0):
+      del then
+      states, metrics = attack_steps(states, fix(n))
+      return states, cut(metrics, n)
+    return whole
+
+  @jax.jit
+  def attack_steps_of_one_start(state, count):
+    return run_count(step_fn, state, count, rows[0])
   ahead = []  # [(the states returned last, steps, [(its next call or None, state)])]
 
   def chunk(states, n, then=0):
+    count = fix(n)
     returned, steps, queued = ahead.pop() if ahead else (None, 0, None)
     if returned is not states or steps != n:
       # Sliced in host memory (slices taken on the first device held the others back).
       states = jax.device_get(states)
-      calls = [point(jax.device_put(jax.tree.map(operator.itemgetter(i), states),
-                                    _device(devices, i)), n)
+      calls = [attack_steps_of_one_start(jax.device_put(
+          jax.tree.map(operator.itemgetter(i), states), _device(devices, i)), count)
                for i in range(sharding.grid_size(states))]
     else:  # the same program on the same inputs: the same bits
-      calls = [point(state, n) if call is None else call for call, state in queued]
-    queued = [(None if _device(devices, i) == devices[0] else point(state, then), state)
+      calls = [attack_steps_of_one_start(state, count) if call is None else call
+               for call, state in queued]
+    queued = [(None if _device(devices, i) == devices[0] else
+               attack_steps_of_one_start(state, fix(then)), state)
               for i, (state, _) in enumerate(calls)] if then else None
     # Gathered start by start as each finishes: the copies overlap the later starts.
     leaves, tree = jax.tree.flatten(calls[0])
     stacked = [np.empty((len(calls),) + leaf.shape, leaf.dtype) for leaf in leaves]
     for i, out in enumerate(calls):
-      for rows, leaf in zip(stacked, jax.tree.leaves(out)):
-        rows[i] = np.asarray(leaf)
-    out = jax.tree.unflatten(tree, stacked)
+      for rows_i, leaf in zip(stacked, jax.tree.leaves(out)):
+        rows_i[i] = np.asarray(leaf)
+    out, metrics = jax.tree.unflatten(tree, stacked)
     if then:
-      ahead.append((out[0], then, queued))
-    return out
+      ahead.append((out, then, queued))
+    return out, cut(metrics, n)
   return chunk
 
 
@@ -224,11 +277,11 @@ def _chunk_start(end: int, log_every: int) -> int:
 
 
 def _scan_length(log_every: int, seconds_per_step: float) -> int:
-  """Steps per scan: the largest divisor of ``log_every`` (so that a chunk is whole scans of
-  one compiled length) whose scan takes at most `SCAN_SECONDS` at ``seconds_per_step``; at
-  least 1."""
+  """Steps per scan: as many as take at most `SCAN_SECONDS` at ``seconds_per_step``, at
+  least 1 and at most ``log_every`` (any number: every one runs the same compiled program,
+  `_chunk`)."""
   fit = int(SCAN_SECONDS / seconds_per_step) if seconds_per_step > 0 else log_every
-  return max(d for d in range(1, max(1, min(fit, log_every)) + 1) if log_every % d == 0)
+  return max(1, min(fit, log_every))
 
 
 def _progress(done: int, steps: int, objective: str, last: np.ndarray,
@@ -376,7 +429,7 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
                f" ({size} distinct of {grid})" if size < grid else "",
                f"grid of {size} points, one start at a time on each of the {len(devices)} "
                "CPU devices" if looped else sharding.describe(size, batch, devices))
-  chunk = _chunk(attack.step, batch, devices)
+  chunk = _chunk(attack.step, batch, devices, min(log_every, steps))
   if not looped:  # as chunk returns them: one compilation, not two
     states = sharding.replicate(states, devices)
   done = saved_step = history_steps(history)  # saved_step: the last checkpoint's
