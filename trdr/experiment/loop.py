@@ -256,10 +256,11 @@ def stalled(records: list[dict], objective: str, window: int = STALL_WINDOW,
 
 
 # A run that talks (issue 87). A chunk of ``log_every`` steps (one metrics.jsonl record) runs
-# as scans of about SCAN_SECONDS each (`_scan_length`): between two scans Ctrl-C stops the
-# run, and a progress line (at least every PROGRESS_SECONDS) or a checkpoint by the clock
-# (every ``checkpoint_minutes``, CHECKPOINT_MINUTES by default) can come. The scans do the
-# same steps in the same order as one scan of the chunk: the same bits (tests/test_interrupt.py).
+# as scans of about SCAN_SECONDS each (`_scan_length`), calls of one compiled program
+# (`_chunk`): between two scans Ctrl-C stops the run, and a progress line (at least every
+# PROGRESS_SECONDS) or a checkpoint by the clock (every ``checkpoint_minutes``,
+# CHECKPOINT_MINUTES by default) can come. The scans do the same steps in the same order as
+# one scan of the chunk: the same bits (tests/test_interrupt.py).
 PROGRESS_SECONDS = 30.0
 SCAN_SECONDS = 2.0
 CHECKPOINT_MINUTES = 10.0
@@ -445,7 +446,8 @@ def run(attack: Attack, states: Any, *, steps: int, log_every: int, grid_batch_s
   written = len(records)  # the records already in metrics.jsonl
   by_clock = checkpoint_minutes * 60
   # The steps per scan, once measured (`_scan_length`). Across processes every process must
-  # run the same programs at once (the grid's collectives): whole chunks, as before.
+  # make the same calls at once (the grid's collectives), and each would measure its own
+  # step time: whole chunks, as before.
   length, probes = (log_every if distributed.active() else None), 0
   last_line, last_saved = None, time.time()
 
