@@ -107,10 +107,10 @@ def run_grid(step_fn, states: Any, num_steps: int, batch: int, devices=None,
                            devices, replicate=replicate)
 
 
-def _chunk(step_fn, batch: int, devices, length: int | None = None):
+def _chunk(step_fn, batch: int, devices, length: int):
   """``chunk(states, n, then=0)``: (states, metrics NamedTuple of float[G, n]) after ``n``
-  steps (1 ≤ n ≤ ``length``, default ``n`` of the first call) of every start, as
-  `run_grid` gives them; ``then``: the steps the next call will ask for (0: none).
+  steps (1 ≤ n ≤ ``length``) of every start, as `run_grid` gives them; ``then``: the
+  steps the next call will ask for (0: none). Raises ValueError for another ``n``.
 
   ONE compiled program whatever ``n`` (`run_count`, its metrics rows cut to ``n`` in
   host memory): `run` calls it with 1 step to compile, 1 to time a step, then as many as
@@ -125,56 +125,52 @@ def _chunk(step_fn, batch: int, devices, length: int | None = None):
   there, the default device. The next call, given the states this one returned,
   dispatches the first device's starts and takes the rest.
   """
-  rows = [length]
-
   def cut(metrics, n):  # in host memory: a slice of a device array compiles per n
     return jax.tree.map(lambda m: np.asarray(m)[:, :n], metrics)
 
-  def fix(n):
-    if rows[0] is None:
-      rows[0] = n
-    if not 1 <= n <= rows[0]:
-      raise ValueError(f"a chunk of {n} steps: its program runs 1 to {rows[0]}")
+  def trip(n):  # the traced trip count: an int32 scalar, the same program for every n
+    if not 1 <= n <= length:
+      raise ValueError(f"a chunk of {n} steps: its program runs 1 to {length}")
     return np.int32(n)
 
   if batch > 1 or not _cpu_threads(devices):
     @jax.jit
     def attack_steps(states, count):  # the name compile logs show
-      return sharding.grid_map(lambda s: run_count(step_fn, s, count, rows[0]), states,
+      return sharding.grid_map(lambda s: run_count(step_fn, s, count, length), states,
                                batch, devices)
 
     def whole(states, n, then=0):
       del then
-      states, metrics = attack_steps(states, fix(n))
+      states, metrics = attack_steps(states, trip(n))
       return states, cut(metrics, n)
     return whole
 
   @jax.jit
   def attack_steps_of_one_start(state, count):
-    return run_count(step_fn, state, count, rows[0])
+    return run_count(step_fn, state, count, length)
   ahead = []  # [(the states returned last, steps, [(its next call or None, state)])]
 
   def chunk(states, n, then=0):
-    count = fix(n)
+    steps_now = trip(n)
     returned, steps, queued = ahead.pop() if ahead else (None, 0, None)
     if returned is not states or steps != n:
       # Sliced in host memory (slices taken on the first device held the others back).
       states = jax.device_get(states)
       calls = [attack_steps_of_one_start(jax.device_put(
-          jax.tree.map(operator.itemgetter(i), states), _device(devices, i)), count)
+          jax.tree.map(operator.itemgetter(i), states), _device(devices, i)), steps_now)
                for i in range(sharding.grid_size(states))]
     else:  # the same program on the same inputs: the same bits
-      calls = [attack_steps_of_one_start(state, count) if call is None else call
+      calls = [attack_steps_of_one_start(state, steps_now) if call is None else call
                for call, state in queued]
     queued = [(None if _device(devices, i) == devices[0] else
-               attack_steps_of_one_start(state, fix(then)), state)
+               attack_steps_of_one_start(state, trip(then)), state)
               for i, (state, _) in enumerate(calls)] if then else None
     # Gathered start by start as each finishes: the copies overlap the later starts.
     leaves, tree = jax.tree.flatten(calls[0])
     stacked = [np.empty((len(calls),) + leaf.shape, leaf.dtype) for leaf in leaves]
     for i, out in enumerate(calls):
-      for rows_i, leaf in zip(stacked, jax.tree.leaves(out)):
-        rows_i[i] = np.asarray(leaf)
+      for rows, leaf in zip(stacked, jax.tree.leaves(out)):
+        rows[i] = np.asarray(leaf)
     out, metrics = jax.tree.unflatten(tree, stacked)
     if then:
       ahead.append((out, then, queued))
