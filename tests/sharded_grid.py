@@ -106,7 +106,7 @@ def compute() -> dict[str, np.ndarray]:
   # trdr.experiment.loop.run's chunks on CPU: one jitted call per start, one per device at once
   # (k = 2 of the 8: each device compiles the attack once; 2 show the crossing), the
   # second chunk queued behind the first.
-  chunk = loop._chunk(attack.step, 1, jax.local_devices()[:2])
+  chunk = loop._chunk(attack.step, 1, jax.local_devices()[:2], STEPS - 1)
   state, first = chunk(states, STEPS - 1, 1)
   state, last = chunk(state, 1)
   out["images_loop"] = np.asarray(state.images)

@@ -198,11 +198,13 @@ def test_identical_starts_are_attacked_once(tmp_path, monkeypatch):
   kwargs = dict(steps=4, log_every=2, grid_batch_size=1, resume=False)
   os.makedirs(tmp_path / "once")
   once = loop.run(_toy_attack(99), states, workdir=str(tmp_path / "once"), **kwargs)
-  assert attacked == [2, 2]  # points 0 and 1, in each of the two chunks
+  # Points 0 and 1, in each of the three scans: the first chunk as two of one step (the
+  # first compiles, the second times a step: `loop._scan_length`), the second as one.
+  assert attacked == [2, 2, 2]
   monkeypatch.setattr(loop.sharding, "distinct_points", lambda s: (np.arange(3), np.arange(3)))
   os.makedirs(tmp_path / "each")
   each = loop.run(_toy_attack(99), states, workdir=str(tmp_path / "each"), **kwargs)
-  assert attacked == [2, 2, 3, 3]
+  assert attacked == [2, 2, 2, 3, 3, 3]
   jax.tree.map(np.testing.assert_array_equal, once[:2], each[:2])
   strip = lambda rs: [{k: v for k, v in r.items() if k != "seconds_per_step"} for r in rs]
   assert strip(rundir.read_metrics(str(tmp_path / "once"))) == strip(

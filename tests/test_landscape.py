@@ -204,7 +204,7 @@ def test_one_start_at_a_time_gives_the_bits_of_the_mapped_grid(x64):
   _, x0, attack, _ = _grid_problem()
   states = jax.vmap(attack.init)(x0)
   devices = jax.local_devices()[:1]
-  looped = loop._chunk(attack.step, 1, devices)(states, 2)
+  looped = loop._chunk(attack.step, 1, devices, 2)(states, 2)
   mapped = jax.jit(lambda s: loop.run_grid(attack.step, s, 2, 1, devices))(states)
   assert float(jnp.max(jnp.abs(looped[0].images - states.images))) > 0  # the attack moved
   jax.tree.map(np.testing.assert_array_equal, looped, mapped)
@@ -217,14 +217,14 @@ def test_the_next_chunk_goes_on_from_the_states_on_their_devices(x64, monkeypatc
   states goes on from them (no start is copied to a device again): the bits of a call
   that starts from the states. (Two devices: tests/sharded_grid.py.)"""
   _, x0, attack, _ = _grid_problem()
-  chunk = loop._chunk(attack.step, 1, jax.local_devices()[:1])
+  chunk = loop._chunk(attack.step, 1, jax.local_devices()[:1], 1)
   first, _ = chunk(jax.vmap(attack.init)(x0), 1, 1)
   copies = []
   device_put = jax.device_put
   monkeypatch.setattr(jax, "device_put", lambda *a: copies.append(a) or device_put(*a))
   queued = chunk(first, 1)
   assert not copies  # from the states on their device, not copied there again
-  fresh = loop._chunk(attack.step, 1, jax.local_devices()[:1])(first, 1)
+  fresh = loop._chunk(attack.step, 1, jax.local_devices()[:1], 1)(first, 1)
   assert len(copies) == x0.shape[0]  # one copy per start: the path the queue skips
   assert float(jnp.max(jnp.abs(queued[0].images - first.images))) > 0  # the attack moved
   jax.tree.map(np.testing.assert_array_equal, queued, fresh)

@@ -367,3 +367,48 @@ def test_the_outer_step_sets_the_plain_step_beside_adam_from_the_runs(smoke):
   for table_text in page.split("\n\n"):
     rows = [r.replace("\\|", "") for r in table_text.splitlines() if r.startswith("|")]
     assert len({r.count("|") for r in rows}) <= 1, table_text
+
+
+def test_every_pairs_figure_frames_a_reconstruction_black_and_a_real_image_grey():
+  """Issue 87: one colour convention (`plotting.RECONSTRUCTION_FRAME`, `REAL_FRAME`) in
+  every figure that pairs reconstructions with real images: the pairs figures (overview,
+  reconstructions_vs_*, best_per_train) draw the reconstruction left in the first and
+  the real image right in the second, and the quiz frames its rows the same way; a
+  figure drawn without a title has none, not a stray ": ". Three 4x4 grey-level images
+  and two reconstructions, values apart so each panel's pixels name their source."""
+  import matplotlib  # noqa: PLC0415
+  from trdr import plotting  # noqa: PLC0415
+  from trdr.evaluation import realism  # noqa: PLC0415
+  from trdr.report import figures  # noqa: PLC0415
+  train = np.linspace(0.1, 0.3, 3)[:, None, None, None] * np.ones((3, 4, 4, 1), np.float32)
+  recon = np.array([0.7, 0.9], np.float32)[:, None, None, None] * np.ones((2, 4, 4, 1))
+  results = {"final_images": recon, "train_images": train, "mean": np.zeros(0),
+             "train_index": np.array([2, 0]), "train_ssim": np.array([0.5, 0.8]),
+             "best_ssim_per_train": np.array([0.8, 0.1, 0.5]),
+             "best_index_per_train": np.array([1, 0, 0]), "public_ssim": np.zeros(2)}
+  black, grey = (matplotlib.colors.to_rgb(c) for c in (plotting.RECONSTRUCTION_FRAME,
+                                                        plotting.REAL_FRAME))
+  assert black != grey
+  size, cell, gap = 4, 4 + 2 * plotting._FRAME, plotting._PAIR_GAP
+  for fig in (plotting.reconstruction_grid(results, n_show=2),
+              plotting.reconstruction_grid(results, n_show=2, order="index"),
+              plotting.best_per_train_grid(results, n_show=2)):
+    title = fig._suptitle.get_text()
+    assert title.startswith(f"reconstruction ({plotting.RECONSTRUCTION_FRAME}) | "), title
+    assert f"({plotting.REAL_FRAME})" in title, title
+    canvas = fig.axes[0].images[0].get_array()
+    top = plotting._LABEL
+    left, right = canvas[top:top + cell, :cell], canvas[top:top + cell, cell + gap:2 * cell + gap]
+    assert np.allclose(left[0, 0], black) and np.allclose(right[0, 0], grey)
+    inner = (slice(plotting._FRAME, plotting._FRAME + size),) * 2
+    assert np.unique(left[inner]).item() in recon.ravel()   # a reconstruction, left
+    assert np.unique(right[inner]).item() in train.ravel()  # a training image, right
+    plotting.plt.close(fig)
+  titled = plotting.best_per_train_grid(results, n_show=2, title="victim A")
+  assert titled._suptitle.get_text().startswith("victim A: reconstruction (")
+  quiz = realism.Quiz(np.array([0, 1]), np.array([1, 2]), None)
+  fig = figures.quiz_figure(results, quiz, reveal=True, title="")
+  for row, colour in ((0, black), (1, grey)):
+    for ax in fig.axes[2 * row:2 * row + 2]:
+      assert np.allclose(ax.spines["top"].get_edgecolor()[:3], colour)
+  plotting.plt.close("all")

@@ -13,7 +13,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from trdr import data, experiment, models, victim
+from trdr import assets, data, experiment, models, victim
 from trdr.configs import bilevel_affine, decoreco_cifar
 from trdr.runtime import files, rundir
 from trdr.victim import pretrained
@@ -294,7 +294,9 @@ def test_the_command_line_attacks_a_loaded_pytorch_theta_star(
 @pytest.mark.slow
 def test_the_readmes_use_from_python_example_runs_as_written(tmp_path, monkeypatch):
   """The README's "Use from Python" block, executed as written in a directory holding a
-  model.npz (the reference layout, decoreco_cifar.py:smoke's architecture)."""
+  model.npz (the reference layout, decoreco_cifar.py:smoke's architecture) and a
+  my_training_set.npz (`trdr.data.read_training_set`: 4 images of each class group of the
+  shipped sample's test split, labels 0/1): the task it evaluates against is that set."""
   repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   with open(os.path.join(repo, "README.md")) as f:
     readme = f.read()
@@ -303,10 +305,17 @@ def test_the_readmes_use_from_python_example_runs_as_written(tmp_path, monkeypat
   widths = tuple(decoreco_cifar.get_config("smoke").victim.widths)
   np.savez(tmp_path / "model.npz",
            **_reference_state_dict(np.random.default_rng(0), widths=widths))
+  with np.load(assets.sample_path()) as f:
+    sample, labels = f["test_images"], f["test_labels"]
+  group = np.isin(labels, decoreco_cifar.get_config("smoke").data.classes[1]).astype(np.int64)
+  picked = np.concatenate([np.flatnonzero(group == g)[:4] for g in (0, 1)])
+  np.savez(tmp_path / "my_training_set.npz", images=sample[picked], labels=group[picked])
   monkeypatch.chdir(tmp_path)
   namespace = {}
   exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
   images, task = namespace["images"], namespace["task"]
+  pixels = sample[picked].astype(np.float32) / np.float32(255.0)
+  np.testing.assert_array_equal(task.train_images, pixels - task.mean)   # the given set
   assert images.shape == (2 * len(task.train_images), *IMAGE_SHAPE)
   assert np.all(np.isfinite(images))
   assert namespace["found"]["count_ssim_ge"].shape == (1,)

@@ -88,10 +88,11 @@ def run(main) -> None:
       if cache is not None:
         logging.info(cache.line())
       return out
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
       if _DEBUG.value:
         raise
-      _fail(_interrupted(_RESOLVED.get("workdir")), status=130)
+      # The attack loop's own line (`trdr.experiment.loop.run`) says which step resumes.
+      _fail(str(e) or _interrupted(_RESOLVED.get("workdir")), status=130)
     except _INPUT_ERRORS as e:
       if _DEBUG.value:
         raise

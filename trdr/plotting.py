@@ -10,6 +10,7 @@ one). Reconstructions are shown through the one display transform of the evaluat
 import io as _bytes_io
 import os
 
+import matplotlib.colors
 import matplotlib.pyplot as plt
 import numpy as np
 
@@ -22,6 +23,10 @@ _SETS = (("train", "training set"), ("partition", "distinct partition"), ("noise
 # The paper's colours in Figs. 10–12 (Runkel et al. Sec. 4.5): red = training set,
 # green = distinct partition, blue = noise.
 SET_COLOURS = {"train": "tab:red", "partition": "tab:green", "noise": "tab:blue"}
+# The frames of every figure that shows reconstructions beside real images (the pairs
+# figures, `_pairs_figure`, and the quiz, `trdr.report.figures.quiz_figure`): a
+# reconstruction in black, a real image (training, partition, noise) in grey.
+RECONSTRUCTION_FRAME, REAL_FRAME = "black", "grey"
 
 
 def _grid_values(records, key, grid_shape) -> np.ndarray:
@@ -173,8 +178,15 @@ _FRAME = 2  # pixels of each image's frame in a pairs mosaic
 _PAIR_GAP, _GAP, _LABEL = 2, 8, 9  # pixels between a pair's images, between pairs, label band
 
 
+def _pair_title(title: str, real: str) -> str:
+  """A pairs figure's header: ``title`` (none when empty), then which frame is which."""
+  legend = (f"reconstruction ({RECONSTRUCTION_FRAME}) | {real} ({REAL_FRAME})")
+  return f"{title}: {legend}" if title else legend
+
+
 def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
-  """Rows of (left image, black frame, label) | (right image, grey frame) pairs.
+  """Rows of (reconstruction, `RECONSTRUCTION_FRAME`, label) | (real image, `REAL_FRAME`)
+  pairs: ``pairs`` [(reconstruction, real image, label)], images float[H, W, C] in [0, 1].
 
   Drawn as one mosaic in one Axes (frames as pixels, labels as text above the left
   images): one Axes per image made building and saving a figure of 32 pairs slow.
@@ -190,12 +202,13 @@ def _pairs_figure(pairs, title: str, per_row: int = 8, fig=None) -> plt.Figure:
   ax = fig.add_axes((0, 0, 1, 1))
   ax.axis("off")
   ax.set_anchor("N")  # under the title; a taller panel leaves its space below
+  frames = [matplotlib.colors.to_rgb(c) for c in (RECONSTRUCTION_FRAME, REAL_FRAME)]
   for k, (left, right, label) in enumerate(pairs):
     r, c = divmod(k, per_row)
     top, x = r * (_LABEL + cell_h) + _LABEL, c * (pair_w + _GAP)
-    for offset, (image, grey) in enumerate(((left, 0.0), (right, 0.5))):
+    for offset, (image, frame) in enumerate(zip((left, right), frames)):
       x0 = x + offset * (cell_w + _PAIR_GAP)
-      canvas[top:top + cell_h, x0:x0 + cell_w] = grey
+      canvas[top:top + cell_h, x0:x0 + cell_w] = frame
       rgb = np.clip(np.asarray(image, np.float64), 0.0, 1.0)
       canvas[top + _FRAME:top + _FRAME + h, x0 + _FRAME:x0 + _FRAME + w] = (
           rgb if rgb.shape[-1] == 3 else np.repeat(rgb[..., :1], 3, axis=-1))
@@ -223,8 +236,9 @@ def real_images(results, name):
 def reconstruction_grid(results, reference: str = "train", n_show: int = 32,
                         order: str = "ssim", title: str = "", grid_index: int | None = None,
                         fig=None) -> plt.Figure:
-  """Reconstructions (black) beside their SSIM-nearest ``reference`` image (grey): the
-  layout of Runkel et al.'s Figs. 1–9, for every attack (shown by the run's display).
+  """Reconstructions (`RECONSTRUCTION_FRAME`) beside their SSIM-nearest ``reference`` image
+  (`REAL_FRAME`): the layout of Runkel et al.'s Figs. 1–9, for every attack (shown by the
+  run's display).
 
   Args:
     results: results.npz contents (final_images [m, …] or, with ``grid_index``,
@@ -251,21 +265,22 @@ def reconstruction_grid(results, reference: str = "train", n_show: int = 32,
   rank[ranking] = np.arange(1, len(ranking) + 1)
   shown = ranking[:n_show] if order == "ssim" else np.arange(min(n_show, len(ssim)))
   pairs = [(recon[i], candidates[index[i]], f"#{rank[i]} SSIM {ssim[i]:.2f}") for i in shown]
-  return _pairs_figure(pairs, f"{title}: reconstruction (black) | nearest {reference} image "
-                       "by SSIM (grey), #rank", fig=fig)
+  return _pairs_figure(pairs, _pair_title(title, f"nearest {reference} image by SSIM") +
+                       ", #rank", fig=fig)
 
 
 def best_per_train_grid(results, n_show: int = 32, title: str = "", fig=None) -> plt.Figure:
-  """Training images (black) beside their best reconstruction (grey), best first, with the
-  training image's rank by that SSIM (Haim et al.'s per-training-image view)."""
+  """The training images, best recovered first, each with its best reconstruction
+  (`RECONSTRUCTION_FRAME`, left) beside it (`REAL_FRAME`, right) and the training image's
+  rank by that SSIM (Haim et al.'s per-training-image view)."""
   recon = shown_images(results, results["final_images"])
   train = real_images(results, "train")
   best, index = results["best_ssim_per_train"], results["best_index_per_train"]
   order = np.argsort(-best, kind="stable")[:n_show]
-  pairs = [(train[i], recon[index[i]], f"#{r + 1} SSIM {best[i]:.2f}")
+  pairs = [(recon[index[i]], train[i], f"#{r + 1} SSIM {best[i]:.2f}")
            for r, i in enumerate(order)]
-  return _pairs_figure(pairs, f"{title}: training image (black) | its best reconstruction "
-                       "(grey)", fig=fig)
+  return _pairs_figure(pairs, _pair_title(title, "the training image it is best for") +
+                       ", #rank of the training image", fig=fig)
 
 
 def ssim_vs_output(results, thresholds=(0.3, 0.4, 0.5)) -> plt.Figure:

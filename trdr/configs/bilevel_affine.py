@@ -71,6 +71,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # Steps between checkpoints (0: after every chunk). The checkpoint of the 21 distinct
   # grid points is ~390 MB, a second or two to write; a kill loses ≤ 100 steps.
   config.attack.checkpoint_every = 100
+  config.attack.checkpoint_minutes = 10.0   # and at least this often (0: not by the clock)
   # "sgd" is eq. 7's plain step x ← x − η∇x l; "sgd_linesearch" with a backtracking line
   # search on l (step ≤ η; l never increases)
   config.attack.optimizer = "adam"

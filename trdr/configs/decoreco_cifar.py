@@ -96,6 +96,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   config.attack.steps = 50_000
   config.attack.log_every = 1000
   config.attack.checkpoint_every = 0   # steps between checkpoints; 0: after every chunk
+  config.attack.checkpoint_minutes = 10.0   # and at least this often (0: not by the clock)
   config.attack.init_scale = 8.857e-4  # σ
   config.attack.lr = 0.4
   config.attack.lambda_min = 0.05

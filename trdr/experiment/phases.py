@@ -215,7 +215,8 @@ def attack_phase(run: Prepared, workdir: str, stop_on_divergence: bool) -> Attac
   states, history, trajectory = loop.run(
       attack, states, steps=run.steps, log_every=a.log_every,
       grid_batch_size=a.grid_batch_size, workdir=workdir, resume=resume, trace=trace,
-      stop_on_divergence=stop_on_divergence, checkpoint_every=a.checkpoint_every)
+      stop_on_divergence=stop_on_divergence, checkpoint_every=a.checkpoint_every,
+      checkpoint_minutes=a.get("checkpoint_minutes", loop.CHECKPOINT_MINUTES))
   seconds = time.time() - started
   if not distributed.is_main():  # process 0 evaluates and writes the merged results
     shard = {"process": jax.process_index(), "processes": jax.process_count()}
@@ -261,7 +262,8 @@ def truth_phase(run: Prepared, attacked: Attacked, workdir: str) -> None:
         attack, states, steps=run.steps, log_every=a.log_every,
         grid_batch_size=a.grid_batch_size, workdir=directory,
         resume=os.path.exists(os.path.join(directory, rundir.CHECKPOINT_FILE)),
-        stop_on_divergence=False, checkpoint_every=a.checkpoint_every)
+        stop_on_divergence=False, checkpoint_every=a.checkpoint_every,
+      checkpoint_minutes=a.get("checkpoint_minutes", loop.CHECKPOINT_MINUTES))
     return states, history
 
   def score(images, starts, display):

@@ -30,9 +30,9 @@ def quiz_figure(results, quiz, *, reveal: bool = False, title: str = "") -> plt.
     if reveal:
       label += (f": #{quiz.rank[k]}, SSIM {results['train_ssim'][i]:.2f}\n"
                 f"realism {results['public_ssim'][i]:.2f}")
-    plotting.framed(axes[0, k], recon[k], "black", label)
+    plotting.framed(axes[0, k], recon[k], plotting.RECONSTRUCTION_FRAME, label)
     if reveal:
-      plotting.framed(axes[1, k], train[results["train_index"][i]], "grey")
+      plotting.framed(axes[1, k], train[results["train_index"][i]], plotting.REAL_FRAME)
   fig.suptitle(title, fontsize=8)
   return fig
 

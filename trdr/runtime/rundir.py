@@ -84,7 +84,7 @@ def replace_dir(staging: str, workdir: str) -> None:
 
 # Config keys that change how a run is executed but none of its results: a run is the
 # same run whatever their values (a finished one is reused, a checkpoint resumed).
-EXECUTION_KEYS = frozenset({"attack.checkpoint_every"})
+EXECUTION_KEYS = frozenset({"attack.checkpoint_every", "attack.checkpoint_minutes"})
 # Keys added to the configs after runs were made, each with the value that gives what those
 # runs computed: a saved config without the key was run with that value (the same run).
 ADDED_KEYS = {"victim.init": "default", "victim.later_init": "flax", "victim.flow_time": None,

@@ -226,9 +226,9 @@ def _row(c: ml_collections.ConfigDict, directory: str, level: float) -> dict:
 
 def figure(rows: list[dict], workdir: str, config: ml_collections.ConfigDict
            ) -> matplotlib.figure.Figure | None:
-  """Per (victim, setting) of `plan`, the first seed's row: its training images (black)
-  beside their best reconstruction (grey), best first (`plotting.best_per_train_grid`);
-  None before any row exists."""
+  """Per (victim, setting) of `plan`, the first seed's row: its training images (grey),
+  best recovered first, each beside its best reconstruction (black)
+  (`plotting.best_per_train_grid`); None before any row exists."""
   by = {_key(r): r for r in rows}
   panels, seen = [], set()
   for _, name, seed, setting in plan(config):
@@ -419,7 +419,7 @@ def markdown(rows: list[dict], config: ml_collections.ConfigDict, provenance: di
   if figure_written:
     lines += ["", "## Reconstructions", "",
               f"Per victim and setting, the first seed's {config.eval.n_show} best-recovered "
-              "training images (black), each beside its best reconstruction (grey), with its "
+              "training images (grey), each beside its best reconstruction (black), with its "
               f"SSIM (window 11): [{FIGURE}.png]({FIGURE}.png).", "",
               f"![DecoReco on each victim]({FIGURE}.png)"]
   lines += ["", "## Reading", "", reading(rows, config)]
