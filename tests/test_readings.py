@@ -218,12 +218,20 @@ def test_the_attack_under_each_reading_runs_with_the_readings_lower_level(smoke_
     assert [r["param_distance"] for r in records] == [float(h[-1]) for h in history]
     assert [r["start_param_distance"] for r in records] == [float(h[0]) for h in history]
   report = files.read_json(os.path.join(smoke_report_dir, "report.json"))
+  headline = table["headline"]["reading"]
   for name in artefacts.READING_ARTEFACTS:
     v = report["verdicts"][name]
     assert list(v["readings"]) == list(table["readings"])
-    assert v["headline_reading"] == table["headline"]["reading"]
+    assert v["headline_reading"] == headline
     for reading, row in table["readings"].items():
-      assert v["readings"][reading]["verdict"] == row["verdicts"][name]["verdict"]
+      assert v["readings"][reading]["verdict"] == row["claim_verdicts"][name]["verdict"]
+      assert v["readings"][reading]["one_hidden"] == row["verdicts"][name]["verdict"]
+    # The report's verdict is the headline reading's claim verdict; the main runs' moves to
+    # "variant", equal to the claim judged on the main runs (the table's "main" row).
+    assert v["verdict"] == table["readings"][headline]["claim_verdicts"][name]["verdict"]
+    assert v["checks"] == table["readings"][headline]["claim_verdicts"][name]["checks"]
+    assert v["registered"]["steps"] == config.paper.reading_runs.steps
+    assert v["variant"]["words"] == table["variant"]["words"]
   steps = [s["step"] for s in report["verdicts"]["fig2"]["steps"]]
   assert steps == list(artefacts.OUTER_STEPS)
 
