@@ -47,7 +47,9 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
       and membership.{png,pdf} where WORKDIR/membership holds the membership experiment.
   Returns:
     artefact -> verdict dict (Figs. 1–12, table1, membership: "not tested" with its
-    reason where the membership experiment has not run).
+    reason where the membership experiment has not run); Figs. 1, 2, 4 and Table 1 under
+    the registered reading of θ0, the main runs' verdict as their "variant"
+    (`artefacts.registered_verdicts`).
   Raises:
     FileExistsError: a run directory holds a finished run of another config.
     ValueError: WORKDIR/membership/membership.json was measured under another
@@ -90,14 +92,10 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
     readings_attack_md = f.read()
   readings_attack = files.read_json(os.path.join(paper_figures, "readings_attack.json"))
   outer = files.read_json(os.path.join(paper_figures, "outer_step.json"))
-  # Figs. 1, 2, 4 and Table 1 under each reading of θ0, and Fig. 2 under each outer step,
-  # beside each artefact's verdict (`artefacts.readings_attack`, `artefacts.fig2_steps`).
-  for name in artefacts.READING_ARTEFACTS:
-    results[name]["readings"] = {
-        reading: {"verdict": row["verdicts"][name]["verdict"],
-                  "baseline": row["verdicts"][name]["baseline"]["verdict"]}
-        for reading, row in readings_attack["readings"].items()}
-    results[name]["headline_reading"] = readings_attack["headline"]["reading"]
+  # Figs. 1, 2, 4 and Table 1: the registered (headline) reading of θ0's verdicts, the
+  # main runs' (trdr's variant) below them, each reading's beside
+  # (`artefacts.registered_verdicts`); Fig. 2 under each outer step (`artefacts.fig2_steps`).
+  results = artefacts.registered_verdicts(results, readings_attack)
   results["fig2"]["steps"] = artefacts.fig2_steps(outer)
   table1_md += "\n### Table 1 under each reading of the paper's random θ0\n\n" + readings_md
   table1_md += ("\n### Figs. 1, 2, 4 and Table 1 under each reading: the attack run under "
@@ -123,10 +121,15 @@ def verdict_lines(workdir: str, names) -> list[str]:
   """The verdicts of artefacts ``names`` from the finished runs under ``workdir`` alone
   (`evidence.collect` of what has finished: `make figN` before the other figures' runs),
   one line each with its baseline and rule; an artefact whose runs have not all finished
-  is left out. The report (`run`) pools Figs. 7 and 9 with the seeds' repeats as well."""
+  is left out. The report (`run`) pools Figs. 7 and 9 with the seeds' repeats as well, and
+  reads Figs. 1, 2, 4 and Table 1 under the registered reading of θ0: their lines here are
+  trdr's variant's, and say so."""
   found = claims.verdicts(evidence.collect(workdir, repeats=True))
+  variant = ("; this is trdr's variant (the main runs): the report's verdict is the one "
+             "under the registered reading of θ0 (`make figures`)")
   return [f"{name}: {v['verdict']}" + (f" ({v['reason']})" if "reason" in v else "")
           + f"; baseline (the start images): {v['baseline']['verdict']}; rule: {v['rule']}"
+          + (variant if name in artefacts.READING_ARTEFACTS else "")
           for name, v in found.items() if name in names]
 
 

@@ -37,8 +37,10 @@ from trdr.report.runs import (LANDSCAPE_ATTACKS, RUNS, VICTIM_NAMES, VICTIMS, fi
                               seed_workdir)
 from trdr.report.sec43_bilevel import (OUTER_STEPS, PAPER_TABLE1, PURE_FIGURES, READING_ARTEFACTS,
                                        TABLE1_COLUMNS, UNIFORM_STARTS, affine_verdicts,
-                                       chosen_lr, fig2_steps, one_hidden_verdicts, outer_step,
-                                       pure_figure, readings_attack, table1)
+                                       chosen_lr, claim_verdicts, fig2_steps,
+                                       one_hidden_verdicts, outer_step, pure_figure,
+                                       readings_attack, registered_verdicts, table1,
+                                       variant_words)
 from trdr.report.sec44_decoreco import decoreco_grid, fig6, fig7, fig9, trajectories
 from trdr.report.sec45_landscape import landscapes
 from trdr.report.verdicts import RULES
@@ -49,9 +51,10 @@ from trdr.studies import readings
 # (`trdr.report.evidence`, the tests): `trdr.report.runs` and the sec* modules define them.
 __all__ = ["ARTEFACTS", "Artefact", "LANDSCAPE_ATTACKS", "OUTER_STEPS", "PAPER_TABLE1",
            "READING_ARTEFACTS", "RULES", "RUNS", "TABLE1_COLUMNS", "TABLES", "UNIFORM_STARTS",
-           "VICTIMS", "VICTIM_NAMES", "affine_verdicts", "chosen_lr", "fig2_steps", "finished",
-           "make", "one_hidden_verdicts", "outer_step", "parameter_count", "readings_attack",
-           "run_arrays", "run_configs", "run_dir", "seed_config", "seed_workdir", "table1"]
+           "VICTIMS", "VICTIM_NAMES", "affine_verdicts", "chosen_lr", "claim_verdicts",
+           "fig2_steps", "finished", "make", "one_hidden_verdicts", "outer_step",
+           "parameter_count", "readings_attack", "registered_verdicts", "run_arrays",
+           "run_configs", "run_dir", "seed_config", "seed_workdir", "table1", "variant_words"]
 
 
 class Artefact(NamedTuple):
@@ -72,7 +75,7 @@ ARTEFACTS: dict[str, Artefact] = {
             os.path.dirname(runs["affine"]), "readings"), PAPER_TABLE1["one_hidden"],
             RULES["small_param_distance"]))),
     "outer_step": Artefact("paper_figures", ("affine",), outer_step),
-    "readings_attack": Artefact("paper_figures", ("one_hidden",), readings_attack),
+    "readings_attack": Artefact("paper_figures", ("affine", "one_hidden"), readings_attack),
     "fig5": Artefact("decoreco_figures", ("sweep", "untuned"), decoreco_grid(
         "fig5", "untuned", "Fig. 5: N(0, 1) initialisation, σ not tuned")),
     "fig6": Artefact("decoreco_figures", ("sweep", "tuned"), fig6),

@@ -32,23 +32,32 @@ def _section(title: str, v: dict, images: list[str], extra: list[str] = ()) -> l
     lines += [*extra, ""]
   lines += [f"- **Paper** ({v['source']}): {v['claim']}", f"- **Rule:** {v['rule']}",
             "- **Measured:** " + _pairs(v["measured"]), "- **Checks:** " + _pairs(v["checks"])]
+  if "registered" in v:
+    lines.append(f"- **Read under** {_registered_words(v['registered'])} (trdr's variant "
+                 f"below: {v['registered']['main_steps']}): the numbers, checks and verdict "
+                 "of this section are that reading's (seed 0 alone)")
   if "seeds" in v:
-    s = v["seeds"]
-    lines.append(f"- **Over seeds** {_fmt(s['seeds'])}: verdicts {', '.join(s['verdicts'])}; "
-                 "mean ± std: " + "; ".join(f"{k} = {_fmt(m)} ± {_fmt(s['std'][k])}"
-                                            for k, m in s["mean"].items())
-                 + "".join(f"; {k} per seed: " + " | ".join(map(_fmt, per))
-                           for k, per in s.get("lists", {}).items()))
+    lines.append(_seeds_line(v["seeds"]))
   if "baseline" in v:
     b = v["baseline"]
     lines += ["- **Baseline** (the same rule on the start images): " + _pairs(b["measured"]),
               "- **Baseline checks:** " + _pairs(b["checks"]) + f" (baseline: {b['verdict']})"]
   lines += [f"- {sentence}" for sentence in v.get("sentences", ())]
+  if "variant" in v:
+    x = v["variant"]
+    lines += [f"- **{x['words']}**, the main runs: verdict "
+              f"**{_verdict_text(x)}** (baseline: {x['baseline']['verdict']}); measured: "
+              + _pairs(x["measured"]) + "; checks: " + _pairs(x["checks"])]
+    if "seeds" in x:
+      lines.append("  " + _seeds_line(x["seeds"]))
   if "readings" in v:
-    lines.append("- **One-hidden victim under each reading of θ0** (the attack rerun under "
-                 "each; the start images' verdict in brackets; the headline reading is "
+    lines.append("- **Under each reading of θ0** (the one-hidden victim's attack rerun under "
+                 "each, the affine victim's the main runs'; the start images' verdict in "
+                 "brackets, then the one-hidden victim alone; the headline reading is "
                  f"({v['headline_reading']})): " + "; ".join(
-                     f"({r}) {x['verdict']} ({x['baseline']})" for r, x in v["readings"].items()))
+                     f"({r}) {x['verdict']} ({x['baseline']})"
+                     + (f", one-hidden alone {x['one_hidden']}" if "one_hidden" in x else "")
+                     for r, x in v["readings"].items()))
   if "steps" in v:
     lines.append("- **Affine victim under each outer step** (seed 0; the start images' verdict "
                  "in brackets): " + "; ".join(f"{x['words']}: {x['verdict']} ({x['baseline']})"
@@ -56,6 +65,75 @@ def _section(title: str, v: dict, images: list[str], extra: list[str] = ()) -> l
   reason = f" ({v['reason']})" if "reason" in v else ""
   lines += ["", f"**Verdict: {v['verdict']}**{reason}", ""]
   return lines
+
+
+def _seeds_line(s: dict) -> str:
+  return (f"- **Over seeds** {_fmt(s['seeds'])}: verdicts {', '.join(s['verdicts'])}; "
+          "mean ± std: " + "; ".join(f"{k} = {_fmt(m)} ± {_fmt(s['std'][k])}"
+                                     for k, m in s["mean"].items())
+          + "".join(f"; {k} per seed: " + " | ".join(map(_fmt, per))
+                    for k, per in s.get("lists", {}).items()))
+
+
+def _verdict_text(v: dict) -> str:
+  return v["verdict"] + (f" ({v['reason']})" if "reason" in v else "")
+
+
+def _registered_words(r: dict) -> str:
+  """The registered reading of a verdict's "registered" (`trdr.report.artefacts.
+  registered_verdicts`) in words, with its outer steps."""
+  return (f"the registered reading of the paper's random θ0, ({r['reading']}) {r['words']}"
+          + (" (chosen by default: no reading met the rule)" if r.get("default") else "")
+          + f", {r['steps']} outer steps")
+
+
+def first_table_rows(results: dict) -> list[dict]:
+  """The rows of the first table of report.md and docs/verdicts.md, one per artefact of
+  ``results``: {"artefact", "verdict" (with its reason), "baseline", "seeds" (the verdict
+  of each repeat over seeds, seed 0 first), "v" (the artefact's verdict dict)}. An
+  artefact read under the registered reading of θ0 (Figs. 1, 2, 4 and Table 1: its
+  "registered", `trdr.report.artefacts.registered_verdicts`) shows that reading's verdict,
+  whose runs are seed 0's alone, and directly below it trdr's variant's (its "variant": the
+  main runs, with their repeats)."""
+  rows = []
+  for name, v in results.items():
+    seeds = ", ".join(v["seeds"]["verdicts"]) if "seeds" in v else "—"
+    row = {"artefact": name, "verdict": _verdict_text(v), "seeds": seeds, "v": v,
+           "baseline": v["baseline"]["verdict"] if "baseline" in v else "—"}
+    if "registered" not in v:
+      rows.append(row)
+      continue
+    r, x = v["registered"], v["variant"]
+    rows += [row | {"verdict": f"{_verdict_text(v)} (registered reading ({r['reading']}), "
+                               f"{r['steps']} outer steps)",
+                    "seeds": "— (seed 0 alone: the readings' runs are not repeated)"},
+             {"artefact": f"{name}, {x['words']}", "verdict": _verdict_text(x), "v": v,
+              "baseline": x["baseline"]["verdict"] if "baseline" in x else "—",
+              "seeds": ", ".join(x["seeds"]["verdicts"]) if "seeds" in x else "—"}]
+  return rows
+
+
+def registered_note(results: dict) -> list[str]:
+  """The sentences under the first table on the artefacts read under the registered
+  reading: which reading, its outer steps beside trdr's variant's, and what the per-seed
+  column holds for each row; none where no artefact is."""
+  read = [(name, v["registered"]) for name, v in results.items() if "registered" in v]
+  if not read:
+    return []
+  r = read[0][1]
+  names = ", ".join(name for name, _ in read)
+  fewer = (f" The registered reading's attack ran {r['steps']} outer steps, trdr's variant "
+           f"{r['main_steps']}: the registered reading has not run at {r['main_steps']} "
+           "steps here, and whether the reading or the step count makes a difference "
+           "between the two rows is not measured." if r["steps"] != r["main_steps"] else "")
+  return [f"{names}: the verdict is the one under {_registered_words(r)}, picked by the rule "
+          "fixed in docs/paper.md before the verdicts (the one-hidden victim's attack under "
+          "that reading; the affine victim's E is strongly convex, so its runs are the main "
+          "runs under every reading). The row directly below each is trdr's variant: the "
+          "main runs' verdict." + fewer + " **Per seed**: the verdict of each repeat of the "
+          "runs on another data draw, victim initialisation and attack start (seed 0 "
+          "first); the registered reading's runs are seed 0's alone, so its rows have none, "
+          "and trdr's variant's rows hold the main runs' repeats.", ""]
 
 
 def _pairs(values: dict) -> str:
@@ -328,16 +406,17 @@ def report_page(results: dict, table1_md: str, measured: dict | None, variant: s
            "reason is in the rule), or its experiment has not run here (membership: "
            "`make membership`, then `make figures` again). **Per seed**: the verdict of "
            "each repeat of the runs on another data draw, victim initialisation and attack "
-           "start (seed 0 first), with the numbers' mean ± std in each section."]
+           "start (seed 0 first), with the numbers' mean ± std in each section (for the "
+           "artefacts read under the registered reading of θ0, the note below the table "
+           "says which rows have repeats)."]
   if size != "paper":
     lines.append(f"\nThese are **{size}-size** runs (smaller victims, fewer images and "
                  "iterations than the paper): the verdicts say what these runs show.")
   lines += ["", "| artefact | verdict | baseline | per seed | source |", "|---|---|---|---|---|"]
-  for name, v in results.items():
-    baseline = v["baseline"]["verdict"] if "baseline" in v else "—"
-    seeds = ", ".join(v["seeds"]["verdicts"]) if "seeds" in v else "—"
-    lines.append(f"| {name} | {v['verdict']} | {baseline} | {seeds} | {v['source']} |")
-  lines.append("")
+  for row in first_table_rows(results):
+    lines.append(f"| {row['artefact']} | {row['verdict']} | {row['baseline']} | "
+                 f"{row['seeds']} | {row['v']['source']} |")
+  lines += ["", *registered_note(results)]
   if count_rows:
     lines += ["## Counts on both scales", "", *counts_markdown(count_rows)]
   lines += premise_markdown(premises or {})
@@ -374,14 +453,15 @@ def verdicts_page(report: dict, source: str) -> str:
            "and why: [paper.md](paper.md).", "",
            "| artefact | the paper | verdict | baseline (start images) | per seed |",
            "|---|---|---|---|---|"]
-  for name in CLAIMS:
-    v = results[name]
-    verdict = v["verdict"] + (f" ({v['reason']})" if "reason" in v else "")
-    seeds = ", ".join(v["seeds"]["verdicts"]) if "seeds" in v else "—"
-    baseline = v["baseline"]["verdict"] if "baseline" in v else "—"
-    claim = v["claim"].replace("|", "\\|")
-    lines.append(f"| {name} | {claim} ({v['source']}) | **{verdict}** | {baseline} | "
-                 f"{seeds} |")
+  for row in first_table_rows({name: results[name] for name in CLAIMS}):
+    v = row["v"]
+    claim = (f"{v['claim']} ({v['source']})".replace("|", "\\|")
+             if row["artefact"] in CLAIMS else "the same claim")
+    lines.append(f"| {row['artefact']} | {claim} | **{row['verdict']}** | {row['baseline']} | "
+                 f"{row['seeds']} |")
+  note = registered_note(results)
+  if note:
+    lines += ["", *note[:-1]]
   columns = table["columns"]
   lines += ["", "## Table 1: ||θ* − θ||² after the attack", "",
             "Summed over the victim's P parameters (as the paper's table) and as the mean "

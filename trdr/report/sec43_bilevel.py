@@ -388,18 +388,23 @@ def fig2_steps(outer: dict) -> list[dict]:
 
 
 def readings_attack(runs, config) -> dict:
-  """Figs. 1, 2, 4 and Table 1 on the one-hidden victim under each reading of the paper's
-  random θ0 (`trdr.studies.readings.ATTACK_READINGS`): the bilevel attack run from the pure
-  starts under each (`readings.attack_runs`, in paper_figures/readings_attack/), each
-  artefact's rule beside the same rule on the start images, ||θ* − θ||² read as l under
+  """Figs. 1, 2, 4 and Table 1 under each reading of the paper's random θ0
+  (`trdr.studies.readings.ATTACK_READINGS`): the bilevel attack on the one-hidden victim run
+  from the pure starts under each (`readings.attack_runs`, in paper_figures/readings_attack/),
+  each artefact's rule beside the same rule on the start images, ||θ* − θ||² read as l under
   the reading itself (`readings.reading_records`), Table 1's cells beside the paper's with
   its order (random < ground truth < partition) checked after the attack, and the
-  headline reading picked by `readings.headline_reading` from Table 1's readings.
+  headline reading picked by `readings.headline_reading` from Table 1's readings. Each
+  reading's verdicts twice: the one-hidden victim alone ("verdicts") and the claim as the
+  report judges it ("claim_verdicts", `claim_verdicts`: with the affine victim of the main
+  runs, whose θ(x) is the same under every reading). The main runs' one-hidden run, read
+  the same way, is trdr's variant ("main").
 
   Returns:
-    readings_attack.json ({"readings": {reading: {"words", "verdicts": {artefact: verdict
-    with baseline}, "table1": {column: {"measured", "start", "paper"}}, "paper_order",
-    "victim_grad_norm", "lower_level", "directory"}}, "headline": `headline_reading`'s,
+    readings_attack.json ({"readings": {reading: {"words", "verdicts", "claim_verdicts":
+    {artefact: verdict with baseline}, "table1": {column: {"measured", "start", "paper"}},
+    "paper_order", "victim_grad_norm", "lower_level", "directory"}}, "main": the same for
+    trdr's variant, "variant": {"words", "steps"}, "headline": `headline_reading`'s,
     "steps", "main_steps", "max_iter", "tol"}) and readings_attack.md.
   """
   r = config.paper.reading_runs
@@ -416,30 +421,40 @@ def readings_attack(runs, config) -> dict:
   else:
     headline = {"reading": "e", "rule": readings.HEADLINE_RULE, "default": True,
                 "why": {"all": f"Table 1's readings do not measure the {activation} victim"}}
-  rows = {reading: _reading_row(directory, readings.READINGS[reading][2], paper_figures)
+  affine = (runs["affine"], sorted(config.paper.affine.eval.uniform_start_tols, reverse=True))
+  rows = {reading: _reading_row(directory, readings.READINGS[reading][2], paper_figures,
+                                affine)
           for reading, directory in dirs.items()}
   main = config.paper.one_hidden
-  start = main.attack.lower_level.start
-  warm = (" (warm start from the previous outer step, the first solve from θ*)"
-          if start == "previous" else "")
-  main_row = _reading_row(runs["one_hidden"], f"lower level '{start}'{warm}, "
-                          f"{main.attack.steps} steps", paper_figures)
-  table = {"readings": rows, "main": main_row, "headline": headline, "steps": int(r.steps),
-           "main_steps": int(config.paper.one_hidden.attack.steps), "max_iter": int(r.max_iter),
-           "tol": float(config.paper.one_hidden.attack.lower_level.tol),
-           "activation": activation, "width": int(config.paper.one_hidden.victim.width)}
+  variant = {"words": variant_words(main.attack.lower_level.start, int(main.attack.steps)),
+             "steps": int(main.attack.steps)}
+  main_row = _reading_row(runs["one_hidden"], variant["words"], paper_figures, affine)
+  table = {"readings": rows, "main": main_row, "variant": variant, "headline": headline,
+           "steps": int(r.steps), "main_steps": int(main.attack.steps),
+           "max_iter": int(r.max_iter), "tol": float(main.attack.lower_level.tol),
+           "activation": activation, "width": int(main.victim.width)}
   return {"readings_attack.json": table, "readings_attack.md": _readings_attack_markdown(table)}
 
 
-def _reading_row(directory: str, words: str, paper_figures: str) -> dict:
-  """One row of readings_attack.json: the one-hidden landscape run in ``directory``."""
+def variant_words(start: str, steps: int) -> str:
+  """trdr's variant of the bilevel attack in words: the one-hidden victim's lower-level
+  ``start`` (configs/bilevel_one_hidden.py) and the main runs' ``steps`` outer steps."""
+  how = ("warm-started from the previous outer step, the first solve from θ*"
+         if start == "previous" else f"started {start!r}")
+  return f"trdr's variant (the one-hidden victim's lower level {how}; {steps} outer steps)"
+
+
+def _reading_row(directory: str, words: str, paper_figures: str, affine: tuple) -> dict:
+  """One row of readings_attack.json: the one-hidden landscape run in ``directory``, with
+  the claims judged beside the affine run ``affine`` (directory, Table 1's tolerances)."""
   records = readings.reading_records(directory)
   summary = files.read_json(os.path.join(directory, experiment.SUMMARY_FILE))
   cells = {col: {"measured": verdicts.pure_record(records, init)["param_distance"],
                  "start": verdicts.pure_record(records, init)[START + "param_distance"],
                  "paper": PAPER_TABLE1["one_hidden"][col]}
            for col, init in TABLE1_COLUMNS.items()}
-  return {"words": words, "verdicts": one_hidden_verdicts(directory), "table1": cells,
+  return {"words": words, "verdicts": one_hidden_verdicts(directory),
+          "claim_verdicts": claim_verdicts(*affine, directory), "table1": cells,
           "paper_order": bool(cells["random"]["measured"] < cells["ground truth"]["measured"]
                               < cells["partition"]["measured"]),
           "victim_grad_norm": summary["victim"]["grad_norm"],
@@ -467,38 +482,124 @@ def one_hidden_verdicts(directory: str) -> dict:
           for k, v in of(records, images).items()}
 
 
+def claim_verdicts(affine_dir: str, affine_tols, one_hidden_dir: str) -> dict:
+  """The claims of Figs. 1, 2, 4 and Table 1 judged as the report judges them
+  (`claims.verdicts`, both victims where the claim names both), the affine victim from its
+  main run ``affine_dir`` (its E is strongly convex: θ(x) is the same from any θ0, so it
+  is the same under every reading; Table 1's row as `table1` reads it, ``affine_tols``
+  loosest first) and the one-hidden victim from the landscape run ``one_hidden_dir``, its
+  ||θ* − θ||² the l of the run's own lower level (`readings.reading_records`).
+
+  Returns:
+    {artefact of `READING_ARTEFACTS`: verdict with baseline and texts}.
+  """
+  affine = files.read_json(os.path.join(affine_dir, experiment.LANDSCAPE_FILE))
+  records = readings.reading_records(one_hidden_dir)
+  per_image = ("train_ssim", "partition_ssim", "partition_index")
+  at = lambda col: verdicts.pure_record(records, TABLE1_COLUMNS[col])
+  evidence = {
+      "pure": {"affine": affine, "one_hidden": records},
+      "partition_images": {
+          "affine": run_arrays(affine_dir, per_image, inits.pure_index(affine, "partition")),
+          "one_hidden": run_arrays(one_hidden_dir, per_image,
+                                   inits.pure_index(records, "partition"))},
+      "table1": {"rows": {
+          "affine": _table1_row(affine, files.read_json(os.path.join(
+              affine_dir, experiment.SUMMARY_FILE)), list(affine_tols)),
+          "one_hidden": {"measured": {c: at(c)["param_distance"] for c in TABLE1_COLUMNS},
+                         START + "measured": {c: at(c)[START + "param_distance"]
+                                              for c in TABLE1_COLUMNS}}}}}
+  return {k: v for k, v in claims.verdicts(evidence).items() if k in READING_ARTEFACTS}
+
+
+def registered_verdicts(results: dict, table: dict) -> dict:
+  """The report's verdicts with Figs. 1, 2, 4 and Table 1 read under the registered
+  (headline) reading of the paper's random θ0: each of those artefacts' verdict, baseline,
+  numbers and checks become the headline reading's claim verdict (readings_attack.json's
+  "claim_verdicts"), and the main runs' own verdict (with its repeats over seeds) moves to
+  "variant", named as trdr's variant. Beside them: "registered" {"reading", "words",
+  "default", "steps" (its outer steps), "main_steps" (trdr's variant's)} and "readings"
+  {reading: {"verdict", "baseline", "one_hidden" (the one-hidden victim alone)}}.
+
+  Args:
+    results: artefact -> verdict dict (`claims.verdicts` of the main runs, with "seeds").
+    table: readings_attack.json (`readings_attack`).
+  Returns:
+    A copy of ``results``; artefacts not in ``results`` stay absent.
+  Raises:
+    KeyError: a readings_attack.json written before "claim_verdicts" (rerun `make figures`:
+      finished runs are reused).
+  """
+  headline = table["headline"]["reading"]
+  chosen = table["readings"][headline]
+  out = dict(results)
+  for name in READING_ARTEFACTS:
+    if name not in results:
+      continue
+    main = results[name]
+    out[name] = {
+        **chosen["claim_verdicts"][name],
+        "registered": {"reading": headline, "words": chosen["words"],
+                       "default": bool(table["headline"].get("default", False)),
+                       "steps": table["steps"], "main_steps": table["main_steps"]},
+        "variant": {"words": table["variant"]["words"],
+                    **{k: v for k, v in main.items()
+                       if k not in ("artefact", "claim", "source", "rule")}},
+        "readings": {r: {"verdict": row["claim_verdicts"][name]["verdict"],
+                         "baseline": row["claim_verdicts"][name]["baseline"]["verdict"],
+                         "one_hidden": row["verdicts"][name]["verdict"]}
+                     for r, row in table["readings"].items()},
+        "headline_reading": headline}
+  return out
+
+
 READING_ARTEFACTS = ("fig1", "fig2", "fig4", "table1")
 
 
 def _readings_attack_markdown(table: dict) -> str:
   rows, headline = table["readings"], table["headline"]
+  steps, main_steps = table["steps"], table["main_steps"]
+  fewer = (f" The readings' runs took {steps} outer steps and trdr's variant {main_steps}: "
+           f"no reading ran at {main_steps} steps here, so a difference between a reading's "
+           "row and trdr's variant's mixes the reading with the step count, and which of "
+           "the two changes a verdict is not measured." if steps != main_steps else "")
   lines = [f"The bilevel attack on the one-hidden victim (width {table['width']}, "
            f"{table['activation']}) from the pure starts under each reading of the paper's "
-           f"random θ0, {table['steps']} outer steps (the main runs: {table['main_steps']}; "
-           "fewer here because a solve from a U(0, 1) draw takes hundreds of L-BFGS "
-           f"iterations), each solve L-BFGS to ||∇θE|| < {table['tol']:g} or "
-           f"{table['max_iter']} iterations. ||θ* − θ||² is l under the reading itself (the "
-           "last step's, θ(x) solved as the reading says; the start images': the first "
-           "step's). The affine victim's E is strongly convex, so θ(x) is the same from any "
-           "θ0 and its verdicts are the main runs' under every reading. Each verdict with "
-           "the start images' in brackets; the last row, the main runs' one-hidden run read "
-           "the same way, shows what the fewer steps change (Figs. 1 and 4 and Table 1 check "
-           "a distance that falls with the steps).", "",
+           f"random θ0, {steps} outer steps (trdr's variant, the main runs: {main_steps}), "
+           f"each solve L-BFGS to ||∇θE|| < {table['tol']:g} or {table['max_iter']} "
+           "iterations. ||θ* − θ||² is l under the reading itself (the last step's, θ(x) "
+           "solved as the reading says; the start images': the first step's). The affine "
+           "victim's E is strongly convex, so θ(x) is the same from any θ0: each claim is "
+           "judged as the report judges it, with the affine victim of the main runs under "
+           "every reading. Each verdict with the start images' in brackets. The headline "
+           "reading's verdicts are the report's first table's; the last row is trdr's "
+           "variant (the main runs' one-hidden run read the same way), whose own verdicts "
+           "the first table shows below them." + fewer, "",
            "| reading | victim's ‖∇θE(θ*)‖ | solves at tolerance | max ‖∇θE‖ | "
            + " | ".join(READING_ARTEFACTS) + " |",
            "|---|---:|---:|---:|" + "---|" * len(READING_ARTEFACTS)]
-  named = {f"({reading})": row for reading, row in rows.items()}
-  if "main" in table:   # readings_attack.json written before the main runs' row: none
-    named["main runs"] = table["main"]
+  named = {f"({reading}) {row['words']}": row for reading, row in rows.items()}
+  named[table["variant"]["words"]] = table["main"]
+  marked = lambda label: label + (" **(headline)**" if label.startswith(
+      f"({headline['reading']}) ") else "")
   for label, row in named.items():
     ll = row["lower_level"]
-    mark = " **(headline)**" if label == f"({headline['reading']})" else ""
-    lines.append(f"| {label} {row['words']}{mark} | {row['victim_grad_norm']:.1e} | "
+    lines.append(f"| {marked(label)} | {row['victim_grad_norm']:.1e} | "
                  f"{ll.get('fraction_converged', float('nan')):.0%} | "
                  f"{ll.get('grad_norm_max', float('nan')):.1e} | " + " | ".join(
-                     f"{row['verdicts'][a]['verdict']} "
-                     f"({row['verdicts'][a]['baseline']['verdict']})"
+                     f"{row['claim_verdicts'][a]['verdict']} "
+                     f"({row['claim_verdicts'][a]['baseline']['verdict']})"
                      for a in READING_ARTEFACTS) + " |")
+  lines += ["", "The one-hidden victim alone (the rules of Figs. 1, 2 and Table 1 on its "
+            "run only; Fig. 4 is the one-hidden victim's):", "",
+            "| reading | " + " | ".join(READING_ARTEFACTS) + " |",
+            "|---|" + "---|" * len(READING_ARTEFACTS)]
+  for label, row in named.items():
+    lines.append(f"| {marked(label)} | " + " | ".join(
+        f"{row['verdicts'][a]['verdict']} ({row['verdicts'][a]['baseline']['verdict']})"
+        for a in READING_ARTEFACTS) + " |")
+  named = {label.split(" ")[0] if label.startswith("(") else "trdr's variant": row
+           for label, row in named.items()}
   cols = list(TABLE1_COLUMNS)
   lines += ["", "Table 1's one-hidden row under each reading: ||θ* − θ||² after the attack / "
             "the paper's (the start images' in brackets), and whether the paper's order "

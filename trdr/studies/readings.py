@@ -25,6 +25,7 @@ minimises, and what the attack returns says nothing about privacy.
 """
 
 import dataclasses
+import functools
 import os
 
 import jax
@@ -63,15 +64,25 @@ def _victim(config: ml_collections.ConfigDict, task, init: str, directory: str):
   return victim.load_or_train(c, task, os.path.join(directory, f"victim_{init}"))
 
 
-def _resolver(target, ll):
-  """jit(x, labels, θ0, θ* -> (l, ||∇θE||, iterations)): θ(x) re-solved by L-BFGS from θ0,
-  for any victim with ``target``'s network and weight decay (θ* an argument, so the two
-  victims of `solves` share one program)."""
+def resolver(target, ll: ml_collections.ConfigDict):
+  """jit(x, labels, θ0, θ* -> (l, ||∇θE||, iterations)): θ(x) re-solved from θ0 by the
+  bilevel attack's own lower-level solve (`bilevel.make_lower_level`) under the lower-level
+  config ``ll`` (method, max_iter, tol, memory_size, cg_iters: an attack config's
+  ``attack.lower_level``), for any victim with ``target``'s network and weight decay (θ* an
+  argument, so the two victims of `solves` share one program).
+
+  Raises:
+    ValueError: an unknown ``ll.method``.
+  """
+  energy_fn = functools.partial(victim.energy, apply_fn=target.apply,
+                                weight_decay=target.config.weight_decay)
+  # No derivative is taken: the hypergradient's linear solve is never called.
+  lower_level = bilevel.make_lower_level(energy_fn, max_iter=ll.max_iter, tol=ll.tol,
+                                         memory_size=ll.memory_size, solve="cg",
+                                         method=ll.method, cg_iters=ll.cg_iters)
+
   def resolve(x, labels, theta0, theta_star):
-    energy = lambda p: victim.energy(p, x, labels, apply_fn=target.apply,
-                                     weight_decay=target.config.weight_decay)
-    theta, info = victim.minimize_energy(energy, theta0, max_iter=ll.max_iter, tol=ll.tol,
-                                         memory_size=ll.memory_size)
+    theta, info = lower_level(theta0, x, labels)
     return bilevel.param_distance(theta_star, theta), info.grad_norm, info.num_iter
   return jax.jit(resolve)
 
@@ -90,8 +101,9 @@ def solves(config: ml_collections.ConfigDict, directory: str,
 
   Args:
     config: a bilevel experiment config (configs/bilevel_one_hidden.py): its victim, data,
-      seed (the U(0, 1) draws of θ0 and of the noise images) and lower level (max_iter,
-      tol, memory_size; the L-BFGS solver).
+      seed (the U(0, 1) draws of θ0 and of the noise images) and lower level (method,
+      max_iter, tol, memory_size: every re-solve is the attack's own lower-level solve,
+      `resolver`).
     directory: where the two victims (default and U(0, 1) θ0) are cached.
     order: the readings (keys of `READINGS`), solved in this order (a run stopped early,
       e.g. `experiments/gpu_check.py` at its time limit, holds the first ones).
@@ -124,7 +136,7 @@ def solves(config: ml_collections.ConfigDict, directory: str,
     on_solve(out)
   # Every re-solve is dispatched at once, in turn over `_devices` (JAX runs them
   # asynchronously, each device's in order), and read back in ``order``.
-  resolve, devices, pending = _resolver(victims["default"], ll), _devices(), []
+  resolve, devices, pending = resolver(victims["default"], ll), _devices(), []
   for reading in order:
     start, init, _ = READINGS[reading]
     target = victims[init]
@@ -214,8 +226,10 @@ def _readings_markdown(table: dict, r) -> str:
            "standard Uniform distribution\" (`trdr/studies/readings.py`), on the "
            f"one-hidden victim (width {r.victim.victim.width}, n = "
            f"{2 * r.victim.data.n_per_class}), mean ± std over seeds {list(r.seeds)}; "
-           f"L-BFGS to ||∇θE|| < {r.victim.attack.lower_level.tol:g} or "
-           f"{r.victim.attack.lower_level.max_iter} iterations. \"x_GT minimises\": "
+           "each re-solve the attack's own lower-level solve with its budget ("
+           f"{r.victim.attack.lower_level.method} to ||∇θE|| < "
+           f"{r.victim.attack.lower_level.tol:g} or {r.victim.attack.lower_level.max_iter} "
+           "iterations), the victims trained as the attack's. \"x_GT minimises\": "
            f"l(x_GT) ≤ {table['minimiser_tolerance']:g} and below l at both other starts, "
            "in how many seeds. Reading (d) (warm start, the first solve from U(0, 1)) "
            "equals (c) at fixed images.", "",
