@@ -409,7 +409,7 @@ PAPER_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
                          "shared", "paper")
 
 
-def _verdict(name, verdict, baseline="partly", seeds=None):
+def _claim_verdict(name, verdict, baseline="partly", seeds=None):
   """A claim's verdict as `claims.verdicts` writes it: ``verdict`` beside a baseline whose
   verdict is ``baseline``, with repeats over ``seeds`` {seed: verdict} where given."""
   out = claims.with_texts(name, {"measured": {"x": 1.0}, "checks": {"x < 2": True},
@@ -434,15 +434,16 @@ def test_the_first_table_shows_the_registered_reading_with_trdrs_variant_below()
   from trdr.report import artefacts
 
   repeats = {"0": "reproduced", "1": "reproduced", "2": "partly"}
-  main = {name: _verdict(name, "reproduced", seeds=repeats if name.startswith("fig") and int(
-      name[3:]) < 5 or name == "table1" else None) for name in claims.CLAIMS}
+  repeated = lambda name: name == "table1" or name.startswith("fig") and int(name[3:]) < 5
+  main = {name: _claim_verdict(name, "reproduced", seeds=repeats if repeated(name) else None)
+          for name in claims.CLAIMS}
   table = {"headline": {"reading": "e", "default": False, "rule": "…", "why": {}},
            "steps": 40, "main_steps": 200,
            "variant": {"words": artefacts.variant_words("previous", 200), "steps": 200},
            "readings": {r: {"words": words,
-                            "claim_verdicts": {n: _verdict(n, verdict)
+                            "claim_verdicts": {n: _claim_verdict(n, verdict)
                                                for n in artefacts.READING_ARTEFACTS},
-                            "verdicts": {n: _verdict(n, "uninformative")
+                            "verdicts": {n: _claim_verdict(n, "uninformative")
                                          for n in artefacts.READING_ARTEFACTS}}
                         for r, words, verdict in (("a", "a fresh θ0", "partly"),
                                                   ("e", "every solve from θ*",
