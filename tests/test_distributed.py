@@ -99,7 +99,7 @@ def two_process_checkpoints(tmp_path, monkeypatch):
   for step in (2, 4):
     loop._save(str(tmp_path), {"state": {"x": np.full((3, 2), float(step))},
                                "history": {"loss": np.zeros((5, step))},
-                               "metrics": files.dumps_json([])}, [{"step": step}])
+                               "metrics": files.dumps_json([])}, [{"step": step}], step)
   return tmp_path, monkeypatch
 
 
