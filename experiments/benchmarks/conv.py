@@ -96,10 +96,12 @@ def _decoreco_calls(net: nn.Module, params, config: ml_collections.ConfigDict, i
       a.init_scale, a.lr, a.lambda_min, a.alpha)))
   state = decoreco.init_state(images, lambdas)
   settings = dict(loss_and_grad=loss_and_grad, lambda_lr=a.lambda_lr, momentum=a.momentum)
-  top_step = jax.jit(lambda s: decoreco.attack_step(s, hparams, **settings))
-  scan_step = jax.jit(lambda s: decoreco.run_steps(s, hparams, steps, **settings))
+  # The settings are arguments, as the attack's runner passes them (a state's part), not
+  # constants of the program.
+  top_step = jax.jit(lambda s, h: decoreco.attack_step(s, h, **settings))
+  scan_step = jax.jit(lambda s, h: decoreco.run_steps(s, h, steps, **settings))
   loss, (dx, dl) = jax.jit(loss_and_grad)(images, lambdas, hparams.alpha, hparams.lambda_min)
-  return ({"top": lambda: top_step(state), "scan": lambda: scan_step(state)},
+  return ({"top": lambda: top_step(state, hparams), "scan": lambda: scan_step(state, hparams)},
           {"DecoReco loss": loss, "DecoReco ∇x": dx, "DecoReco ∇λ": dl})
 
 
