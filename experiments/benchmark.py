@@ -133,6 +133,10 @@ _CONV_STEPS = flags.DEFINE_integer("conv_steps", 10,
 _CONV_CANDIDATES = flags.DEFINE_integer(
     "conv_candidates", 0, "Candidates m of the conv section (0: --conv_config's, "
     "candidates_per_image · 2 · n_per_class: 200 at :cpu).")
+_CONV_MLP_CONFIG = config_flags.DEFINE_config_file(
+    "conv_mlp_config", "configs/decoreco_cifar.py:cpu",
+    "DecoReco config with a Haim MLP victim at --conv_config's n, timed beside the CNN in "
+    "the conv section.", lock_config=True)
 _CONV_DTYPE = flags.DEFINE_enum("conv_dtype", "float32", ["float32", "float64"],
                                 "Precision of the conv section (float32: configs/cnn.py's "
                                 "CNN runs).")
@@ -185,7 +189,8 @@ def main(argv):
       "sweep": lambda: sweep.run(_SWEEP_CONFIG.value, _SWEEP_SETTINGS.value,
                                  _SWEEP_STEPS.value, _REPEATS.value),
       "conv": lambda: conv.run(_CONV_CONFIG.value, _CONV_STEPS.value, _REPEATS.value,
-                               _CONV_CANDIDATES.value, _CONV_DTYPE.value),
+                               _CONV_CANDIDATES.value, _CONV_DTYPE.value,
+                               mlp_config=_CONV_MLP_CONFIG.value),
   }
   sections = [record.captured(name, title, runs[name]) for name, title in SECTIONS.items()
               if name in _SECTIONS.value]
