@@ -30,8 +30,8 @@ training images per seed (the seed draws the data, θ0 and the attack's starts):
 Every victim: a bias in the first layer only, the first layer N(0, 1e-8) and the later
 ones at PyTorch's default, trained by full-batch gradient descent on BCE to train loss
 1e-4; DecoReco with m = 2n candidates, float32 (as the report's DecoReco runs), the fused
-kkt_mlp / kkt_cnn steps (the CNN's autodiff order set for attack.fused False); the in-run score's k at
-most n (eval.score_k).
+kkt_mlp / kkt_cnn steps (the CNN's autodiff order set for attack.fused False); the in-run
+score's k at most n (eval.score_k).
 
 Variants: "cpu" as above; "smoke" (n = 10 for the control pair with CNN channels (4, 8),
 MLP widths (32, 32); n = 2 for the wide pair with CNN channels (16, 32), p = 7,104 > d·n
