@@ -41,10 +41,13 @@ and one hand-written reverse pass of F (U_k = diag(a) P_k = ∂F/∂Δ_k, Q̄_{L
 
 Work, in units of one layer's C_k K_k: every layer the forward Z_k, G_k, P_k and the
 two-block product for Q̄_{k−1} (5 units), and for k ≥ 1 the backprop B_{k−1} and Ū_k
-(7 units); each layer's patches C_k are formed once and serve Z_k, G_k and P_k. Autodiff
-(forward over reverse, the CNN config's order) forms G by a VJP in θ, then differentiates
-a JVP in θ in x: the patches of every map and their adjoints several times over, the
-tangents' own convolutions, and per-layer kernel gradients it never uses.
+(7 units). The first layer (the images' 3 channels: `PATCH_COLUMNS`) forms its narrow
+patch matrix C_0 once and multiplies it for Z_0, G_0 and P_0; every wider layer runs its
+products with Q_{k−1} and their adjoints as XLA convolutions, and G_k as nine products
+of the shifted maps, never forming C_k. Autodiff (forward over reverse, the CNN config's
+order) forms G by a VJP in θ, then differentiates a JVP in θ in x: the patches of every
+map and their adjoints several times over, the tangents' own convolutions, and per-layer
+kernel gradients it never uses.
 
 All functions are pure; `value_and_grad` is jittable with its keywords bound through
 `functools.partial`. `supports` tells a caller whether to fall back to autodiff.
@@ -59,6 +62,10 @@ Params = Mapping[str, Any]
 
 # `value_and_grad`'s ``pool`` values, as `trdr.models.ConvNet.pool` takes them.
 POOLS = (False, True, "average", "max")
+
+# The widest patch matrix (columns 9 × input channels) a layer keeps and multiplies; wider
+# ones (every layer after the images') go through XLA's convolution (`value_and_grad`).
+PATCH_COLUMNS = 32
 
 
 def _layer_names(params: Params) -> list[str]:
@@ -124,17 +131,42 @@ def _patches(q: jax.Array) -> jax.Array:
                           for i in range(3) for j in range(3)], axis=-1)
 
 
-def _col2im(p: jax.Array) -> jax.Array:
-  """The adjoint of `_patches`: float[m, H, W, 9c] -> float[m, H, W, c], each window
-  column added back where `_patches` read it."""
-  m, height, width, nine_c = p.shape
-  c = nine_c // 9
-  out = jnp.zeros((m, height + 2, width + 2, c), p.dtype)
-  for i in range(3):
-    for j in range(3):
-      k = 3 * i + j
-      out = out.at[:, i:i + height, j:j + width, :].add(p[..., k * c:(k + 1) * c])
-  return out[:, 1:height + 1, 1:width + 1, :]
+_NHWC = ("NHWC", "HWIO", "NHWC")
+
+
+def _conv(q: jax.Array, kernel: jax.Array) -> jax.Array:
+  """patches(q) kernel as XLA's convolution: q float[m, H, W, c], kernel float[3, 3, c, c']
+  -> float[m, H, W, c']."""
+  return jax.lax.conv_general_dilated(q, kernel, (1, 1), ((1, 1), (1, 1)),
+                                      dimension_numbers=_NHWC)
+
+
+def _conv_adjoint(d: jax.Array, kernel: jax.Array) -> jax.Array:
+  """col2im(d kernelᵀ), the adjoint of `_conv` in q: d float[m, H, W, c'] -> float[m, H, W,
+  c], a convolution with the kernel flipped and its in and out channels swapped."""
+  return _conv(d, jnp.flip(kernel, (0, 1)).transpose(0, 1, 3, 2))
+
+
+def _kernel_adjoint(patches: jax.Array, d: jax.Array) -> jax.Array:
+  """patches(q)ᵀ d summed over samples and positions, the adjoint of `_conv` in the kernel,
+  from the patches float[m, H, W, 9c] and d float[m, H, W, c'] -> float[9c, c']. Computed
+  as (dᵀ patches)ᵀ: the product over the long axis with the narrow d first, and no XLA
+  kernel-gradient convolution, which XLA:CPU runs far slower inside a loop."""
+  flat = d.reshape(-1, d.shape[-1])
+  return (flat.T @ patches.reshape(flat.shape[0], -1)).T
+
+
+
+def _shifted_kernel_adjoint(q: jax.Array, d: jax.Array) -> jax.Array:
+  """`_kernel_adjoint` without the patch matrix: for each of the 3 × 3 window offsets, the
+  shifted map of q float[m, H, W, c] against d float[m, H, W, c'], stacked to float[9c, c']
+  (rows (i, j, channel), as `_patches`' columns). Nine narrow products instead of forming
+  a wide patch matrix."""
+  _, height, width, c = q.shape
+  padded = jnp.pad(q, ((0, 0), (1, 1), (1, 1), (0, 0)))
+  flat = d.reshape(-1, d.shape[-1])
+  return jnp.concatenate([(flat.T @ padded[:, i:i + height, j:j + width, :].reshape(-1, c)).T
+                          for i in range(3) for j in range(3)], axis=0)
 
 
 def _windows(h: jax.Array) -> jax.Array:
@@ -223,7 +255,6 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
                      f"{len(convs)} times by 2")
   dtype = images.dtype
   kernels = [params[n]["kernel"].astype(dtype) for n in convs]
-  flat_kernels = [k.reshape(-1, k.shape[-1]) for k in kernels]                  # [9c, c']
   biases = [_bias(params[n], dtype) for n in convs]
   k_out = params["output"]["kernel"][:, 0].astype(dtype)
   b_out = _bias(params["output"], dtype)
@@ -234,11 +265,17 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
   pooled = (lambda h, w: _pool(h, w)) if pool else (lambda h, w: h)
   pooled_adjoint = (lambda q, w: _pool_adjoint(q, w)) if pool else (lambda q, w: q)
 
-  # Forward: C_k (patches of Q_{k−1}), Z_k, S_k, the pooling weights ω_k, Q_k.
-  q, cs, zs, ss, ws = images, [], [], [], []
-  for kernel, bias in zip(flat_kernels, biases):
-    cs.append(_patches(q))
-    z = cs[-1] @ kernel
+  # Forward: Q_{k−1}, Z_k, S_k, the pooling weights ω_k, Q_k. A layer whose input has few
+  # channels (the images': 9c ≤ `PATCH_COLUMNS`) keeps its patches C_k for Z_k, G_k and
+  # P_k, three matrix products with them; the others run Z_k, P_k and every adjoint in
+  # patches' space as XLA convolutions, which XLA:CPU runs faster than the product with a
+  # wide patch matrix (`make benchmark-conv` times both paths' steps).
+  q, qs, cs, zs, ss, ws = images, [], [], [], [], []
+  for kernel, bias in zip(kernels, biases):
+    qs.append(q)
+    narrow = 9 * q.shape[-1] <= PATCH_COLUMNS
+    cs.append(_patches(q) if narrow else None)
+    z = cs[-1] @ kernel.reshape(-1, kernel.shape[-1]) if narrow else _conv(q, kernel)
     zs.append(z if bias is None else z + bias)
     h = jax.nn.relu(zs[-1])
     ws.append(_pool_weights(h, pool) if pool else None)
@@ -256,19 +293,20 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
   bs[-1] = pooled_adjoint(jnp.broadcast_to(k_map, features.shape), ws[-1])
   deltas[-1] = ss[-1] * bs[-1]
   for k in range(depth - 2, -1, -1):
-    bs[k] = pooled_adjoint(_col2im(jax.lax.dot_general(
-        deltas[k + 1], flat_kernels[k + 1], (((3,), (1,)), ((), ())))), ws[k])
+    bs[k] = pooled_adjoint(_conv_adjoint(deltas[k + 1], kernels[k + 1]), ws[k])
     deltas[k] = ss[k] * bs[k]
   ys = [ac * d for d in deltas]
 
   # Residuals R = c θ − G, their squared norms, P_k and f_i.
   loss = jnp.zeros((), dtype)
   rs, ps = [], []
-  for kernel, bias, patches, y in zip(flat_kernels, biases, cs, ys):
-    g = jax.lax.dot_general(patches, y, (((0, 1, 2), (0, 1, 2)), ((), ())))  # C_kᵀ Y_k
-    rs.append(c * kernel - g)
+  for kernel, bias, q, patches, y in zip(kernels, biases, qs, cs, ys):
+    g = (_shifted_kernel_adjoint(q, y) if patches is None        # G_k = C_kᵀ Y_k
+         else _kernel_adjoint(patches, y))
+    rs.append(c * kernel - g.reshape(kernel.shape))
     loss += jnp.sum(rs[-1] * rs[-1])
-    p = patches @ rs[-1]
+    p = (_conv(q, rs[-1]) if patches is None
+         else patches @ rs[-1].reshape(-1, kernel.shape[-1]))
     if bias is not None:
       rb = c * bias - jnp.sum(y, axis=(0, 1, 2))
       loss += jnp.sum(rb * rb)
@@ -288,15 +326,13 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
   u_bar = [None] * depth
   u_bar[0] = ac * ps[0]
   for k in range(1, depth):
-    u_bar[k] = ac * ps[k] + _patches(pooled(u_bar[k - 1] * ss[k - 1], ws[k - 1])
-                                     ) @ flat_kernels[k]
+    u_bar[k] = ac * ps[k] + _conv(pooled(u_bar[k - 1] * ss[k - 1], ws[k - 1]), kernels[k])
   q_bar = ac * r_out.reshape(features.shape[1:])
   for k in range(depth - 1, -1, -1):
     s = ss[k]
     z_bar = (pooled_adjoint(q_bar, ws[k]) * s + u_bar[k] * bs[k] * (alpha * s * (1 - s)))
-    q_bar = _col2im(jax.lax.dot_general(
-        jnp.concatenate([z_bar, ys[k]], axis=-1),
-        jnp.concatenate([flat_kernels[k], rs[k]], axis=-1), (((3,), (1,)), ((), ()))))
+    q_bar = _conv_adjoint(jnp.concatenate([z_bar, ys[k]], axis=-1),
+                          jnp.concatenate([kernels[k], rs[k]], axis=-1))
   x_bar = q_bar
 
   # Priors, as kkt_mlp's.
