@@ -48,10 +48,12 @@ in experiments/benchmarks/):
             over the tolerances vs one re-solve read at each (`table1`).
   sweep     the DecoReco sweep, S settings (--sweep_settings) of --sweep_config vmapped as
             one computation vs a loop over them (minutes; `sweep`).
-  conv      why `trdr.models.Conv3x3` exists: the CNN victim of --conv_config with Conv3x3
-            and with flax's nn.Conv on the same θ (checked to agree to rounding), ∇x of a
-            loss and a DecoReco iteration once at the top level and --conv_steps times in
-            `lax.scan`: ms / step of each and the ratio nn.Conv / Conv3x3 (minutes; `conv`).
+  conv      the CNN's DecoReco step (`kkt_cnn`, and by autodiff) beside the MLP's of
+            --conv_mlp_config at the same n, m and dtype, with the ratio and a profile of
+            the CNN step's parts; then why `trdr.models.Conv3x3` exists: the CNN victim
+            of --conv_config with Conv3x3 and with flax's nn.Conv on the same θ (checked
+            to agree to rounding), ∇x of a loss and a DecoReco iteration once at the top
+            level and --conv_steps times in `lax.scan`: ms / step of each and the ratio nn.Conv / Conv3x3 (minutes; `conv`).
 
   python experiments/benchmark.py --sections=lower_level
   python experiments/benchmark.py --sections=solvers --output=runs/benchmarks/solvers.md
@@ -87,7 +89,7 @@ SECTIONS = {  # name -> the title of its part of --output, in the order they run
     "cold_path": "the main job with an empty compilation cache and warm, against a baseline",
     "table1": "Table 1's tolerance sweep",
     "sweep": "the DecoReco sweep, vmapped and looped",
-    "conv": "3 × 3 convolutions in a loop, Conv3x3 and nn.Conv",
+    "conv": "the CNN's DecoReco step beside the MLP's; 3 × 3 convolutions in a loop",
 }
 
 _CONFIG = config_flags.DEFINE_config_file(
