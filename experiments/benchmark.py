@@ -53,7 +53,8 @@ in experiments/benchmarks/):
             the CNN step's parts; then why `trdr.models.Conv3x3` exists: the CNN victim
             of --conv_config with Conv3x3 and with flax's nn.Conv on the same θ (checked
             to agree to rounding), ∇x of a loss and a DecoReco iteration once at the top
-            level and --conv_steps times in `lax.scan`: ms / step of each and the ratio nn.Conv / Conv3x3 (minutes; `conv`).
+            level and --conv_steps times in `lax.scan`: ms / step of each and the ratio
+            nn.Conv / Conv3x3 (minutes; `conv`).
 
   python experiments/benchmark.py --sections=lower_level
   python experiments/benchmark.py --sections=solvers --output=runs/benchmarks/solvers.md
