@@ -282,12 +282,13 @@ def run(config: ml_collections.ConfigDict, steps: int, repeats: int, candidates:
   for part, text in PROFILE.items():
     print(f"| {text} | {ms[('profile', part)]:.4g} | {ms[('profile', part)] / before:.2f} |")
   gradient = before - ms[("profile", "residual")]
+  share = lambda part: ms[("profile", part)] / before
   print(f"\nOf the autodiff step, the residual's value (forward and VJP in θ) is "
-        f"{ms[('profile', 'residual')] / before:.0%} and ∇x of it the other "
-        f"{gradient / before:.0%}; the two im2col copies of a forward pass alone are "
-        f"{(ms[('profile', 'patches_0')] + ms[('profile', 'patches_1')]) / before:.0%}, "
-        f"and autodiff forms them and their adjoints several times a step. `kkt_cnn` forms "
-        f"each layer's patches once for Z, G and P and needs no tangent convolutions.")
+        f"{share('residual'):.0%} and ∇x of it the other {gradient / before:.0%}; the forward "
+        f"pass alone {share('forward'):.0%} (the MLP's whole step is {mlp_ms / before:.0%}), "
+        f"the two im2col copies of a forward pass {share('patches_0') + share('patches_1'):.0%}"
+        f". `kkt_cnn` computes no tangent convolutions and no kernel gradients it does not "
+        f"use: {share('fused'):.0%} of the autodiff step.")
   print(f"\n## 3 × 3 convolutions at the top level and in a loop: `Conv3x3` (one matrix "
         f"product) vs flax `nn.Conv`, the same θ; ConvNet channels "
         f"{tuple(config.victim.channels)}, m = {m} candidates {'×'.join(map(str, SHAPE))}, "
