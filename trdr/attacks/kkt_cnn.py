@@ -268,8 +268,9 @@ def value_and_grad(params: Params, images: jax.Array, lambdas: jax.Array, labels
   # Forward: Q_{k−1}, Z_k, S_k, the pooling weights ω_k, Q_k. A layer whose input has few
   # channels (the images': 9c ≤ `PATCH_COLUMNS`) keeps its patches C_k for Z_k, G_k and
   # P_k, three matrix products with them; the others run Z_k, P_k and every adjoint in
-  # patches' space as XLA convolutions, which XLA:CPU runs faster than the product with a
-  # wide patch matrix (`make benchmark-conv` times both paths' steps).
+  # patches' space as XLA convolutions, the faster of the two on XLA:CPU inside a loop at
+  # the :cpu CNN's sizes when this was written (`make benchmark-conv` times the resulting
+  # step against autodiff and the MLP's, not the alternatives).
   q, qs, cs, zs, ss, ws = images, [], [], [], [], []
   for kernel, bias in zip(kernels, biases):
     qs.append(q)
