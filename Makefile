@@ -56,7 +56,7 @@ benchmark-step:  ## Where one outer step of the bilevel attack spends its time: 
 benchmark-cold-path:  ## The main job with an empty compilation cache and warm, this tree vs BASELINE (default HEAD~1), phase by phase -> docs/cold_path.md.
 	$(PYTHON) experiments/benchmark.py --sections=cold_path --cold_path_baseline=$(or $(BASELINE),HEAD~1) --output=docs/cold_path.md
 
-benchmark-conv:  ## The CNN victim's 3x3 convs, Conv3x3 (one matmul) vs nn.Conv, top level and in lax.scan (:cpu size).
+benchmark-conv:  ## The CNN's DecoReco step beside the MLP's (ms / step, ratio, profile); the 3x3 convs, Conv3x3 vs nn.Conv, top level and in lax.scan (:cpu size).
 	$(PYTHON) experiments/benchmark.py --sections=conv --output=$(RUNS)/benchmarks/conv.md
 
 benchmark-dp:  ## DP-SGD's clipped sum for configs/dp.py:cpu's victims, one example at a time (trdr's) vs all n vmapped.

@@ -48,13 +48,13 @@ in experiments/benchmarks/):
             over the tolerances vs one re-solve read at each (`table1`).
   sweep     the DecoReco sweep, S settings (--sweep_settings) of --sweep_config vmapped as
             one computation vs a loop over them (minutes; `sweep`).
-  conv      why `trdr.models.Conv3x3` exists: the CNN victim of --conv_config with Conv3x3
-            and with flax's nn.Conv on the same θ (checked to agree to rounding), ∇x of a
-            loss and a DecoReco iteration once at the top level and --conv_steps times in
-            `lax.scan`: ms / step of each and the ratio nn.Conv / Conv3x3 (minutes; `conv`).
-  dp        why `trdr.victim.dp_sgd.MICROBATCH_SIZE` is 1: DP-SGD's clipped sum for the
-            victims of --dp_config, one example at a time vs all n vmapped (checked to
-            agree to rounding): ms / call of each and the ratio (`dp`).
+  conv      the CNN's DecoReco step (`kkt_cnn`, and by autodiff) beside the MLP's of
+            --conv_mlp_config at the same n, m and dtype, with the ratio and a profile of
+            the CNN step's parts; then why `trdr.models.Conv3x3` exists: the CNN victim
+            of --conv_config with Conv3x3 and with flax's nn.Conv on the same θ (checked
+            to agree to rounding), ∇x of a loss and a DecoReco iteration once at the top
+            level and --conv_steps times in `lax.scan`: ms / step of each and the ratio
+            nn.Conv / Conv3x3 (minutes; `conv`).
 
   python experiments/benchmark.py --sections=lower_level
   python experiments/benchmark.py --sections=solvers --output=runs/benchmarks/solvers.md
@@ -91,7 +91,7 @@ SECTIONS = {  # name -> the title of its part of --output, in the order they run
     "cold_path": "the main job with an empty compilation cache and warm, against a baseline",
     "table1": "Table 1's tolerance sweep",
     "sweep": "the DecoReco sweep, vmapped and looped",
-    "conv": "3 × 3 convolutions in a loop, Conv3x3 and nn.Conv",
+    "conv": "the CNN's DecoReco step beside the MLP's; 3 × 3 convolutions in a loop",
     "dp": "DP-SGD's clipped sum, one example at a time and vmapped",
 }
 
@@ -139,6 +139,10 @@ _CONV_STEPS = flags.DEFINE_integer("conv_steps", 10,
 _CONV_CANDIDATES = flags.DEFINE_integer(
     "conv_candidates", 0, "Candidates m of the conv section (0: --conv_config's, "
     "candidates_per_image · 2 · n_per_class: 200 at :cpu).")
+_CONV_MLP_CONFIG = config_flags.DEFINE_config_file(
+    "conv_mlp_config", "configs/decoreco_cifar.py:cpu",
+    "DecoReco config with a Haim MLP victim at --conv_config's n, timed beside the CNN in "
+    "the conv section.", lock_config=True)
 _CONV_DTYPE = flags.DEFINE_enum("conv_dtype", "float32", ["float32", "float64"],
                                 "Precision of the conv section (float32: configs/cnn.py's "
                                 "CNN runs).")
@@ -194,7 +198,8 @@ def main(argv):
       "sweep": lambda: sweep.run(_SWEEP_CONFIG.value, _SWEEP_SETTINGS.value,
                                  _SWEEP_STEPS.value, _REPEATS.value),
       "conv": lambda: conv.run(_CONV_CONFIG.value, _CONV_STEPS.value, _REPEATS.value,
-                               _CONV_CANDIDATES.value, _CONV_DTYPE.value),
+                               _CONV_CANDIDATES.value, _CONV_DTYPE.value,
+                               mlp_config=_CONV_MLP_CONFIG.value),
       "dp": lambda: dp.run(_DP_CONFIG.value, _REPEATS.value),
   }
   sections = [record.captured(name, title, runs[name]) for name, title in SECTIONS.items()

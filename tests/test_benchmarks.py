@@ -106,12 +106,22 @@ def test_the_conv_section_times_conv3x3_and_nn_conv_on_the_same_network(capsys):
   """The :smoke CNN (channels (4, 8)), 4 candidates, 2 scan steps: both computations at the
   top level and in the scan, each row with both networks' ms / step and their ratio, and
   the agreement check passed (it raises otherwise) with its differences printed; then
-  the DecoReco iteration in both autodiff orders, with their ratio, and their agreement."""
+  the DecoReco iteration in both autodiff orders, with their ratio, and their agreement;
+  before all that, the attack's step on the CNN (`kkt_cnn`, checked against autodiff) beside
+  the :smoke MLP's (`kkt_mlp`), with their ratio, and the profile's parts."""
   from benchmarks import conv
   from trdr.attacks import decoreco
-  from trdr.configs import decoreco_cnn
-  conv.run(decoreco_cnn.get_config("smoke"), steps=2, repeats=1, candidates=4)
+  from trdr.configs import decoreco_cifar, decoreco_cnn
+  conv.run(decoreco_cnn.get_config("smoke"), steps=2, repeats=1, candidates=4,
+           mlp_config=decoreco_cifar.get_config("smoke"))
   out = capsys.readouterr().out
+  side, out = out.split("## 3 × 3 convolutions", 1)
+  assert "Haim MLP 3072-32-32-1, n = 10, m = 4 candidates" in side
+  (row,) = [line for line in side.splitlines() if line.startswith("| ") and "ms /" not in line
+            and "`" not in line and "the " not in line]
+  cnn, mlp, ratio = [cell.strip() for cell in row.strip().strip("|").split("|")]
+  assert float(ratio[:-1]) == pytest.approx(float(cnn) / float(mlp), rel=2e-3, abs=6e-3)
+  assert all(text in side for text in conv.PROFILE.values())
   out, orders = out.split("The DecoReco iteration's autodiff order", 1)
   first, second = decoreco.AUTODIFF_ORDERS
   assert f"| {first}, ms / step | {second}, ms / step | {first} / {second} |" in orders
@@ -134,7 +144,8 @@ def test_the_conv_section_times_conv3x3_and_nn_conv_on_the_same_network(capsys):
                  orders.split("The same network: ")[1].split("): ", 1)[1].strip().split(", "))
   compared = ("DecoReco loss", "DecoReco ∇x", "DecoReco ∇λ")
   assert set(checked) == {"logits", "∇x logistic loss", *compared} | {
-      f"{name} ({second} vs {first})" for name in compared}
+      f"{name} ({second} vs {first})" for name in compared} | {
+      f"{name} (kkt_cnn vs autodiff)" for name in compared}
   gate = conv.RTOL_EPS * float(jnp.finfo(jnp.float32).eps)
   assert all(float(v) <= gate for v in checked.values()), checked
 

@@ -25,7 +25,8 @@ replaced by `relu_sigmoid_backward` (forward ReLU, derivative sigmoid(αz)), so 
 the residual, which involves the activation's second derivative, is informative.
 
 `trdr.attacks.gradient_norm` is Runkel et al.'s eq. 3 alternative, min_x ||∇θE(x, y; θ*)||².
-`make_loss_and_grad` picks (L, ∂L/∂x, ∂L/∂λ) (autodiff, or `kkt_mlp`'s fused form),
+`make_loss_and_grad` picks (L, ∂L/∂x, ∂L/∂λ) (autodiff, or the fused forms of `kkt_mlp` for
+the MLP and `kkt_cnn` for the ConvNet),
 `attack_step` is one SGD-with-momentum iteration on x and λ, and `build` bundles it as a
 `trdr.attacks.protocol.Attack`. All functions are pure and jittable.
 """
@@ -42,7 +43,7 @@ import optax.tree
 from absl import logging
 
 from trdr import victim
-from trdr.attacks import gradient_norm, kkt_mlp
+from trdr.attacks import gradient_norm, kkt_cnn, kkt_mlp
 from trdr.configs import decoreco_cifar, sizes
 from trdr.runtime import files
 from trdr.attacks.protocol import Attack
@@ -372,6 +373,15 @@ def make_loss_and_grad(target: victim.Victim, attack_config, labels: jax.Array) 
                                     lambda_min=lambda_min, lambda_weight=a.lambda_weight)
 
     return fused
+  if a.fused and fused_cnn_applies(target):
+    scale = weight_decay if a.form == "weight_decay" else 1.0
+
+    def fused_cnn(images, lambdas, alpha, lambda_min):
+      return kkt_cnn.value_and_grad(target.params, images, lambdas, labels, alpha=alpha,
+                                    pool=v.pool, scale=scale, x_min=a.x_min, x_max=a.x_max,
+                                    lambda_min=lambda_min, lambda_weight=a.lambda_weight)
+
+    return fused_cnn
   return autodiff_loss_and_grad(target.model, target.params, labels, form=a.form,
                                 weight_decay=weight_decay, x_min=a.x_min, x_max=a.x_max,
                                 lambda_weight=a.lambda_weight,
@@ -386,6 +396,17 @@ def fused_applies(target: victim.Victim) -> bool:
   return (v.arch == "haim_mlp" and v.activation == "relu" and v.num_outputs == 1
           and not v.get("input_shift") and not v.get("input_scale")
           and kkt_mlp.supports(target.params))
+
+
+def fused_cnn_applies(target: victim.Victim) -> bool:
+  """Whether `kkt_cnn.value_and_grad` computes the attack's loss for this victim: a ReLU
+  `trdr.models.ConvNet` (victim.arch "cnn") with one output (`kkt_cnn.supports`) and no
+  input normalisation."""
+  v = target.config
+  return (v.arch == "cnn" and v.activation == "relu" and v.num_outputs == 1
+          and v.get("pool") in kkt_cnn.POOLS
+          and not v.get("input_shift") and not v.get("input_scale")
+          and kkt_cnn.supports(target.params))
 
 
 # Haim et al.'s published tuned run b9dfyspx on binary CIFAR-10 (their MLP, m = 2n;

@@ -29,9 +29,9 @@ training images per seed (the seed draws the data, θ0 and the attack's starts):
 
 Every victim: a bias in the first layer only, the first layer N(0, 1e-8) and the later
 ones at PyTorch's default, trained by full-batch gradient descent on BCE to train loss
-1e-4; DecoReco with m = 2n candidates, float32 (as the report's DecoReco runs), the CNN's
-autodiff order on all (the MLP's fused kkt_mlp does not read it); the in-run score's k at
-most n (eval.score_k).
+1e-4; DecoReco with m = 2n candidates, float32 (as the report's DecoReco runs), the fused
+kkt_mlp / kkt_cnn steps (the CNN's autodiff order set for attack.fused False); the in-run
+score's k at most n (eval.score_k).
 
 Variants: "cpu" as above; "smoke" (n = 10 for the control pair with CNN channels (4, 8),
 MLP widths (32, 32); n = 2 for the wide pair with CNN channels (16, 32), p = 7,104 > d·n
@@ -78,7 +78,8 @@ def _victim(module, variant: str, n_per_class: int | None = None, steps: int | N
   for key, value in arch.items():
     c.victim[key] = value
   c.attack.init_scale, c.attack.lr, c.attack.lambda_min, c.attack.alpha = B9DFYSPX
-  # the CNN's autodiff order on both (the MLP's fused kkt_mlp does not read it)
+  # the CNN's autodiff order on both (read only with attack.fused False: the fused kkt_mlp
+  # and kkt_cnn do not read it)
   c.attack.autodiff_order = "forward_over_reverse"
   # Haim et al.'s in-run score averages the k best-matched training images: k ≤ n
   c.eval.score_k = min(c.eval.score_k, 2 * c.data.n_per_class)
