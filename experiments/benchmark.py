@@ -55,6 +55,9 @@ in experiments/benchmarks/):
             to agree to rounding), ∇x of a loss and a DecoReco iteration once at the top
             level and --conv_steps times in `lax.scan`: ms / step of each and the ratio
             nn.Conv / Conv3x3 (minutes; `conv`).
+  dp        why `trdr.victim.dp_sgd.MICROBATCH_SIZE` is 1: DP-SGD's clipped sum for the
+            victims of --dp_config, one example at a time vs all n vmapped (checked to
+            agree to rounding): ms / call of each and the ratio (`dp`).
 
   python experiments/benchmark.py --sections=lower_level
   python experiments/benchmark.py --sections=solvers --output=runs/benchmarks/solvers.md
