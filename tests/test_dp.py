@@ -607,3 +607,22 @@ def test_beats_start_is_the_one_sided_fisher_test_against_the_start_images():
   assert not dp.beats_start(row(3, 300, math.nan), 0.95)
   assert dp.beats_start(row(30, 300, 0.01), 0.95)
   assert not dp.beats_start(row(3, 300, 0.02), 0.95)
+
+
+def test_the_truth_section_shows_each_decoreco_rows_diagnostic_and_names_a_lower_point():
+  """The page's truth section from synthetic DecoReco rows: a diverged row reads
+  "diverged", a diagnosed one its verdict and losses; the levels where the run from the
+  truth ends lower while keeping the images are named with their seed counts; no DecoReco
+  row with a diagnostic, no section."""
+  def row(level, seed, truth, method="decoreco"):
+    return {"victim": "haim_mlp", "level": level, "seed": seed, "adversary": dp.DECORECO,
+            "method": method, "truth": truth}
+  diagnosed = {"verdict": "objective", "loss_at_truth": 86.38, "loss_reached": 86.04,
+               "kept": 100, "n": 100, "truth_start_lower": True}
+  rows = [row("ε = 1", 0, None, "diverged"), row("non-private", 0, diagnosed),
+          row("non-private", 1, diagnosed | {"truth_start_lower": False})]
+  lines = dp.truth_section({"rows": rows})
+  assert "| haim_mlp | ε = 1 | 0 | diverged | — | — | — | — |" in lines
+  assert "| haim_mlp | non-private | 0 | objective | 86.38 | 86.04 | 100 of 100 | yes |" in lines
+  assert any("on haim_mlp non-private (1 of 2 seeds)" in line for line in lines)
+  assert dp.truth_section({"rows": rows[:1]}) == []

@@ -436,6 +436,12 @@ def test_config_change_names_the_keys_that_differ(tmp_path):
     section, name = key.split(".")
     assert rundir.config_change({section: {"lr": 1}}, {section: {"lr": 1, name: 100}}) == ""
     assert rundir.config_change({section: {name: 0}}, {section: {name: 100}}) == ""
+    # Nested in a study's config (configs/dp.py: victims.NAME.attack, attack.kkt): the same.
+    study = lambda v, s=section, k=name: {"victims": {"mlp": {s: {"lr": 1, k: v}}},
+                                          "attack": {"kkt": {k: v}}}
+    assert rundir.config_change(study(0), study(100)) == ""
+    assert rundir.config_change({"victims": {"mlp": {section: {"lr": 1}}}},
+                                {"victims": {"mlp": {section: {"lr": 1, name: 100}}}}) == ""
     # A checkpointed run started again with another value resumes (its config.json, whose
     # SHA-256 the checkpoint carries, is kept).
     workdir = str(tmp_path / name)

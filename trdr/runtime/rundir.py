@@ -85,6 +85,9 @@ def replace_dir(staging: str, workdir: str) -> None:
 # Config keys that change how a run is executed but none of its results: a run is the
 # same run whatever their values (a finished one is reused, a checkpoint resumed).
 EXECUTION_KEYS = frozenset({"attack.checkpoint_every", "attack.checkpoint_minutes"})
+# Their last names: a study's config nests run configs (victims.NAME.attack, attack.kkt), so
+# a study compares these wherever they sit.
+_EXECUTION_NAMES = frozenset(k.rsplit(".", 1)[-1] for k in EXECUTION_KEYS)
 # Keys added to the configs after runs were made, each with the value that gives what those
 # runs computed: a saved config without the key was run with that value (the same run).
 ADDED_KEYS = {"victim.init": "default", "victim.later_init": "flax", "victim.flow_time": None,
@@ -110,11 +113,12 @@ def config_change(old: Any, new: Any, shown: int = 4) -> str:
   """How config ``new`` differs from ``old`` (each as `to_jsonable` makes it): the first
   ``shown`` differing dotted keys in key order, as "key: old -> new" (absent where a
   config lacks the key), and how many more; "" when the two are equal. `EXECUTION_KEYS`
-  (how a run is executed, not its results) are not compared: the same run either way; nor
+  (how a run is executed, not its results) are not compared, at the top level or nested
+  in a study's config under their last name: the same run either way; nor
   is an `ADDED_KEYS` key that ``old`` lacks and ``new`` holds at its added value."""
   absent = type("Absent", (), {"__repr__": lambda _: "absent"})()  # equal only to itself
   def walk(a, b, key):
-    if key[1:] in EXECUTION_KEYS:
+    if key[1:] in EXECUTION_KEYS or key.rsplit(".", 1)[-1] in _EXECUTION_NAMES:
       return []
     if a is absent and added_key(key[1:], b):
       return []

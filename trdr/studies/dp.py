@@ -37,7 +37,7 @@ import scipy.stats
 from absl import logging
 
 from trdr import data, experiment, models, victim
-from trdr.attacks import prior_aware
+from trdr.attacks import prior_aware, truth
 from trdr.evaluation import evaluate, rero
 from trdr.runtime import files, rundir
 from trdr.studies import knowledge
@@ -151,7 +151,8 @@ def decoreco_row(c: ml_collections.ConfigDict, config: ml_collections.ConfigDict
     premise is 0 there; NaN when diverged), recovered and start_recovered ({"w<window>":
     training images that are best buddies with a reconstruction, resp. a start, at SSIM ≥
     the level}; start_recovered None when diverged: its starts were never scored),
-    seconds}.
+    seconds, truth (`truth_fields` of the run's truth diagnostic; None when diverged or
+    not run)}.
   """
   c = c.copy_and_resolve_references()
   c.victim.checkpoint_dir = victim_dir
@@ -177,7 +178,7 @@ def decoreco_row(c: ml_collections.ConfigDict, config: ml_collections.ConfigDict
     return {"k": n, "n": n, "m": m, "method": "diverged", "lr": float(c.attack.lr * 10),
             "residual": float("nan"), "premise": float("nan"),
             "recovered": {f"w{w}": 0 for w in windows}, "start_recovered": None,
-            "seconds": float("nan")}
+            "seconds": float("nan"), "truth": None}
   summary = files.read_json(finished)
   key = f"ssim_ge_{level:g}"
 
@@ -189,7 +190,32 @@ def decoreco_row(c: ml_collections.ConfigDict, config: ml_collections.ConfigDict
   return {"k": n, "n": n, "m": m, "method": "decoreco", "lr": float(c.attack.lr),
           "residual": float(summary["final_loss"]),
           "premise": float(kkt["relative"][kkt["first_layer"]]), "recovered": counts(""),
-          "start_recovered": counts("start_"), "seconds": float(summary["attack_seconds"])}
+          "start_recovered": counts("start_"), "seconds": float(summary["attack_seconds"]),
+          "truth": truth_fields(summary)}
+
+
+def truth_fields(summary: dict) -> dict | None:
+  """What the page shows of a DecoReco run's truth diagnostic (`trdr.attacks.truth`,
+  summary.json "truth"): {verdict, loss_at_truth, loss_reached (the lower of the loss
+  reached and the same with λ fitted, as the verdict compares them), kept, n (the
+  truth-start run's), truth_start_lower (`truth.start_lower`)}; None where the run has no
+  diagnostic."""
+  t = summary.get("truth")
+  if not t:
+    return None
+  reached = [v for v in (t["loss_reached"], t.get("loss_reached_lambda_fitted"))
+             if v is not None and math.isfinite(v)]
+  return {"verdict": t["verdict"], "loss_at_truth": float(t["loss_at_truth"]),
+          "loss_reached": min(reached) if reached else float("nan"),
+          "kept": int(t["truth_start"]["kept"]), "n": int(t["truth_start"]["n"]),
+          "truth_start_lower": truth.start_lower(t)}
+
+
+def _decoreco_dir(workdir: str, tag: str, row: dict, lr: float) -> str:
+  """The run directory of a DecoReco row: `decoreco_row`'s, with the retried lr's suffix
+  where the row's lr is not the config's ``lr``."""
+  run_dir = os.path.join(workdir, "attacks", f"decoreco_{tag}")
+  return run_dir if math.isclose(row["lr"], lr) else f"{run_dir}_lr{row['lr']:g}"
 
 
 def trials_needed(halfwidth: float, confidence: float) -> int:
@@ -405,6 +431,16 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict:
   rows, prior = saved["rows"], saved["prior"]
   aware = saved.setdefault("prior_aware", [])
   done = {_key(r) for r in rows}
+  # DecoReco rows written before they carried the truth diagnostic: read it from their
+  # finished runs (nothing is run again).
+  for r in rows:
+    if r["adversary"] == DECORECO and "truth" not in r:
+      tag = f"{r['victim']}_{_slug(r['level'])}_seed{r['seed']}"
+      lr = victim_config(config, r["victim"], r["level"], r["seed"]).attack.lr
+      finished = os.path.join(_decoreco_dir(workdir, tag, r, float(lr)),
+                              experiment.SUMMARY_FILE)
+      r["truth"] = (truth_fields(files.read_json(finished))
+                    if r["method"] != "diverged" and os.path.exists(finished) else None)
 
   # The prior-aware attack first: the rows whose κ and bound are exact.
   per_seed = math.ceil(trials_needed(float(config.prior_aware.halfwidth),
@@ -852,9 +888,57 @@ def markdown(result: dict, config: ml_collections.ConfigDict,
         f"{'—' if math.isnan(r['start_mean']) else format(r['start_mean'], '.2f')} | "
         f"{r['successes']} / {r['trials']} | {r['bound']:.3f} ({r['bound_upper']:.3f}) | "
         f"{'**yes**' if r['above'] else 'no'} |")
-  lines += ["", "## The bound's assumptions", "", ASSUMPTIONS, "",
+  lines += ["", *truth_section(result), "## The bound's assumptions", "", ASSUMPTIONS, "",
             "## Reading", "", reading(result, config), ""]
   return "\n".join(lines)
+
+
+def truth_section(result: dict) -> list[str]:
+  """The truth diagnostic of every DecoReco row (`trdr.attacks.truth`): per victim and
+  level, each seed's verdict, the attack's loss at the true training images (λ fitted)
+  against the loss it reached, and what DecoReco started at the truth kept; [] where no
+  row has it."""
+  rows = [r for r in result["rows"] if r["adversary"] == DECORECO]
+  if not any(r.get("truth") for r in rows):
+    return []
+  lines = ["## DecoReco's objective at the truth", "",
+           "The truth diagnostic of `trdr.attacks.truth` on each DecoReco row: the attack's "
+           "own loss at the true training images with λ fitted, against the loss it reached "
+           "from its starts, and DecoReco started at the true images (the training images it "
+           "still holds as best buddies). \"search\": the truth is lower and the run from it "
+           "keeps at least half (the search missed what its objective prefers); "
+           "\"objective\": otherwise (the objective does not single out the training images, "
+           "so a count of 0 there is no evidence about the noise either). \"lower beside\": "
+           "the run from the truth ends below the loss reached and keeps at least half.", "",
+           "| victim | privacy | seed | verdict | loss at truth | loss reached | truth start "
+           "kept | lower beside |", "|---|---|---:|---|---:|---:|---:|---|"]
+  order = {level: i for i, level in enumerate(dict.fromkeys(r["level"] for r in rows))}
+  for r in sorted(rows, key=lambda r: (r["victim"], order[r["level"]], r["seed"])):
+    t = r.get("truth")
+    if not t:
+      why = "diverged" if r["method"] == "diverged" else "not run"
+      lines.append(f"| {r['victim']} | {r['level']} | {r['seed']} | {why} | — | — | — | — |")
+      continue
+    lines.append(f"| {r['victim']} | {r['level']} | {r['seed']} | {t['verdict']} | "
+                 f"{t['loss_at_truth']:.6g} | {t['loss_reached']:.6g} | {t['kept']} of "
+                 f"{t['n']} | {'yes' if t['truth_start_lower'] else 'no'} |")
+  verdicts = [r["truth"]["verdict"] for r in rows if r.get("truth")]
+  text = (f"\"search\" in {verdicts.count('search')}, \"objective\" in "
+          f"{verdicts.count('objective')} of {len(verdicts)} DecoReco rows with the "
+          "diagnostic.")
+  beside = {}
+  for r in rows:
+    if r.get("truth"):
+      beside.setdefault((r["victim"], r["level"]), []).append(r["truth"]["truth_start_lower"])
+  held = [f"{victim} {level} ({sum(b)} of {len(b)} seeds)"
+          for (victim, level), b in beside.items() if any(b)]
+  if held:
+    text += (" The run from the truth ends below the loss the search reached, still holding "
+             "at least half the training images, on " + ", ".join(held) + ": there a point "
+             "beside the training images scores better than what DecoReco's search found, so "
+             "its count is limited by the search as well as by the noise.")
+  lines += ["", text, ""]
+  return lines
 
 
 def _num(x: float) -> str:
