@@ -26,10 +26,9 @@ ill-posed problem. `--config.paper.one_hidden.attack.lower_level.start=uniform` 
 literal reading.
 outer_step: the affine run again with eq. 7's plain gradient step (`make outer-step`).
 Expected runtime: ":cpu" about 3 minutes on a 2-core CPU, the outer step about 4 minutes
-more, Table 1's readings about 7 with victims trained to 1000 L-BFGS iterations (now trained
-as the attack's victims, to 5000, which the six ReLU victims run to the end without
-converging: about 3 minutes each on a shared 2-core CPU, so expect 10 or more minutes
-more; not yet timed as a whole) and the attacks under each reading about 8; ":smoke"
+more, Table 1's readings longer than before (their victims now train as the attack's, to
+5000 L-BFGS iterations, which the ReLU victims run to the end; not yet timed as a whole:
+`make figures` records each phase's seconds) and the attacks under each reading about 8; ":smoke"
 under a minute; paper size about 30 minutes on one GPU for the one-hidden victim (not yet
 run to the end).
 """
