@@ -367,3 +367,21 @@ def test_loaded_models_end_with_the_attacks_power(closed_loop, tmp_path):
     lines = cli.headline(workdir, "attack").splitlines()
     count = next(i for i, line in enumerate(lines) if line.startswith("Training images"))
     assert lines[count + 1] == f"Power: {summary['power']}", name
+
+
+def test_every_number_a_loaded_run_writes_is_named_in_own_model_md(closed_loop):
+  """docs/own_model.md's summary.json section names every key a DecoReco run on a loaded
+  .pth writes: the top level and the records a user reads inside (victim, kkt_premise,
+  truth and its truth_start run). A key added to the summary without a line there fails."""
+  path = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "own_model.md")
+  with open(path, encoding="utf-8") as f:
+    doc = f.read()
+  section = doc[doc.index("## What a run's summary.json holds"):]
+  section = section[:section.find("\n## ", 1) if "\n## " in section[1:] else len(section)]
+  summary = closed_loop["loaded"]
+  keys = set(summary)
+  for record in ("victim", "kkt_premise", "truth"):
+    keys |= set(summary.get(record) or {})
+  keys |= set((summary.get("truth") or {}).get("truth_start") or {})
+  missing = sorted(k for k in keys if f"`{k}`" not in section)
+  assert not missing, f"summary.json keys not named in docs/own_model.md: {missing}"
