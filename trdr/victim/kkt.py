@@ -77,12 +77,15 @@ class KKTFit:
     return dataclasses.asdict(self)
 
   def line(self) -> str:
-    """One log line: the relative residual per tensor, and of θ* as a whole."""
+    """One log line: the relative residual per tensor, and of θ* as a whole, with how to
+    read them."""
     per = ", ".join(f"{k} {v:.3f}" for k, v in self.relative.items())
     return (f"KKT premise (Haim et al.: θ* = Σ λ_i ∇θ s_i, λ ≥ 0, fitted on the {self.n} "
             f"training images): unexplained fraction per tensor {per}; whole θ* "
             f"{self.relative_total:.3f} (‖r‖² = {self.residual_total:.4g}); "
-            f"{self.positive} of {self.n} λ_i > 0")
+            f"{self.positive} of {self.n} λ_i > 0 (a fraction is 0 where θ* is a KKT point "
+            "of these images and 1 where none of it is; the attack reads the images from "
+            f"the first layer, {self.first_layer}, which the premise warning judges)")
 
 
 def _path(key_path) -> str:
