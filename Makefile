@@ -139,7 +139,7 @@ cnn:  ## DecoReco on CNNs beside Haim et al.'s MLP: the 7,104-parameter CNN at n
 cnn-doc:  ## docs/cnn.{md,png} from runs/cnn_SIZE, after make cnn.
 	cp $(RUNS)/cnn_$(SIZE)/cnn.md $(RUNS)/cnn_$(SIZE)/cnn.png docs/
 
-dp:  ## Attacks on DP-SGD victims (ε ≈ 1 to 100, σ = 0, non-private) beside the ReRo bound, incl. the prior-aware attack (K = 2, 10), 3 seeds (over 45 min at SIZE=cpu on a shared 2-core machine): runs/dp_SIZE/dp.md.
+dp:  ## Attacks on DP-SGD victims (ε ≈ 1 to 100, σ = 0, non-private) beside the ReRo bound, incl. the prior-aware attack (K = 2, 10), 3 seeds (~21 min at SIZE=cpu on 2 cores, compilation cache empty): runs/dp_SIZE/dp.md.
 	$(PYTHON) experiments/dp.py --config=configs/dp.py:$(SIZE) --workdir=$(RUNS)/dp_$(SIZE)
 
 dp-doc:  ## docs/dp.{md,png} from runs/dp_SIZE, after make dp.

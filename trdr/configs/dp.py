@@ -31,9 +31,9 @@ Variants: "cpu" (affine n = 100 in float64, MLP n = 100 of widths (256, 256) in 
 (affine n = 40, MLP n = 10 of widths (32, 32), both float64; ε ∈ {1, 100}; k ∈ {1, 2}; two
 seeds; for tests). The prior-aware trials: 402 per victim and level at ":cpu" (134 per
 seed; the MLP's at n = 20, widths (32, 32): ``prior_aware.resize``), 18 at ":smoke".
-Expected runtime: ":cpu" over 45 minutes on 2 cores (the MLP's DP-SGD training
-dominates). Rows are written as they finish
-and reused by a rerun.
+Expected runtime: ":cpu" about 20 minutes on 2 cores (the MLP's DecoReco rows, each with
+its truth diagnostic, dominate; each row's seconds are in dp.json). Rows are written as
+they finish and reused by a rerun.
 """
 
 import ml_collections
