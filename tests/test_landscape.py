@@ -773,3 +773,25 @@ def test_the_bilevel_premise_at_the_training_images_is_measured():
   out = bilevel.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
   bound = (2 * a.lower_level.tol / config.victim.weight_decay) ** 2
   assert out["grad_norm"] < a.lower_level.tol and out["l_training_images"] <= bound, out
+  # The re-solve is the attack's own lower level (its method): cut to 2 iterations from
+  # the U(0, 1) draw, Newton–CG and L-BFGS stop at different θ, and each premise is that
+  # method's θ(x_GT), as `make_lower_level` solves it. Tolerance: the same two iterations
+  # compiled in two programs may sum in other orders; float32 rounds each operation to
+  # 2⁻²⁴ ≈ 6e-8 relative, which over the ≤ 2·(1 + cg_iters) Hessian-vector products of a
+  # chain (≈ 2.4e-5) and a conditioning of two Newton steps on this strongly convex E
+  # (≤ 10) stays below 1e-3 of l; the two methods' l differ by well over 1e-2.
+  energy = functools.partial(victim.energy, apply_fn=target.apply,
+                             weight_decay=target.config.weight_decay)
+  start = models.uniform_params(jax.random.key(0), target.params)
+  x, y = (jnp.asarray(v, jnp.float32) for v in (task.train_images, task.train_labels))
+  found = {}
+  for method in ("newton_cg", "lbfgs"):
+    a.lower_level.method, a.lower_level.max_iter = method, 2
+    out = bilevel.training_images_distance(target, a, task, jnp.float32, jax.random.key(0))
+    theta, _ = bilevel.make_lower_level(
+        energy, max_iter=2, tol=a.lower_level.tol, memory_size=a.lower_level.memory_size,
+        solve="cg", method=method, cg_iters=a.lower_level.cg_iters)(start, x, y)
+    expected = float(victim.param_distance(target.params, theta))
+    assert out["l_training_images"] == pytest.approx(expected, rel=1e-3), (method, out, expected)
+    found[method] = out["l_training_images"]
+  assert found["newton_cg"] != pytest.approx(found["lbfgs"], rel=1e-2), found

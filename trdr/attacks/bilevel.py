@@ -359,7 +359,8 @@ def training_images_distance(target: victim.Victim, attack_config: ml_collection
   """The bilevel attack's premise at the task's training images x_GT: the upper level
   l(x_GT) = ||θ* − θ(x_GT)||², θ(x_GT) re-solved from the attack's own first lower-level
   start (θ* for "theta_star" and "previous"; the θ0 the victim's training started from for
-  "victim_theta0"; a U(0, 1) draw of the attack's key otherwise) to its tolerance. The
+  "victim_theta0"; a U(0, 1) draw of the attack's key otherwise) by the attack's own
+  lower-level solve (`make_lower_level` with ``lower_level.method``) to its tolerance. The
   training images are the attack's target only where this is ~0 (the paper's upper level; the
   readings of trdr/studies/readings.py); logged, with a warning above `X_GT_WARNING`.
 
@@ -378,12 +379,17 @@ def training_images_distance(target: victim.Victim, attack_config: ml_collection
     start = target.initial_params(task.train_images.shape[1:])
   else:
     start = models.uniform_params(key, target.params)
-  # One program (eagerly, the L-BFGS set-up and the distance would compile op by op).
+  # The attack's own lower-level solve (its method and budget; no derivative is taken, so
+  # the hypergradient's linear solve is never called), as one program (eagerly, the solver's
+  # set-up and the distance would compile op by op).
+  lower_level = make_lower_level(energy, max_iter=ll.max_iter, tol=ll.tol,
+                                 memory_size=ll.memory_size, solve="cg",
+                                 method=ll.get("method", "lbfgs"),
+                                 cg_iters=ll.get("cg_iters", 100))
+
   @jax.jit
   def resolve(start, x, y, theta_star):
-    theta, info = victim.minimize_energy(lambda p: energy(p, x, y), start,
-                                         max_iter=ll.max_iter, tol=ll.tol,
-                                         memory_size=ll.memory_size)
+    theta, info = lower_level(start, x, y)
     return victim.param_distance(theta_star, theta), info
   distance, info = resolve(start, x, y, target.params)
   distance = float(distance)
