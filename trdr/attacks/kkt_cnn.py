@@ -58,6 +58,8 @@ from typing import Any, Mapping
 import jax
 import jax.numpy as jnp
 
+from trdr.attacks import kkt_mlp
+
 Params = Mapping[str, Any]
 
 # `value_and_grad`'s ``pool`` values, as `trdr.models.ConvNet.pool` takes them.
@@ -69,28 +71,16 @@ PATCH_COLUMNS = 32
 
 
 def _layer_names(params: Params) -> list[str]:
-  """["conv_0", …, "conv_{L−1}", "output"] after checking that θ has this structure.
+  """`kkt_mlp.layer_names` of a `trdr.models.ConvNet` after checking its shapes.
 
   Raises:
     ValueError: the structure, shapes or number of outputs are not those of a one-output
       `trdr.models.ConvNet`.
   """
-  if not isinstance(params, Mapping):
-    raise ValueError(f"params must be a mapping of layers, got {type(params).__name__}")
-  depth = 0
-  while f"conv_{depth}" in params:
-    depth += 1
-  names = [f"conv_{k}" for k in range(depth)] + ["output"]
-  if depth == 0 or set(params) != set(names):
-    raise ValueError(f"expected ConvNet layers {names if depth else ['conv_0', '…', 'output']}"
-                     f", got {sorted(params)}")
+  names = kkt_mlp.layer_names(params, "conv", "ConvNet")
   channels = None
   for name in names:
     layer = params[name]
-    if not isinstance(layer, Mapping) or "kernel" not in layer or not set(layer) <= {
-        "kernel", "bias"}:
-      raise ValueError(f"layer {name!r} must hold 'kernel' and optionally 'bias', got "
-                       f"{sorted(layer) if isinstance(layer, Mapping) else type(layer)}")
     kernel = layer["kernel"]
     if name != "output" and (kernel.ndim != 4 or kernel.shape[:2] != (3, 3) or (
         channels is not None and kernel.shape[2] != channels)):
@@ -102,9 +92,7 @@ def _layer_names(params: Params) -> list[str]:
     if "bias" in layer and layer["bias"].shape != (channels,):
       raise ValueError(f"layer {name!r}: bias of shape {layer['bias'].shape}, expected "
                        f"({channels},)")
-  if channels != 1:
-    raise ValueError(f"only one output (binary forms) is supported, got num_outputs = "
-                     f"{channels}; use autodiff (decoreco.stationarity_loss) for multiclass")
+  kkt_mlp.check_one_output(channels)
   return names
 
 

@@ -77,29 +77,52 @@ import jax.numpy as jnp
 Params = Mapping[str, Any]
 
 
-def _layer_names(params: Params) -> list[str]:
-  """["dense_0", …, "dense_{H−1}", "output"] after checking that θ has this structure.
+def layer_names(params: Params, prefix: str, model: str) -> list[str]:
+  """["{prefix}_0", …, "{prefix}_{L−1}", "output"]: θ's layers in order, after checking
+  that θ is a mapping of exactly these layers, each holding a 'kernel' and optionally a
+  'bias' (the structure `value_and_grad` here and `trdr.attacks.kkt_cnn` share; each
+  checks its own shapes).
 
   Raises:
-    ValueError: the structure, shapes or number of outputs are not those of a one-output
-      `trdr.models.HaimMLP`.
+    ValueError: θ is not such a mapping (``model`` names the network expected).
   """
   if not isinstance(params, Mapping):
     raise ValueError(f"params must be a mapping of layers, got {type(params).__name__}")
-  hidden = 0
-  while f"dense_{hidden}" in params:
-    hidden += 1
-  names = [f"dense_{k}" for k in range(hidden)] + ["output"]
-  if hidden == 0 or set(params) != set(names):
-    raise ValueError(f"expected HaimMLP layers {names if hidden else ['dense_0', '…', 'output']}"
-                     f", got {sorted(params)}")
-  width = None
+  depth = 0
+  while f"{prefix}_{depth}" in params:
+    depth += 1
+  names = [f"{prefix}_{k}" for k in range(depth)] + ["output"]
+  if depth == 0 or set(params) != set(names):
+    raise ValueError(f"expected {model} layers "
+                     f"{names if depth else [f'{prefix}_0', '…', 'output']}, got "
+                     f"{sorted(params)}")
   for name in names:
     layer = params[name]
     if not isinstance(layer, Mapping) or "kernel" not in layer or not set(layer) <= {
         "kernel", "bias"}:
       raise ValueError(f"layer {name!r} must hold 'kernel' and optionally 'bias', got "
                        f"{sorted(layer) if isinstance(layer, Mapping) else type(layer)}")
+  return names
+
+
+def check_one_output(outputs: int) -> None:
+  """Raises ValueError unless the network has one output (the binary forms)."""
+  if outputs != 1:
+    raise ValueError(f"only one output (binary forms) is supported, got num_outputs = "
+                     f"{outputs}; use autodiff (decoreco.stationarity_loss) for multiclass")
+
+
+def _layer_names(params: Params) -> list[str]:
+  """`layer_names` of a `trdr.models.HaimMLP` after checking its shapes.
+
+  Raises:
+    ValueError: the structure, shapes or number of outputs are not those of a one-output
+      `trdr.models.HaimMLP`.
+  """
+  names = layer_names(params, "dense", "HaimMLP")
+  width = None
+  for name in names:
+    layer = params[name]
     kernel = layer["kernel"]
     if kernel.ndim != 2 or (width is not None and kernel.shape[0] != width):
       raise ValueError(f"layer {name!r}: kernel of shape {kernel.shape} does not follow a "
@@ -108,9 +131,7 @@ def _layer_names(params: Params) -> list[str]:
     if "bias" in layer and layer["bias"].shape != (width,):
       raise ValueError(f"layer {name!r}: bias of shape {layer['bias'].shape}, expected "
                        f"({width},)")
-  if width != 1:
-    raise ValueError(f"only one output (binary forms) is supported, got num_outputs = {width}"
-                     "; use autodiff (decoreco.stationarity_loss) for multiclass")
+  check_one_output(width)
   return names
 
 
