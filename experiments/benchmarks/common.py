@@ -14,6 +14,30 @@ from trdr.attacks import ATTACKS
 from trdr.attacks import init as inits
 
 
+def relative_differences(pairs: dict, dtype, rtol_eps: float, what: str, differs: str
+                         ) -> dict[str, float]:
+  """max |Δ| / scale of each pair of ``pairs``, name -> (array, array, scale: the magnitude
+  the rounding errors are relative to; None: the first array's largest entry), gated at
+  ``rtol_eps`` ε of ``dtype`` before anything is timed.
+
+  Raises:
+    ValueError: a pair differs by more than the gate, or is not finite ("{what} differ in
+      NAME … not {differs}; nothing timed").
+  """
+  gate = rtol_eps * float(jnp.finfo(dtype).eps)
+  out = {}
+  for name, (ours, theirs, scale) in pairs.items():
+    ours, theirs = np.asarray(ours), np.asarray(theirs)
+    scale = float(np.max(np.abs(ours))) if scale is None else float(scale)
+    difference = float(np.max(np.abs(ours - theirs)))
+    out[name] = difference / scale if scale else (0.0 if difference == 0 else float("inf"))
+    if not out[name] <= gate:
+      raise ValueError(f"{what} differ in {name}: max |Δ| / {scale:.1e} = {out[name]:.1e} > "
+                       f"{gate:.1e} ({rtol_eps:g} ε of {jnp.dtype(dtype).name}): not "
+                       f"{differs}; nothing timed")
+  return out
+
+
 def median_time(fn, repeats: int) -> float:
   """Median seconds of ``repeats`` calls of ``fn`` (until its result is ready), after one
   untimed call that compiles and warms up."""

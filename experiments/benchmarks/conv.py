@@ -71,18 +71,8 @@ def check_agreement(pairs: dict, dtype) -> dict[str, float]:
     ValueError: a pair differs by more than `RTOL_EPS` ε of ``dtype`` times its scale, or
       is not finite.
   """
-  gate = RTOL_EPS * float(jnp.finfo(dtype).eps)
-  out = {}
-  for name, (ours, theirs, scale) in pairs.items():
-    ours, theirs = np.asarray(ours), np.asarray(theirs)
-    scale = float(np.max(np.abs(ours))) if scale is None else float(scale)
-    difference = float(np.max(np.abs(ours - theirs)))
-    out[name] = difference / scale if scale else (0.0 if difference == 0 else float("inf"))
-    if not out[name] <= gate:
-      raise ValueError(f"Conv3x3 and nn.Conv differ in {name}: max |Δ| / {scale:.1e} = "
-                       f"{out[name]:.1e} > {gate:.1e} ({RTOL_EPS} ε of "
-                       f"{jnp.dtype(dtype).name}): not the same network; nothing timed")
-  return out
+  return common.relative_differences(pairs, dtype, RTOL_EPS, "Conv3x3 and nn.Conv",
+                                     "the same network")
 
 
 def _decoreco_calls(net: nn.Module, params, config: ml_collections.ConfigDict, images,

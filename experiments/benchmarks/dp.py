@@ -55,16 +55,7 @@ def check_agreement(pairs: dict, dtype) -> dict[str, float]:
     ValueError: a pair differs by more than `RTOL_EPS` ε of ``dtype`` times its scale, or
       is not finite.
   """
-  gate = RTOL_EPS * float(jnp.finfo(dtype).eps)
-  out = {}
-  for name, (ours, theirs, scale) in pairs.items():
-    difference = float(np.max(np.abs(np.asarray(ours) - np.asarray(theirs))))
-    out[name] = difference / scale if scale else (0.0 if difference == 0 else float("inf"))
-    if not out[name] <= gate:
-      raise ValueError(f"the clipped sums differ in {name}: max |Δ| / {scale:.1e} = "
-                       f"{out[name]:.1e} > {gate:.1e} ({RTOL_EPS} ε of "
-                       f"{jnp.dtype(dtype).name}): not the same sum; nothing timed")
-  return out
+  return common.relative_differences(pairs, dtype, RTOL_EPS, "the clipped sums", "the same sum")
 
 
 def _flat(tree) -> np.ndarray:
