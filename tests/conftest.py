@@ -370,3 +370,14 @@ def _alive(group: int) -> bool:
   except ProcessLookupError:
     return False
   return True
+
+
+@pytest.fixture
+def processes():
+  """Started subprocesses, killed if the test ends before they do."""
+  started = []
+  yield started
+  for proc in started:
+    if proc.poll() is None:
+      proc.kill()
+    proc.communicate()

@@ -223,17 +223,6 @@ def test_calls_of_the_one_program_give_the_bits_of_one_scan(tmp_path):
     chunk(states, 4)
 
 
-@pytest.fixture
-def processes():
-  """Started subprocesses, killed if the test ends before they do."""
-  started = []
-  yield started
-  for proc in started:
-    if proc.poll() is None:
-      proc.kill()
-    proc.communicate()
-
-
 @pytest.mark.slow
 def test_ctrl_c_stops_within_seconds_and_resumes_bitwise(subprocess_env, tmp_path, processes):
   """SIGINT once the attack has logged its first scan: exit status 130 within 10 s, with

@@ -33,17 +33,6 @@ def _without_timing(records):
   return [{k: v for k, v in r.items() if k != "seconds_per_step"} for r in records]
 
 
-@pytest.fixture
-def processes():
-  """Started subprocesses, killed if the test ends before they do."""
-  started = []
-  yield started
-  for proc in started:
-    if proc.poll() is None:
-      proc.kill()
-    proc.communicate()
-
-
 @pytest.mark.slow
 def test_sigkilled_run_resumes_to_the_same_results(smoke_report_dir, subprocess_env,
                                                     tmp_path, processes):
